@@ -1,0 +1,31 @@
+# Two entry points for a fresh Debian machine: `make demo` (the main job) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench dashboards clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/drill demo --out drill-out
+
+test: $(STAMP)
+	scripts/system-deps
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check harness tests benchmarks loadtests dashboards
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+dashboards: $(STAMP)
+	$(VENV)/bin/drill dashboards build
+
+clean:
+	rm -rf $(VENV) drill-out

@@ -1,0 +1,59 @@
+"""The wire contract: gRPC metadata keys the harness reads and writes (DESIGN §2).
+
+This module is the only place these strings are spelled. Everything else imports
+the constants so a renamed key is one change, not a grep.
+"""
+
+from __future__ import annotations
+
+TENANT = "x-tenant-id"
+FAULT = "x-fault"
+FAULT_RATIO = "x-fault-ratio"
+FAULT_TARGET = "x-fault-target"
+FAULT_INSTANCES = "x-fault-instances"
+REQUEST_ID = "x-request-id"
+DRILL_TOKEN = "x-drill-token"
+#: Absolute wall-clock deadline (unix seconds, decimal) of the edge caller, so every
+#: hop can measure work done after the original caller gave up (the deadline gap).
+ORIGIN_DEADLINE = "x-drill-origin-deadline"
+#: Resilience configuration name of the caller, for the `config` label downstream.
+CONFIG = "x-drill-config"
+
+# gRFC A6 retry metadata.
+PREVIOUS_RPC_ATTEMPTS = "grpc-previous-rpc-attempts"
+RETRY_PUSHBACK_MS = "grpc-retry-pushback-ms"
+
+#: Keys a hop propagates downstream (like baggage) when a fault target is named.
+DRILL_KEYS: tuple[str, ...] = (
+    TENANT,
+    FAULT,
+    FAULT_RATIO,
+    FAULT_TARGET,
+    FAULT_INSTANCES,
+    REQUEST_ID,
+    DRILL_TOKEN,
+    ORIGIN_DEADLINE,
+)
+
+#: Upper bound on any single drill metadata value; longer values are rejected as oversize.
+MAX_VALUE_LEN = 256
+
+#: The default drill tenant (DESIGN §5).
+DEFAULT_DRILL_TENANT = "tenant-drill"
+
+
+def metadata_dict(metadata) -> dict[str, str]:
+    """Return the drill keys of a gRPC metadata sequence as a dict (first value wins).
+
+    Accepts what grpc hands us: a tuple of `(key, value)` pairs or `_Metadatum`
+    objects, or None. Binary (`-bin`) values are ignored; we never need them.
+    """
+    out: dict[str, str] = {}
+    if not metadata:
+        return out
+    for item in metadata:
+        key, value = item[0], item[1]
+        if key in out or not isinstance(value, str):
+            continue
+        out[key] = value
+    return out

@@ -1,0 +1,130 @@
+"""What the aio and sync client interceptors share: the tags to send and the call record.
+
+`Tagging` says what a drill client puts on the wire (DESIGN §2); `ClientRecorder`
+counts a finished call in the client-side metrics (DESIGN §7). The resilience
+layer, which owns retries above the interceptor, uses the same recorder so a
+logical call is counted once however many attempts it took.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+
+from harness import headers as h
+from harness import metrics as m
+from harness import scope, token
+from harness.faults import Mode
+from harness.status import status_name
+
+
+@dataclasses.dataclass(frozen=True)
+class Tagging:
+    """What a drill client sends. `tenant=None` sends no tenant (organic traffic)."""
+
+    tenant: str | None = None
+    directive: str | None = None
+    ratio: int | None = None
+    target: str | None = None
+    instances: int | None = None
+    #: Drill secret: when set, each call carries an `x-drill-token` for its directive.
+    secret: str | None = None
+    token_ttl_s: float = 300.0
+
+    @property
+    def fault_mode(self) -> str:
+        """The requested mode, for the client-side `fault_mode` label (none when untagged or malformed)."""
+        if not self.directive:
+            return Mode.NONE.value
+        head = self.directive.partition(":")[0].strip().lower()
+        return head if head in ("delay", "abort", "drop") else Mode.NONE.value
+
+
+ORGANIC = Tagging()
+
+
+def traffic_of(tenant: str | None, drill_tenants: frozenset[str]) -> str:
+    return "drill" if tenant and tenant in drill_tenants else "organic"
+
+
+def outgoing_metadata(
+    existing, tagging: Tagging, timeout: float | None
+) -> tuple[list[tuple[str, str]], str, str | None]:
+    """Metadata for one call: the caller's own keys win, then propagated scope, then tagging.
+
+    Returns (metadata, request_id, tenant). One request id per logical call: a
+    caller that retries passes the same `x-request-id` back in and it is kept.
+    """
+    md: list[tuple[str, str]] = list(existing or ())
+    present = {k for k, _ in md}
+    cur = scope.current()
+    if cur is not None:
+        for k, v in cur.propagate:
+            if k not in present:
+                md.append((k, v))
+                present.add(k)
+        if cur.origin_deadline is not None and h.ORIGIN_DEADLINE not in present:
+            md.append((h.ORIGIN_DEADLINE, f"{cur.origin_deadline:.3f}"))
+            present.add(h.ORIGIN_DEADLINE)
+    if h.ORIGIN_DEADLINE not in present and timeout is not None:
+        md.append((h.ORIGIN_DEADLINE, f"{time.time() + timeout:.3f}"))
+    if h.REQUEST_ID in present:
+        request_id = next(v for k, v in md if k == h.REQUEST_ID)
+    else:
+        request_id = str(uuid.uuid4())
+        md.append((h.REQUEST_ID, request_id))
+    t = tagging
+    if t.tenant is not None and h.TENANT not in present:
+        md.append((h.TENANT, t.tenant))
+    if t.directive is not None and h.FAULT not in present:
+        md.append((h.FAULT, t.directive))
+        if t.ratio is not None:
+            md.append((h.FAULT_RATIO, str(t.ratio)))
+        if t.target is not None:
+            md.append((h.FAULT_TARGET, t.target))
+        if t.instances is not None:
+            md.append((h.FAULT_INSTANCES, str(t.instances)))
+        if t.secret is not None and h.DRILL_TOKEN not in present:
+            md.append(
+                (
+                    h.DRILL_TOKEN,
+                    token.sign(
+                        t.secret,
+                        request_id=request_id,
+                        tenant=t.tenant or "",
+                        directive=t.directive,
+                        ratio=100 if t.ratio is None else t.ratio,
+                        target=t.target or "",
+                        ttl_s=t.token_ttl_s,
+                    ),
+                )
+            )
+    tenant = next((v for k, v in md if k == h.TENANT), None)
+    return md, request_id, tenant
+
+
+class ClientRecorder:
+    """Counts finished client calls and attempts; children cached per label set."""
+
+    def __init__(self, service: str = "client", config: str = "none", target: str = "") -> None:
+        self.service = service
+        self.config = config
+        self.target = target
+        self._calls = m.cached(m.CLIENT_CALLS)
+        self._latency = m.cached(m.CLIENT_LATENCY)
+        self._call_duration = m.cached(m.GRPC_CLIENT_CALL_DURATION)
+        self._attempt_started = m.cached(m.GRPC_CLIENT_ATTEMPT_STARTED)
+        self._attempt_duration = m.cached(m.GRPC_CLIENT_ATTEMPT_DURATION)
+
+    def attempt_started(self, method: str) -> None:
+        self._attempt_started(method, self.target).inc()
+
+    def attempt_finished(self, method: str, code, elapsed: float) -> None:
+        self._attempt_duration(method, self.target, status_name(code)).observe(elapsed)
+
+    def call_finished(self, method: str, code, elapsed: float, fault_mode: str, traffic: str) -> None:
+        status = status_name(code)
+        self._calls(self.service, method, status, fault_mode, traffic, self.config).inc()
+        self._latency(self.service, method, fault_mode, traffic, self.config).observe(elapsed)
+        self._call_duration(method, self.target, status).observe(elapsed)

@@ -1,0 +1,86 @@
+"""Client interceptor for `grpc.aio` channels: drill tagging, active cancel, client metrics.
+
+CANCELLED (from active cancel or the caller) is counted as CANCELLED, never as
+an error, and surfaces to the caller as an `AioRpcError` with that code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from grpc import aio
+
+from harness.interceptors._client_core import ORGANIC, ClientRecorder, Tagging, outgoing_metadata, traffic_of
+from harness.interceptors._server_core import method_label
+from harness.headers import DEFAULT_DRILL_TENANT
+
+
+class DrillClientInterceptor(aio.UnaryUnaryClientInterceptor):
+    """Tags calls, optionally cancels them after `cancel_after_ms`, records client metrics.
+
+    `tagging` may be swapped at any time (`interceptor.tagging = Tagging(...)`),
+    e.g. when a drill enters its fault phase. `record_calls=False` records only
+    attempts, for callers (the retry layer) that count logical calls themselves.
+    """
+
+    def __init__(
+        self,
+        tagging: Tagging = ORGANIC,
+        *,
+        service: str = "client",
+        config: str = "none",
+        target: str = "",
+        cancel_after_ms: float | None = None,
+        drill_tenants: frozenset[str] = frozenset({DEFAULT_DRILL_TENANT}),
+        record_calls: bool = True,
+    ) -> None:
+        self.tagging = tagging
+        self.cancel_after_ms = cancel_after_ms
+        self.drill_tenants = drill_tenants
+        self.record_calls = record_calls
+        self.recorder = ClientRecorder(service, config, target)
+
+    async def intercept_unary_unary(self, continuation, client_call_details, request):
+        tagging = self.tagging
+        md, _request_id, tenant = outgoing_metadata(
+            client_call_details.metadata, tagging, client_call_details.timeout
+        )
+        details = aio.ClientCallDetails(
+            client_call_details.method,
+            client_call_details.timeout,
+            aio.Metadata(*md),
+            client_call_details.credentials,
+            client_call_details.wait_for_ready,
+        )
+        method = client_call_details.method
+        method = method_label(method.decode() if isinstance(method, bytes) else method)
+        rec = self.recorder
+        rec.attempt_started(method)
+        start = time.perf_counter()
+        call = await continuation(details, request)
+        timer = None
+        if self.cancel_after_ms is not None:
+            timer = asyncio.get_running_loop().call_later(self.cancel_after_ms / 1000.0, call.cancel)
+        code = grpc.StatusCode.OK
+        try:
+            await call
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            if not call.cancelled():
+                raise  # our own task was cancelled: propagate as asyncio expects
+            raise aio.AioRpcError(
+                grpc.StatusCode.CANCELLED, aio.Metadata(), aio.Metadata(), "cancelled by drill client"
+            ) from None
+        except aio.AioRpcError as err:
+            code = err.code()
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+            elapsed = time.perf_counter() - start
+            rec.attempt_finished(method, code, elapsed)
+            if self.record_calls:
+                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic_of(tenant, self.drill_tenants))
+        return call

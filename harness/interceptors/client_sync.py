@@ -1,0 +1,130 @@
+"""Client interceptor for sync `grpc` channels (and Locust's gevent-patched grpc).
+
+Same tagging and metrics as the aio interceptor. Active cancel works on calls
+made with `.future()` (a blocking call has already finished when an interceptor
+sees its outcome); `call_with_cancel` wraps that for callers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+
+from harness.headers import DEFAULT_DRILL_TENANT
+from harness.interceptors._client_core import ORGANIC, ClientRecorder, Tagging, outgoing_metadata, traffic_of
+from harness.interceptors._server_core import method_label
+
+
+class _Details(grpc.ClientCallDetails):
+    def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression):
+        self.method = method
+        self.timeout = timeout
+        self.metadata = metadata
+        self.credentials = credentials
+        self.wait_for_ready = wait_for_ready
+        self.compression = compression
+
+
+class SyncDrillClientInterceptor(grpc.UnaryUnaryClientInterceptor):
+    """Tags calls and records client metrics; cancels `.future()` calls after `cancel_after_ms`."""
+
+    def __init__(
+        self,
+        tagging: Tagging = ORGANIC,
+        *,
+        service: str = "client",
+        config: str = "none",
+        target: str = "",
+        cancel_after_ms: float | None = None,
+        drill_tenants: frozenset[str] = frozenset({DEFAULT_DRILL_TENANT}),
+        record_calls: bool = True,
+    ) -> None:
+        self.tagging = tagging
+        self.cancel_after_ms = cancel_after_ms
+        self.drill_tenants = drill_tenants
+        self.record_calls = record_calls
+        self.recorder = ClientRecorder(service, config, target)
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        tagging = self.tagging
+        md, _request_id, tenant = outgoing_metadata(
+            client_call_details.metadata, tagging, client_call_details.timeout
+        )
+        details = _Details(
+            client_call_details.method,
+            client_call_details.timeout,
+            md,
+            client_call_details.credentials,
+            getattr(client_call_details, "wait_for_ready", None),
+            getattr(client_call_details, "compression", None),
+        )
+        method = client_call_details.method
+        method = method_label(method.decode() if isinstance(method, bytes) else method)
+        rec = self.recorder
+        rec.attempt_started(method)
+        start = time.perf_counter()
+        outcome = continuation(details, request)
+        traffic = traffic_of(tenant, self.drill_tenants)
+
+        def done(fut) -> None:
+            code = fut.code() if not fut.cancelled() else grpc.StatusCode.CANCELLED
+            elapsed = time.perf_counter() - start
+            rec.attempt_finished(method, code, elapsed)
+            if self.record_calls:
+                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic)
+
+        if self.cancel_after_ms is not None and not outcome.done():
+            timer = threading.Timer(self.cancel_after_ms / 1000.0, outcome.cancel)
+            timer.daemon = True
+            timer.start()
+            outcome.add_done_callback(lambda _f: timer.cancel())
+        outcome.add_done_callback(done)
+        return outcome
+
+
+def call_with_cancel(multicallable, request, cancel_after_ms: float, **kwargs):
+    """Start `multicallable.future(request)` and cancel it after `cancel_after_ms`.
+
+    Returns the response, or raises the `grpc.RpcError` (CANCELLED when the
+    cancel won). Use it where a blocking call needs active cancellation.
+    """
+    future = multicallable.future(request, **kwargs)
+    timer = threading.Timer(cancel_after_ms / 1000.0, future.cancel)
+    timer.daemon = True
+    timer.start()
+    try:
+        return future.result()
+    except grpc.FutureCancelledError:
+        raise _Cancelled() from None
+    finally:
+        timer.cancel()
+
+
+class _Cancelled(grpc.RpcError, grpc.Call):
+    """The RpcError a cancelled future surfaces as (code CANCELLED)."""
+
+    def code(self):
+        return grpc.StatusCode.CANCELLED
+
+    def details(self):
+        return "cancelled by drill client"
+
+    def initial_metadata(self):
+        return ()
+
+    def trailing_metadata(self):
+        return ()
+
+    def is_active(self):
+        return False
+
+    def time_remaining(self):
+        return None
+
+    def cancel(self):
+        return False
+
+    def add_callback(self, callback):
+        return False

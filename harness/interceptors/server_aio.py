@@ -1,0 +1,138 @@
+"""Fault injection and metrics for `grpc.aio` servers.
+
+`FaultServerInterceptor` wraps unary-unary and unary-stream handlers once per
+call; request-streaming methods pass through untouched. With the process switch
+off and metrics off it returns the original handler: no wrap, no cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+
+import grpc
+from grpc import aio
+
+from harness import scope
+from harness.faults import Mode
+from harness.gate import Outcome
+from harness.interceptors._server_core import CallPlan, ServerCore, abort_details
+from harness.settings import FaultSettings
+
+
+def _deadline_passed(plan: CallPlan) -> bool:
+    remaining = plan.scope.time_remaining()
+    return remaining is not None and remaining <= 0.002
+
+
+class FaultServerInterceptor(aio.ServerInterceptor):
+    """Gated delay/abort/drop plus server metrics, for `grpc.aio.server(interceptors=[...])`."""
+
+    def __init__(self, settings: FaultSettings | None = None, *, metrics: bool = True, tracer=None) -> None:
+        self.settings = settings or FaultSettings.from_env()
+        self.core = ServerCore(self.settings, metrics=metrics, tracer=tracer)
+        self._active = self.settings.enabled or metrics or tracer is not None
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if not self._active or handler is None or handler.request_streaming:
+            return handler
+        plan = self.core.plan(handler_call_details.method, handler_call_details.invocation_metadata)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(handler.unary_stream, plan, handler_call_details.invocation_metadata),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return grpc.unary_unary_rpc_method_handler(
+            self._wrap_unary(handler.unary_unary, plan, handler_call_details.invocation_metadata),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    async def _inject_before(self, plan: CallPlan, context) -> None:
+        """Abort or drop before the handler runs (raises AbortError); no-op otherwise."""
+        d = plan.decision
+        if d.mode is Mode.ABORT:
+            code, details = abort_details(d)
+            await context.abort(grpc.StatusCode[code], details)
+        if d.mode is Mode.DROP:
+            plan.planned_end_wall = time.time() + d.delay_ms / 1000.0
+            await asyncio.sleep(d.delay_ms / 1000.0)
+            code, details = abort_details(d)
+            await context.abort(grpc.StatusCode[code], details)
+
+    async def _delay(self, plan: CallPlan) -> None:
+        d = plan.decision
+        plan.planned_end_wall = time.time() + d.delay_ms / 1000.0
+        await asyncio.sleep(d.delay_ms / 1000.0)
+
+    def _end_code(self, plan: CallPlan, context, exc: BaseException | None):
+        if exc is None:
+            return context.code() or grpc.StatusCode.OK
+        if isinstance(exc, asyncio.CancelledError):
+            return grpc.StatusCode.DEADLINE_EXCEEDED if _deadline_passed(plan) else grpc.StatusCode.CANCELLED
+        if isinstance(exc, aio.AbortError):
+            return context.code() or grpc.StatusCode.UNKNOWN
+        return grpc.StatusCode.UNKNOWN
+
+    def _wrap_unary(self, behavior, plan: CallPlan, metadata):
+        core = self.core
+        hit = plan.decision.outcome is Outcome.HIT
+
+        async def unary(request, context):
+            start = time.perf_counter()
+            core.start(plan, context.time_remaining(), metadata)
+            if hit:
+                core.audit_hit(plan)
+            token = scope.enter(plan.scope)
+            exc: BaseException | None = None
+            try:
+                if hit:
+                    await self._inject_before(plan, context)
+                response = await behavior(request, context)
+                if hit and plan.decision.mode is Mode.DELAY:
+                    await self._delay(plan)
+                    if context.cancelled():
+                        return None  # caller is gone: drop silently
+                return response
+            except BaseException as e:
+                exc = e
+                raise
+            finally:
+                scope.leave(token)
+                core.finish(plan, self._end_code(plan, context, exc), time.perf_counter() - start)
+
+        return unary
+
+    def _wrap_stream(self, behavior, plan: CallPlan, metadata):
+        core = self.core
+        hit = plan.decision.outcome is Outcome.HIT
+
+        async def stream(request, context):
+            start = time.perf_counter()
+            core.start(plan, context.time_remaining(), metadata)
+            if hit:
+                core.audit_hit(plan)
+            token = scope.enter(plan.scope)
+            exc: BaseException | None = None
+            try:
+                if hit:
+                    await self._inject_before(plan, context)
+                    if plan.decision.mode is Mode.DELAY:
+                        await self._delay(plan)  # streams: the first message is late
+                result = behavior(request, context)
+                if inspect.isasyncgen(result):
+                    async for item in result:
+                        yield item
+                else:
+                    await result
+            except BaseException as e:
+                exc = e
+                raise
+            finally:
+                scope.leave(token)
+                core.finish(plan, self._end_code(plan, context, exc), time.perf_counter() - start)
+
+        return stream

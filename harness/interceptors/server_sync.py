@@ -1,0 +1,144 @@
+"""Fault injection and metrics for sync `grpc.server` (thread pool) servers.
+
+Same behaviour as the aio interceptor. Sync handlers cannot be cancelled, so
+injected waits end early when the call terminates (`add_callback`), freeing the
+worker thread; the deadline gap still counts the time the fault would have held.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+
+from harness import scope
+from harness.faults import Mode
+from harness.gate import Outcome
+from harness.interceptors._server_core import CallPlan, ServerCore, abort_details
+from harness.settings import FaultSettings
+
+
+class _AbortSignal(Exception):
+    """Raised by context.abort in sync grpc; we only need to recognise it."""
+
+
+def _wait(context, seconds: float) -> bool:
+    """Sleep up to `seconds`; return False early if the call terminated meanwhile."""
+    done = threading.Event()
+    if not context.add_callback(done.set):
+        return False
+    return not done.wait(seconds)
+
+
+class SyncFaultServerInterceptor(grpc.ServerInterceptor):
+    """Gated delay/abort/drop plus server metrics, for `grpc.server(..., interceptors=[...])`."""
+
+    def __init__(self, settings: FaultSettings | None = None, *, metrics: bool = True, tracer=None) -> None:
+        self.settings = settings or FaultSettings.from_env()
+        self.core = ServerCore(self.settings, metrics=metrics, tracer=tracer)
+        self._active = self.settings.enabled or metrics or tracer is not None
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if not self._active or handler is None or handler.request_streaming:
+            return handler
+        plan = self.core.plan(handler_call_details.method, handler_call_details.invocation_metadata)
+        md = handler_call_details.invocation_metadata
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(handler.unary_stream, plan, md),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return grpc.unary_unary_rpc_method_handler(
+            self._wrap_unary(handler.unary_unary, plan, md),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _inject_before(self, plan: CallPlan, context) -> None:
+        d = plan.decision
+        if d.mode is Mode.ABORT:
+            code, details = abort_details(d)
+            context.abort(grpc.StatusCode[code], details)
+        if d.mode is Mode.DROP:
+            plan.planned_end_wall = time.time() + d.delay_ms / 1000.0
+            if _wait(context, d.delay_ms / 1000.0):
+                code, details = abort_details(d)
+                context.abort(grpc.StatusCode[code], details)
+            raise _AbortSignal  # caller gone before the drop closed: nothing to send
+
+    def _delay(self, plan: CallPlan, context) -> bool:
+        d = plan.decision
+        plan.planned_end_wall = time.time() + d.delay_ms / 1000.0
+        return _wait(context, d.delay_ms / 1000.0)
+
+    @staticmethod
+    def _end_code(context, failed: bool):
+        code = context.code()
+        if code is not None:
+            return code
+        if not context.is_active():
+            remaining = context.time_remaining()
+            if remaining is not None and remaining <= 0.002:
+                return grpc.StatusCode.DEADLINE_EXCEEDED
+            return grpc.StatusCode.CANCELLED
+        return grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK
+
+    def _wrap_unary(self, behavior, plan: CallPlan, metadata):
+        core = self.core
+        hit = plan.decision.outcome is Outcome.HIT
+
+        def unary(request, context):
+            start = time.perf_counter()
+            core.start(plan, context.time_remaining(), metadata)
+            if hit:
+                core.audit_hit(plan)
+            token = scope.enter(plan.scope)
+            failed = False
+            try:
+                if hit:
+                    self._inject_before(plan, context)
+                response = behavior(request, context)
+                if hit and plan.decision.mode is Mode.DELAY and not self._delay(plan, context):
+                    return None  # caller is gone: drop silently
+                return response
+            except _AbortSignal:
+                return None
+            except BaseException:
+                failed = True
+                raise
+            finally:
+                scope.leave(token)
+                core.finish(plan, self._end_code(context, failed), time.perf_counter() - start)
+
+        return unary
+
+    def _wrap_stream(self, behavior, plan: CallPlan, metadata):
+        core = self.core
+        hit = plan.decision.outcome is Outcome.HIT
+
+        def stream(request, context):
+            start = time.perf_counter()
+            core.start(plan, context.time_remaining(), metadata)
+            if hit:
+                core.audit_hit(plan)
+            token = scope.enter(plan.scope)
+            failed = False
+            try:
+                if hit:
+                    self._inject_before(plan, context)
+                    if plan.decision.mode is Mode.DELAY and not self._delay(plan, context):
+                        return
+                yield from behavior(request, context)
+            except _AbortSignal:
+                return
+            except BaseException:
+                failed = True
+                raise
+            finally:
+                scope.leave(token)
+                core.finish(plan, self._end_code(context, failed), time.perf_counter() - start)
+
+        return stream

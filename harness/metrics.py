@@ -1,0 +1,149 @@
+"""Every Prometheus metric the harness exports (DESIGN §7): names, labels, buckets.
+
+This module is the single home of metric names. Metrics are declared once at
+import on the default registry; hot paths go through the small caches below,
+which keep `.labels()` children instead of resolving them per call (resolving
+costs ~1 µs, four times an increment).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
+
+# `_created` series double the series count and no dashboard or rule reads them.
+disable_created_metrics()
+
+#: 1 ms to 30 s, dense where drills live (tens of ms to a few seconds).
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
+    1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0,
+)  # fmt: skip
+
+# --- gRFC A66 standard RPC metrics, as Prometheus renders them ---------------------------
+GRPC_SERVER_CALL_STARTED = Counter(
+    "grpc_server_call_started", "Server calls started (gRFC A66).", ["grpc_method"]
+)
+GRPC_SERVER_CALL_DURATION = Histogram(
+    "grpc_server_call_duration_seconds",
+    "Server call duration (gRFC A66).",
+    ["grpc_method", "grpc_status"],
+    buckets=LATENCY_BUCKETS,
+)
+GRPC_CLIENT_ATTEMPT_STARTED = Counter(
+    "grpc_client_attempt_started", "Client attempts started (gRFC A66).", ["grpc_method", "grpc_target"]
+)
+GRPC_CLIENT_ATTEMPT_DURATION = Histogram(
+    "grpc_client_attempt_duration_seconds",
+    "Client attempt duration (gRFC A66).",
+    ["grpc_method", "grpc_target", "grpc_status"],
+    buckets=LATENCY_BUCKETS,
+)
+GRPC_CLIENT_CALL_DURATION = Histogram(
+    "grpc_client_call_duration_seconds",
+    "Client call duration including retries (gRFC A66).",
+    ["grpc_method", "grpc_target", "grpc_status"],
+    buckets=LATENCY_BUCKETS,
+)
+
+# --- fault injection ---------------------------------------------------------------------
+FAULT_HITS = Counter("drill_fault_hits", "Faults injected.", ["service", "grpc_method", "mode"])
+FAULT_SKIPPED = Counter(
+    "drill_fault_skipped", "Directives seen but not applied, by gate.", ["service", "grpc_method", "reason"]
+)
+FAULT_REJECTED = Counter(
+    "drill_fault_rejected", "Malformed or unsafe directives refused.", ["service", "grpc_method", "reason"]
+)
+SERVER_LATENCY = Histogram(
+    "drill_server_latency_seconds",
+    "Server-side latency by injected fault mode and traffic class.",
+    ["service", "grpc_method", "fault_mode", "traffic"],
+    buckets=LATENCY_BUCKETS,
+)
+SERVER_CALLS = Counter(
+    "drill_server_calls",
+    "Server calls by final status, traffic class and injected fault (per-service error rate, amplification).",
+    ["service", "grpc_method", "grpc_status", "traffic", "fault_mode"],
+)
+DEADLINE_GAP = Histogram(
+    "drill_deadline_gap_seconds",
+    "How long after the edge caller's deadline this server finished the call.",
+    ["service", "grpc_method", "fault_mode"],
+    buckets=LATENCY_BUCKETS,
+)
+
+# --- client side -------------------------------------------------------------------------
+CLIENT_LATENCY = Histogram(
+    "drill_client_latency_seconds",
+    "Client-observed call latency by requested fault mode, traffic class and resilience config.",
+    ["service", "grpc_method", "fault_mode", "traffic", "config"],
+    buckets=LATENCY_BUCKETS,
+)
+CLIENT_CALLS = Counter(
+    "drill_client_calls",
+    "Client calls by final status, traffic class, requested fault mode and resilience config.",
+    ["service", "grpc_method", "grpc_status", "fault_mode", "traffic", "config"],
+)
+
+# --- resilience --------------------------------------------------------------------------
+RETRY_ATTEMPTS = Counter(
+    "drill_retry_attempts",
+    "Retry attempts (not counting first attempts).",
+    ["service", "grpc_method", "config"],
+)
+RETRY_BUDGET_EXHAUSTED = Counter(
+    "drill_retry_budget_exhausted",
+    "Retries refused by the retry budget.",
+    ["service", "grpc_method", "config"],
+)
+BREAKER_STATE = Gauge(
+    "drill_breaker_state",
+    "Circuit breaker state: 0 closed, 1 half-open, 2 open.",
+    ["service", "backend", "config"],
+)
+BREAKER_TRANSITIONS = Counter(
+    "drill_breaker_transitions",
+    "Circuit breaker transitions.",
+    ["service", "backend", "config", "from", "to"],
+)
+BALANCER_PICKS = Counter(
+    "drill_balancer_picks", "Backend picks by the balancer.", ["service", "backend", "config"]
+)
+
+# --- connections and drill timeline -------------------------------------------------------
+TCP_CONNECTIONS_NAME = "drill_tcp_connections"  # collected by harness.conntrack, labels port, state
+FAULT_ACTIVE = Gauge("drill_fault_active", "1 while a drill's fault phase is on.", ["plan"])
+PHASE = Gauge("drill_phase", "1 for the drill's current phase.", ["plan", "phase"])
+
+
+class ChildCache:
+    """Keeps `.labels()` children of one metric keyed by label values. Thread-safe, never evicts.
+
+    Label values here come from bounded sets (methods, modes, statuses), never
+    from request ids, so the cache is bounded too.
+    """
+
+    __slots__ = ("_metric", "_children", "_lock")
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            with self._lock:
+                child = self._children.get(values)
+                if child is None:
+                    child = self._metric.labels(*values)
+                    self._children[values] = child
+        return child
+
+
+def cached(metric: Any) -> Callable[..., Any]:
+    """A ChildCache for `metric` (a new cache per caller keeps lookups lock-free on the hot path)."""
+    return ChildCache(metric)

@@ -1,0 +1,131 @@
+"""`drill serve`: run one demo hop with the fault interceptor, health, reflection and metrics."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from harness.demo_service import Capacity, DemoServicer, Downstream, plain_downstream
+from harness.interceptors import DrillClientInterceptor, FaultServerInterceptor
+from harness.proto import drill_pb2, drill_pb2_grpc
+from harness.settings import FaultSettings
+
+log = logging.getLogger("drill.serve")
+
+
+async def start_server(
+    *,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    settings: FaultSettings | None = None,
+    capacity: Capacity | None = None,
+    downstream: Downstream | None = None,
+    metrics: bool = True,
+    tracer=None,
+    extra_interceptors=(),
+) -> tuple[aio.Server, int, health.HealthServicer]:
+    """Start a demo hop on `host:port` (0 = any free port); returns (server, bound port, health)."""
+    settings = settings or FaultSettings.from_env()
+    interceptors = [*extra_interceptors, FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)]
+    server = aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
+    servicer = DemoServicer(settings.service, settings.instance_id, capacity, downstream)
+    drill_pb2_grpc.add_DemoServicer_to_server(servicer, server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = (drill_pb2.DESCRIPTOR.services_by_name["Demo"].full_name, health.SERVICE_NAME, reflection.SERVICE_NAME)
+    reflection.enable_server_reflection(names, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"could not bind {host}:{port}")
+    await server.start()
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
+    return server, bound, health_servicer
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=50051, help="gRPC port (0 = any free port)")
+    p.add_argument("--metrics-port", type=int, default=9464, help="Prometheus /metrics port (0 = off)")
+    p.add_argument("--service", default=os.environ.get("DRILL_SERVICE", "drill"), help="service name (labels, x-fault-target)")
+    p.add_argument("--work-ms", type=float, default=0.0, help="work time per call")
+    p.add_argument("--concurrency", type=int, default=64, help="max concurrent handlers")
+    p.add_argument("--queue", type=int, default=256, help="max queued calls before RESOURCE_EXHAUSTED")
+    p.add_argument("--downstream", default=None, help="HOST:PORT of the next hop (omit for a leaf)")
+    p.add_argument("--downstream-timeout", type=float, default=None, help="timeout for downstream calls, seconds")
+    p.add_argument("--config", default=None, help="resilience configuration for downstream calls (name or YAML)")
+    p.add_argument("--enable-faults", action="store_true", help="turn the fault switch on (else DRILL_FAULT_ENABLED)")
+    p.add_argument("--seed", type=int, default=None, help="hit seed (else DRILL_FAULT_SEED / DRILL_FAULT_DRILL_ID)")
+    p.add_argument("--port-file", default=None, help="write the bound gRPC port here once serving")
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    overrides = {"service": args.service}
+    if args.enable_faults:
+        overrides["enabled"] = True
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    settings = FaultSettings.from_env(**overrides)
+    downstream = None
+    channel = None
+    if args.downstream:
+        downstream, channel = await _make_downstream(args, settings)
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.host)
+    server, port, _ = await start_server(
+        port=args.port,
+        host=args.host,
+        settings=settings,
+        capacity=Capacity(args.concurrency, args.queue, args.work_ms),
+        downstream=downstream,
+    )
+    if args.port_file:
+        with open(args.port_file, "w") as fh:
+            fh.write(str(port))
+    log.warning(
+        "serving %s on %s:%d (faults %s, seed %d, tenants %s), metrics on :%s",
+        settings.service,
+        args.host,
+        port,
+        "ON" if settings.enabled else "off",
+        settings.seed,
+        ",".join(sorted(settings.tenants)),
+        args.metrics_port or "-",
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(grace=1.0)
+    if channel is not None:
+        await channel.close()
+    return 0
+
+
+async def _make_downstream(args: argparse.Namespace, settings: FaultSettings):
+    """Plain downstream, or the resilience layer's caller when a configuration is named."""
+    if args.config:
+        from harness.resilience.caller import downstream_for  # issue 3: resilience layer
+
+        return await downstream_for(args.downstream, args.config, service=settings.service)
+    channel = aio.insecure_channel(
+        args.downstream, interceptors=[DrillClientInterceptor(service=settings.service, target=args.downstream)]
+    )
+    return plain_downstream(channel, args.downstream_timeout), channel
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return asyncio.run(_serve(args))
+    except KeyboardInterrupt:
+        return 0

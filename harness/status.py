@@ -1,0 +1,90 @@
+"""Status classes (DESIGN §6): the one function that decides what counts as an error.
+
+The Prometheus recording rules in compose/prometheus mirror these sets; a test
+compares the two so they cannot drift.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import grpc
+
+SERVER_FAULT_CODES: frozenset[str] = frozenset(
+    {
+        "UNKNOWN",
+        "DEADLINE_EXCEEDED",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "RESOURCE_EXHAUSTED",
+    }
+)
+CLIENT_FAULT_CODES: frozenset[str] = frozenset(
+    {
+        "INVALID_ARGUMENT",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "UNAUTHENTICATED",
+        "FAILED_PRECONDITION",
+        "OUT_OF_RANGE",
+        "ABORTED",
+    }
+)
+
+#: Every gRPC status name except OK, for parsing `abort:CODE`.
+STATUS_NAMES: frozenset[str] = frozenset(c.name for c in grpc.StatusCode)
+
+
+class StatusClass(str, enum.Enum):
+    OK = "ok"
+    SERVER_FAULT = "server-fault"
+    CLIENT_FAULT = "client-fault"
+    CANCELLED = "cancelled"
+
+
+def status_name(code: grpc.StatusCode | str | None) -> str:
+    """Upper-case status name as metrics carry it (`OK`, `CANCELLED`, ...)."""
+    if code is None:
+        return "OK"
+    if isinstance(code, grpc.StatusCode):
+        return code.name
+    return str(code).upper()
+
+
+def classify(code: grpc.StatusCode | str | None) -> StatusClass:
+    """Classify a final status. CANCELLED is its own class: never an error, never in the denominator."""
+    name = status_name(code)
+    if name == "OK":
+        return StatusClass.OK
+    if name == "CANCELLED":
+        return StatusClass.CANCELLED
+    if name in SERVER_FAULT_CODES:
+        return StatusClass.SERVER_FAULT
+    return StatusClass.CLIENT_FAULT
+
+
+def is_error(code: grpc.StatusCode | str | None) -> bool:
+    """True for server-fault statuses: the numerator of the error rate."""
+    return classify(code) is StatusClass.SERVER_FAULT
+
+
+def error_rate(counts: dict[str, float]) -> float | None:
+    """Error rate = server-fault / (all − CANCELLED), from counts keyed by status name.
+
+    Returns None when no non-cancelled call happened (an undefined rate is not 0).
+    """
+    total = 0.0
+    errors = 0.0
+    for name, n in counts.items():
+        cls = classify(name)
+        if cls is StatusClass.CANCELLED:
+            continue
+        total += n
+        if cls is StatusClass.SERVER_FAULT:
+            errors += n
+    if total <= 0:
+        return None
+    return errors / total

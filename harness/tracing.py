@@ -1,0 +1,72 @@
+"""OpenTelemetry wiring: spans with drill attributes, W3C context in gRPC metadata.
+
+Exporters are configured by the standard `OTEL_*` variables. Tracing is off
+unless `setup_tracing()` is called (or the interceptors are given a tracer),
+so the hot path pays nothing for it by default.
+"""
+
+from __future__ import annotations
+
+import os
+
+from opentelemetry import trace
+from opentelemetry.propagate import extract, inject
+
+ATTR_TENANT = "drill.tenant"
+ATTR_MODE = "drill.fault.mode"
+ATTR_HIT = "drill.fault.hit"
+ATTR_REQUEST_ID = "drill.request_id"
+
+_configured = False
+
+
+def setup_tracing(service: str, exporter: str | None = None) -> trace.Tracer:
+    """Install an SDK TracerProvider once per process and return the harness tracer.
+
+    `exporter` (or `OTEL_TRACES_EXPORTER`): `otlp` needs the OTLP exporter
+    package; `console` prints spans; anything else keeps spans in-process
+    (they still give trace ids for exemplars and audit lines).
+    """
+    global _configured
+    if not _configured:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+        provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        kind = (exporter or os.environ.get("OTEL_TRACES_EXPORTER", "none")).lower()
+        if kind == "console":
+            provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+        elif kind == "otlp":
+            try:
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+            except ImportError as exc:  # pragma: no cover - optional dependency
+                raise RuntimeError("OTEL_TRACES_EXPORTER=otlp needs opentelemetry-exporter-otlp") from exc
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        trace.set_tracer_provider(provider)
+        _configured = True
+    return trace.get_tracer("drill-harness")
+
+
+def trace_id_hex(span: trace.Span | None) -> str:
+    """32-hex trace id of a recording span, or '' (for audit lines and exemplars)."""
+    if span is None:
+        return ""
+    ctx = span.get_span_context()
+    return format(ctx.trace_id, "032x") if ctx.is_valid else ""
+
+
+def extract_context(metadata) -> object:
+    """Parent context from incoming gRPC metadata (W3C traceparent)."""
+    carrier = {}
+    for item in metadata or ():
+        if isinstance(item[1], str):
+            carrier[item[0]] = item[1]
+    return extract(carrier)
+
+
+def inject_metadata() -> list[tuple[str, str]]:
+    """Current context as outgoing metadata pairs."""
+    carrier: dict[str, str] = {}
+    inject(carrier)
+    return list(carrier.items())
