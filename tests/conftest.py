@@ -1,0 +1,49 @@
+"""Shared test helpers: metric deltas on the process registry, free ports, repo paths.
+
+Tests run real gRPC servers on 127.0.0.1 (port 0 = a free port). All metrics
+live on prometheus_client's process-wide registry, so tests compare deltas.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import socket
+
+import pytest
+from prometheus_client import REGISTRY
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+
+def sample(name: str, **labels: str) -> float:
+    """Current value of one sample on the default registry (0 when absent)."""
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def sample_sum(name: str, **labels: str) -> float:
+    """Sum of every sample of `name` whose labels include `labels`."""
+    total = 0.0
+    for metric in REGISTRY.collect():
+        for s in metric.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def repo_root() -> pathlib.Path:
+    return ROOT
+
+
+@pytest.fixture
+def shared_dir() -> pathlib.Path:
+    if not SHARED.exists():
+        pytest.fail(f"shared/ not found beside the repo at {SHARED}")
+    return SHARED
