@@ -13,6 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from harness.conntrack import watch_port
 from harness.demo_service import Capacity, DemoServicer, Downstream, plain_downstream
 from harness.interceptors import DrillClientInterceptor, FaultServerInterceptor
 from harness.proto import drill_pb2, drill_pb2_grpc
@@ -46,6 +47,8 @@ async def start_server(
     if bound == 0:
         raise OSError(f"could not bind {host}:{port}")
     await server.start()
+    if metrics:
+        watch_port(bound)  # drill_tcp_connections{port=bound}
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
     return server, bound, health_servicer
