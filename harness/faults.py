@@ -135,14 +135,14 @@ class Directive:
         return range_value(seed, request_id, self.low_ms, self.high_ms)
 
 
-_ALLOWED = re.compile(r"^[A-Za-z0-9_:\-]+$")
-_INT = re.compile(r"^[0-9]{1,9}$")
+_ALLOWED = re.compile(r"[A-Za-z0-9_:\-]+")
+_INT = re.compile(r"[0-9]{1,9}")
 
 
 def _parse_ms(text: str, max_delay_ms: int) -> int:
-    if text.startswith("-") and _INT.match(text[1:]):
+    if text.startswith("-") and _INT.fullmatch(text[1:]):
         raise DirectiveError(RejectReason.NEGATIVE, text)
-    if not _INT.match(text):
+    if not _INT.fullmatch(text):
         raise DirectiveError(RejectReason.BAD_ARGUMENT, text)
     value = int(text)
     if value > max_delay_ms:
@@ -156,8 +156,8 @@ def parse_directive(raw: str | None, max_delay_ms: int = 60_000) -> Directive:
         raise DirectiveError(RejectReason.EMPTY)
     if len(raw) > MAX_VALUE_LEN:
         raise DirectiveError(RejectReason.OVERSIZE, f"{len(raw)} chars")
-    text = raw.strip()
-    if not _ALLOWED.match(text):
+    text = raw.strip(" ")
+    if not _ALLOWED.fullmatch(text):
         raise DirectiveError(RejectReason.BAD_CHARS)
     max_delay_ms = min(max_delay_ms, ABSOLUTE_MAX_DELAY_MS)
     mode_text, sep, arg = text.partition(":")
@@ -188,7 +188,7 @@ def parse_percent(raw: str | None, reason: RejectReason, default: int = 100) -> 
     """Parse an integer 0–100 metadata value (`x-fault-ratio`, `x-fault-instances`)."""
     if raw is None:
         return default
-    text = raw.strip()
-    if len(text) > 3 or not text.isdigit() or int(text) > 100:
+    text = raw.strip(" ")
+    if len(text) > 3 or not (text.isascii() and text.isdigit()) or int(text) > 100:
         raise DirectiveError(reason, repr(raw[:16]))
     return int(text)
