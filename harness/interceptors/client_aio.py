@@ -42,7 +42,7 @@ class DrillClientInterceptor(aio.UnaryUnaryClientInterceptor):
         self.record_calls = record_calls
         self.recorder = ClientRecorder(service, config, target)
 
-    async def intercept_unary_unary(self, continuation, client_call_details, request):
+    def _prepare(self, client_call_details):
         tagging = self.tagging
         md, _request_id, tenant = outgoing_metadata(
             client_call_details.metadata, tagging, client_call_details.timeout
@@ -56,6 +56,40 @@ class DrillClientInterceptor(aio.UnaryUnaryClientInterceptor):
         )
         method = client_call_details.method
         method = method_label(method.decode() if isinstance(method, bytes) else method)
+        return tagging, tenant, details, method
+
+    def with_streams(self) -> list:
+        """[self, its unary-stream companion]: pass this as a channel's `interceptors`.
+
+        grpc.aio files each interceptor object under one call type only, so
+        server-streaming calls need a second object; it shares this one's state.
+        """
+        return [self, _StreamCompanion(self)]
+
+    async def intercept_unary_stream(self, continuation, client_call_details, request):
+        """Streams are tagged like unary calls; their status is recorded when the stream ends."""
+        tagging, tenant, details, method = self._prepare(client_call_details)
+        rec = self.recorder
+        rec.attempt_started(method)
+        start = time.perf_counter()
+        call = await continuation(details, request)
+        traffic = traffic_of(tenant, self.drill_tenants)
+        if self.cancel_after_ms is not None:
+            timer = asyncio.get_running_loop().call_later(self.cancel_after_ms / 1000.0, call.cancel)
+            call.add_done_callback(lambda _c: timer.cancel())
+
+        async def record(c) -> None:
+            code = grpc.StatusCode.CANCELLED if c.cancelled() else await c.code()
+            elapsed = time.perf_counter() - start
+            rec.attempt_finished(method, code, elapsed)
+            if self.record_calls:
+                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic)
+
+        call.add_done_callback(lambda c: asyncio.ensure_future(record(c)))
+        return call
+
+    async def intercept_unary_unary(self, continuation, client_call_details, request):
+        tagging, tenant, details, method = self._prepare(client_call_details)
         rec = self.recorder
         rec.attempt_started(method)
         start = time.perf_counter()
@@ -84,3 +118,13 @@ class DrillClientInterceptor(aio.UnaryUnaryClientInterceptor):
             if self.record_calls:
                 rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic_of(tenant, self.drill_tenants))
         return call
+
+
+class _StreamCompanion(aio.UnaryStreamClientInterceptor):
+    """Routes server-streaming calls to the DrillClientInterceptor it belongs to."""
+
+    def __init__(self, parent: DrillClientInterceptor) -> None:
+        self.parent = parent
+
+    async def intercept_unary_stream(self, continuation, client_call_details, request):
+        return await self.parent.intercept_unary_stream(continuation, client_call_details, request)

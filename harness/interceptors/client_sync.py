@@ -27,7 +27,7 @@ class _Details(grpc.ClientCallDetails):
         self.compression = compression
 
 
-class SyncDrillClientInterceptor(grpc.UnaryUnaryClientInterceptor):
+class SyncDrillClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
     """Tags calls and records client metrics; cancels `.future()` calls after `cancel_after_ms`."""
 
     def __init__(
@@ -82,6 +82,10 @@ class SyncDrillClientInterceptor(grpc.UnaryUnaryClientInterceptor):
             outcome.add_done_callback(lambda _f: timer.cancel())
         outcome.add_done_callback(done)
         return outcome
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):
+        """Streams are tagged and recorded like unary calls (the call object is also a future)."""
+        return self.intercept_unary_unary(continuation, client_call_details, request)
 
 
 def call_with_cancel(multicallable, request, cancel_after_ms: float, **kwargs):

@@ -1,0 +1,237 @@
+"""grpc.aio server interceptor on real servers: delay, abort, drop, cancel, gates, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+import pytest
+from grpc import aio
+
+from harness.interceptors import FaultServerInterceptor, Tagging
+from harness.proto import drill_pb2
+from harness.settings import FaultSettings
+from tests.conftest import sample, sample_sum
+from tests.core.servers import aio_server, aio_stub
+
+M = "drill.v1.Demo/Call"
+
+
+def settings(service: str, **kw) -> FaultSettings:
+    return FaultSettings(enabled=True, seed=11, service=service, instance_id=f"{service}-0", **kw)
+
+
+def drill(directive: str, **kw) -> Tagging:
+    return Tagging(tenant="tenant-drill", directive=directive, **kw)
+
+
+def test_delay_runs_the_handler_and_answers_late():
+    async def main():
+        async with aio_server(settings("aio-delay")) as (port, servicer):
+            async with aio_stub(port, drill("delay:250")) as stub:
+                t0 = time.perf_counter()
+                reply = await stub.Call(drill_pb2.CallRequest(payload="p"))
+                return time.perf_counter() - t0, reply, servicer.calls
+
+    elapsed, reply, calls = asyncio.run(main())
+    assert elapsed >= 0.25
+    assert reply.payload == "p" and calls == 1
+    assert sample("drill_fault_hits_total", service="aio-delay", grpc_method=M, mode="delay") == 1
+
+
+def test_abort_closes_at_once_without_running_the_handler():
+    async def main():
+        async with aio_server(settings("aio-abort")) as (port, servicer):
+            async with aio_stub(port, drill("abort:UNAVAILABLE")) as stub:
+                with pytest.raises(aio.AioRpcError) as info:
+                    await stub.Call(drill_pb2.CallRequest())
+                return info.value, servicer.calls
+
+    err, calls = asyncio.run(main())
+    assert err.code() is grpc.StatusCode.UNAVAILABLE
+    assert err.details() == "injected fault: UNAVAILABLE"
+    assert calls == 0
+    assert sample(
+        "drill_server_calls_total", service="aio-abort", grpc_method=M, grpc_status="UNAVAILABLE",
+        traffic="drill", fault_mode="abort",
+    ) == 1  # fmt: skip
+
+
+def test_drop_with_a_shorter_client_deadline_records_the_deadline_gap():
+    async def main():
+        async with aio_server(settings("aio-drop")) as (port, servicer):
+            async with aio_stub(port, drill("drop:2000")) as stub:
+                t0 = time.perf_counter()
+                with pytest.raises(aio.AioRpcError) as info:
+                    await stub.Call(drill_pb2.CallRequest(), timeout=0.8)
+                elapsed = time.perf_counter() - t0
+                for _ in range(50):  # the server records when its task is cancelled
+                    if sample("drill_deadline_gap_seconds_count", service="aio-drop", grpc_method=M, fault_mode="drop"):
+                        break
+                    await asyncio.sleep(0.02)
+                return info.value, elapsed, servicer.calls
+
+    err, elapsed, calls = asyncio.run(main())
+    assert err.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert 0.75 <= elapsed < 1.5
+    assert calls == 0
+    labels = dict(service="aio-drop", grpc_method=M, fault_mode="drop")
+    assert sample("drill_deadline_gap_seconds_count", **labels) == 1
+    assert 1.05 <= sample("drill_deadline_gap_seconds_sum", **labels) <= 1.35
+
+
+def test_drop_without_deadline_closes_unavailable_after_ms():
+    async def main():
+        async with aio_server(settings("aio-drop2")) as (port, servicer):
+            async with aio_stub(port, drill("drop:150")) as stub:
+                t0 = time.perf_counter()
+                with pytest.raises(aio.AioRpcError) as info:
+                    await stub.Call(drill_pb2.CallRequest())
+                return info.value, time.perf_counter() - t0, servicer.calls
+
+    err, elapsed, calls = asyncio.run(main())
+    assert err.code() is grpc.StatusCode.UNAVAILABLE and err.details() == "injected drop"
+    assert elapsed >= 0.15 and calls == 0
+
+
+def test_cancel_during_delay_is_cancelled_and_the_server_logs_nothing_at_warning(caplog):
+    caplog.set_level(logging.DEBUG)
+
+    async def main():
+        async with aio_server(settings("aio-cancel")) as (port, _):
+            async with aio_stub(port, drill("delay:500"), cancel_after_ms=100, service="c-cancel") as stub:
+                t0 = time.perf_counter()
+                with pytest.raises(aio.AioRpcError) as info:
+                    await stub.Call(drill_pb2.CallRequest())
+                elapsed = time.perf_counter() - t0
+                await asyncio.sleep(0.6)  # past the delay: a late send would surface now
+                return info.value, elapsed
+
+    err, elapsed = asyncio.run(main())
+    assert err.code() is grpc.StatusCode.CANCELLED
+    assert 0.09 <= elapsed < 0.45
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not loud, [r.getMessage() for r in loud]
+    assert sample(
+        "drill_server_calls_total", service="aio-cancel", grpc_method=M, grpc_status="CANCELLED",
+        traffic="drill", fault_mode="delay",
+    ) == 1  # fmt: skip
+    # Client side: counted as CANCELLED, never as an error status.
+    client = dict(service="c-cancel", grpc_method=M, fault_mode="delay", traffic="drill", config="none")
+    assert sample("drill_client_calls_total", grpc_status="CANCELLED", **client) == 1
+    assert sample_sum("drill_client_calls_total", service="c-cancel") == 1
+
+
+async def _many(stub, n: int, concurrency: int = 100) -> list[grpc.StatusCode]:
+    codes: list[grpc.StatusCode] = []
+
+    async def one() -> None:
+        try:
+            await stub.Call(drill_pb2.CallRequest())
+            codes.append(grpc.StatusCode.OK)
+        except aio.AioRpcError as err:
+            codes.append(err.code())
+
+    for start in range(0, n, concurrency):
+        await asyncio.gather(*(one() for _ in range(min(concurrency, n - start))))
+    return codes
+
+
+@pytest.mark.parametrize(
+    "name,server_settings,tagging",
+    [
+        ("aio-off", FaultSettings(enabled=False, service="aio-off"), drill("abort:UNAVAILABLE")),
+        ("aio-tenant", settings("aio-tenant"), Tagging(tenant="tenant-acme", directive="abort:UNAVAILABLE")),
+    ],
+)
+def test_switch_off_or_foreign_tenant_gives_zero_hits_over_10000_calls(name, server_settings, tagging):
+    async def main():
+        async with aio_server(server_settings, metrics=True) as (port, servicer):
+            async with aio_stub(port, tagging) as stub:
+                return await _many(stub, 10_000), servicer.calls
+
+    codes, calls = asyncio.run(main())
+    assert len(codes) == 10_000 and set(codes) == {grpc.StatusCode.OK}
+    assert calls == 10_000
+    assert sample_sum("drill_fault_hits_total", service=name) == 0
+
+
+def test_switch_off_returns_the_original_handler_untouched():
+    interceptor = FaultServerInterceptor(FaultSettings(enabled=False))
+    handler = grpc.unary_unary_rpc_method_handler(lambda r, c: r)
+
+    class Details:
+        method = "/drill.v1.Demo/Call"
+        invocation_metadata = (("x-tenant-id", "tenant-drill"), ("x-fault", "abort:INTERNAL"))
+
+    async def continuation(_details):
+        return handler
+
+    assert asyncio.run(interceptor.intercept_service(continuation, Details())) is handler
+
+
+def test_ratio_hits_follow_the_request_id(caplog):
+    caplog.set_level(logging.INFO, logger="drill.audit")
+    ids = [f"req-{i}" for i in range(400)]
+
+    async def main():
+        async with aio_server(settings("aio-ratio")) as (port, _):
+            async with aio_stub(port, drill("abort:INTERNAL", ratio=25)) as stub:
+                out = {}
+                for rid in ids:
+                    try:
+                        await stub.Call(drill_pb2.CallRequest(), metadata=(("x-request-id", rid),))
+                        out[rid] = False
+                    except aio.AioRpcError as err:
+                        out[rid] = err.code() is grpc.StatusCode.INTERNAL
+                return out
+
+    from harness.faults import is_hit
+
+    observed = asyncio.run(main())
+    expected = {rid: is_hit(11, rid, "abort:INTERNAL", 25) for rid in ids}
+    assert observed == expected
+    audited = [r.getMessage() for r in caplog.records if r.name == "drill.audit" and '"fault_hit"' in r.getMessage()]
+    assert len(audited) == sum(expected.values())
+    assert all('"seed":11' in line and '"instance":"aio-ratio-0"' in line for line in audited)
+
+
+@pytest.mark.parametrize(
+    "directive,reason",
+    [("sleep:5", "unknown_mode"), ("delay:-1", "negative"), ("delay:999999", "over_max"), ("abort:OK", "ok_code"),
+     ("abort:NOPE", "unknown_code"), ("delay:1 2", "bad_chars"), ("drop:" + "9" * 300, "oversize")],
+)  # fmt: skip
+def test_bad_directives_leave_the_call_untouched_counted_and_audited_once(directive, reason, caplog):
+    caplog.set_level(logging.INFO, logger="drill.audit")
+    service = f"aio-bad-{reason}"
+
+    async def main():
+        async with aio_server(settings(service)) as (port, servicer):
+            async with aio_stub(port, drill(directive)) as stub:
+                reply = await stub.Call(drill_pb2.CallRequest(payload="ok"))
+                return reply, servicer.calls
+
+    reply, calls = asyncio.run(main())
+    assert reply.payload == "ok" and calls == 1
+    assert sample("drill_fault_rejected_total", service=service, grpc_method=M, reason=reason) == 1
+    warnings = [r for r in caplog.records if r.name == "drill.audit" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and reason in warnings[0].getMessage()
+
+
+def test_server_streaming_abort_and_delay():
+    async def main():
+        async with aio_server(settings("aio-stream")) as (port, _):
+            async with aio_stub(port, drill("delay:200")) as stub:
+                t0 = time.perf_counter()
+                items = [r.payload async for r in stub.Stream(drill_pb2.CallRequest(count=3))]
+                delayed = time.perf_counter() - t0
+            async with aio_stub(port, drill("abort:RESOURCE_EXHAUSTED")) as stub:
+                with pytest.raises(aio.AioRpcError) as info:
+                    [r async for r in stub.Stream(drill_pb2.CallRequest(count=3))]
+            return items, delayed, info.value.code()
+
+    items, delayed, code = asyncio.run(main())
+    assert items == ["0", "1", "2"] and delayed >= 0.2
+    assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
