@@ -19,10 +19,6 @@ from harness.interceptors._server_core import CallPlan, ServerCore, abort_detail
 from harness.settings import FaultSettings
 
 
-class _AbortSignal(Exception):
-    """Raised by context.abort in sync grpc; we only need to recognise it."""
-
-
 def _wait(context, seconds: float) -> bool:
     """Sleep up to `seconds`; return False early if the call terminated meanwhile."""
     done = threading.Event()
@@ -69,10 +65,9 @@ class SyncFaultServerInterceptor(grpc.ServerInterceptor):
             context.abort(grpc.StatusCode[code], details)
         if d.mode is Mode.DROP:
             plan.planned_end_wall = time.time() + d.delay_ms / 1000.0
-            if _wait(context, d.delay_ms / 1000.0):
-                code, details = abort_details(d)
-                context.abort(grpc.StatusCode[code], details)
-            raise _AbortSignal  # caller gone before the drop closed: nothing to send
+            _wait(context, d.delay_ms / 1000.0)  # returns early if the caller is gone
+            code, details = abort_details(d)
+            context.abort(grpc.StatusCode[code], details)  # on a dead call grpc drops this quietly
 
     def _delay(self, plan: CallPlan, context) -> bool:
         d = plan.decision
@@ -81,14 +76,14 @@ class SyncFaultServerInterceptor(grpc.ServerInterceptor):
 
     @staticmethod
     def _end_code(context, failed: bool):
-        code = context.code()
-        if code is not None:
-            return code
-        if not context.is_active():
+        if not context.is_active():  # the caller is gone: that is the outcome, whatever we set after
             remaining = context.time_remaining()
             if remaining is not None and remaining <= 0.002:
                 return grpc.StatusCode.DEADLINE_EXCEEDED
             return grpc.StatusCode.CANCELLED
+        code = context.code()
+        if code is not None:
+            return code
         return grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK
 
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
@@ -106,11 +101,9 @@ class SyncFaultServerInterceptor(grpc.ServerInterceptor):
                 if hit:
                     self._inject_before(plan, context)
                 response = behavior(request, context)
-                if hit and plan.decision.mode is Mode.DELAY and not self._delay(plan, context):
-                    return None  # caller is gone: drop silently
+                if hit and plan.decision.mode is Mode.DELAY:
+                    self._delay(plan, context)  # ends early if the caller is gone; grpc then drops the send
                 return response
-            except _AbortSignal:
-                return None
             except BaseException:
                 failed = True
                 raise
@@ -137,8 +130,6 @@ class SyncFaultServerInterceptor(grpc.ServerInterceptor):
                     if plan.decision.mode is Mode.DELAY and not self._delay(plan, context):
                         return
                 yield from behavior(request, context)
-            except _AbortSignal:
-                return
             except BaseException:
                 failed = True
                 raise

@@ -1,0 +1,119 @@
+"""Sync grpc.server interceptor: the same behaviour as aio, on real thread-pool servers."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+import pytest
+
+from harness.interceptors import SyncFaultServerInterceptor, Tagging, call_with_cancel
+from harness.proto import drill_pb2
+from harness.settings import FaultSettings
+from tests.conftest import sample
+from tests.core.servers import sync_server, sync_stub
+
+M = "drill.v1.Demo/Call"
+
+
+def settings(service: str) -> FaultSettings:
+    return FaultSettings(enabled=True, seed=11, service=service, instance_id=f"{service}-0")
+
+
+def drill(directive: str, **kw) -> Tagging:
+    return Tagging(tenant="tenant-drill", directive=directive, **kw)
+
+
+def test_delay_runs_the_handler_and_answers_late():
+    with sync_server(settings("sync-delay")) as (port, servicer), sync_stub(port, drill("delay:250")) as stub:
+        t0 = time.perf_counter()
+        reply = stub.Call(drill_pb2.CallRequest(payload="p"))
+        elapsed = time.perf_counter() - t0
+    assert elapsed >= 0.25 and reply.payload == "p" and servicer.calls == 1
+    assert sample("drill_fault_hits_total", service="sync-delay", grpc_method=M, mode="delay") == 1
+
+
+def test_abort_without_running_the_handler():
+    with sync_server(settings("sync-abort")) as (port, servicer), sync_stub(port, drill("abort:UNAVAILABLE")) as stub:
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Call(drill_pb2.CallRequest())
+    assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert info.value.details() == "injected fault: UNAVAILABLE"
+    assert servicer.calls == 0
+
+
+def test_drop_with_a_shorter_deadline_records_the_gap_and_frees_the_thread():
+    with sync_server(settings("sync-drop")) as (port, servicer), sync_stub(port, drill("drop:2000")) as stub:
+        t0 = time.perf_counter()
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Call(drill_pb2.CallRequest(), timeout=0.8)
+        elapsed = time.perf_counter() - t0
+        labels = dict(service="sync-drop", grpc_method=M, fault_mode="drop")
+        for _ in range(100):
+            if sample("drill_deadline_gap_seconds_count", **labels):
+                break
+            time.sleep(0.02)
+        freed_after = time.perf_counter() - t0
+    assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert 0.75 <= elapsed < 1.5 and servicer.calls == 0
+    assert sample("drill_deadline_gap_seconds_count", **labels) == 1
+    assert 1.05 <= sample("drill_deadline_gap_seconds_sum", **labels) <= 1.35
+    assert freed_after < 1.9  # the worker did not sit out the full 2 s drop
+
+
+def test_cancel_during_delay_is_cancelled_and_quiet(caplog):
+    caplog.set_level(logging.DEBUG)
+    with sync_server(settings("sync-cancel")) as (port, _), sync_stub(port, drill("delay:500")) as stub:
+        t0 = time.perf_counter()
+        with pytest.raises(grpc.RpcError) as info:
+            call_with_cancel(stub.Call, drill_pb2.CallRequest(), 100)
+        elapsed = time.perf_counter() - t0
+        time.sleep(0.6)
+    assert info.value.code() is grpc.StatusCode.CANCELLED
+    assert 0.09 <= elapsed < 0.45
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert sample(
+        "drill_server_calls_total", service="sync-cancel", grpc_method=M, grpc_status="CANCELLED",
+        traffic="drill", fault_mode="delay",
+    ) == 1  # fmt: skip
+
+
+def test_future_calls_are_cancelled_by_the_interceptor():
+    with sync_server(settings("sync-cancel2")) as (port, _):
+        with sync_stub(port, drill("delay:500"), cancel_after_ms=100, service="c-sync-cancel") as stub:
+            fut = stub.Call.future(drill_pb2.CallRequest())
+            with pytest.raises(grpc.FutureCancelledError):
+                fut.result(timeout=2)
+    client = dict(service="c-sync-cancel", grpc_method=M, fault_mode="delay", traffic="drill", config="none")
+    assert sample("drill_client_calls_total", grpc_status="CANCELLED", **client) == 1
+
+
+def test_foreign_tenant_and_bad_directives_pass_untouched():
+    with sync_server(settings("sync-gates")) as (port, servicer):
+        with sync_stub(port, Tagging(tenant="tenant-acme", directive="abort:INTERNAL")) as stub:
+            for _ in range(200):
+                stub.Call(drill_pb2.CallRequest())
+        with sync_stub(port, drill("abort:BOGUS")) as stub:
+            stub.Call(drill_pb2.CallRequest())
+    assert servicer.calls == 201
+    assert sample("drill_fault_skipped_total", service="sync-gates", grpc_method=M, reason="tenant") == 200
+    assert sample("drill_fault_rejected_total", service="sync-gates", grpc_method=M, reason="unknown_code") == 1
+
+
+def test_switch_off_returns_the_original_handler_untouched():
+    interceptor = SyncFaultServerInterceptor(FaultSettings(enabled=False))
+    handler = grpc.unary_unary_rpc_method_handler(lambda r, c: r)
+
+    class Details:
+        method = "/drill.v1.Demo/Call"
+        invocation_metadata = (("x-tenant-id", "tenant-drill"), ("x-fault", "abort:INTERNAL"))
+
+    assert interceptor.intercept_service(lambda _d: handler, Details()) is handler
+
+
+def test_streaming_drop_closes_unavailable():
+    with sync_server(settings("sync-stream")) as (port, servicer), sync_stub(port, drill("drop:100")) as stub:
+        with pytest.raises(grpc.RpcError) as info:
+            list(stub.Stream(drill_pb2.CallRequest(count=2)))
+    assert info.value.code() is grpc.StatusCode.UNAVAILABLE and servicer.calls == 0
