@@ -1,0 +1,267 @@
+"""report.html: the MTTR comparison table first, then plots over time with the fault window shaded.
+
+Plots are hand-written inline SVG (no JavaScript, no network), one chart per
+quantity with a line per configuration, time relative to fault-on so runs line
+up. `render` is pure; `write_outputs` writes results.json, series.json and
+report.html.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import pathlib
+import time
+from collections.abc import Sequence
+
+from harness.drills import analysis as a
+from harness.drills._template import PAGE
+from harness.drills.series import RunSeries
+
+COLORS = ("#d1495b", "#2e86ab", "#2e8b57", "#edae49", "#7b4b94", "#00798c", "#66462c")
+
+
+def _fmt_s(x: float | None, *, breached: bool = True) -> str:
+    if not breached:
+        return "no breach"
+    return "never" if x is None else f"{x:.1f} s"
+
+
+def _fmt(x, suffix: str = "", digits: int = 2) -> str:
+    return "—" if x is None else f"{x:.{digits}f}{suffix}"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def verdict(results: dict) -> tuple[str, bool]:
+    """One sentence: which configuration recovers faster and by how much."""
+    configs = results["configs"]
+    order = a.rank(configs)
+    if len(order) < 2:
+        only = order[0] if order else "?"
+        c = configs.get(only, {})
+        return f"{only}: MTTR {_fmt_s(c.get('mttr_s'), breached=c.get('breached', True))}", True
+    best, worst = order[0], order[-1]
+    b, w = configs[best], configs[worst]
+    if not b.get("breached"):
+        return f"<b>{best}</b> held the SLO throughout; <b>{worst}</b> MTTR {_fmt_s(w.get('mttr_s'))}.", True
+    if b.get("mttr_s") is None:
+        return "No configuration recovered before the run ended.", False
+    if w.get("mttr_s") is None:
+        return (
+            f"<b>{best}</b> recovers fastest (MTTR {b['mttr_s']:.1f} s); <b>{worst}</b> never recovered "
+            f"within the run.",
+            True,
+        )
+    diff = w["mttr_s"] - b["mttr_s"]
+    ratio = w["mttr_s"] / b["mttr_s"] if b["mttr_s"] > 0 else None
+    times = f", {ratio:.1f}× faster" if ratio else ""
+    return (
+        f"<b>{best}</b> recovers fastest: MTTR {b['mttr_s']:.1f} s vs {w['mttr_s']:.1f} s for "
+        f"<b>{worst}</b> ({diff:.1f} s sooner{times}).",
+        True,
+    )
+
+
+def _rows(results: dict, color: dict[str, str]) -> str:
+    configs = results["configs"]
+    order = a.rank(configs)
+    out = []
+    for i, name in enumerate(order):
+        c = configs[name]
+        br = c.get("breached", True)
+        cls = ' class="best"' if i == 0 and len(order) > 1 else ""
+        null = ' class="null"' if br and c.get("mttr_s") is None else ""
+        out.append(
+            f'<tr{cls} data-config="{html.escape(name)}"><td><span class="swatch" '
+            f'style="background:{color[name]}"></span>{html.escape(name)}</td>'
+            f"<td{null}>{_fmt_s(c.get('mttr_s'), breached=br)}</td>"
+            f"<td>{_fmt(c.get('ttd_s'), ' s', 1)}</td><td>{_fmt(c.get('ttm_s'), ' s', 1)}</td>"
+            f"<td>{_fmt(c.get('ttr_s'), ' s', 1)}</td><td>{_fmt(c.get('amplification'), '×')}</td>"
+            f"<td>{_pct(c.get('blast_radius'))}</td><td>{_pct(c.get('error_rate_during_fault'))}</td>"
+            f"<td>{c.get('requests', 0):,}</td></tr>"
+        )
+    return "\n".join(out)
+
+
+def line_chart(
+    title: str,
+    lines: dict[str, tuple[Sequence[float], Sequence[float | None]]],
+    colors: dict[str, str],
+    fault: tuple[float, float],
+    *,
+    unit: str = "",
+    chart_id: str = "",
+    width: int = 540,
+    height: int = 220,
+) -> str:
+    """An inline SVG line chart; x = seconds since fault-on; gaps where a value is None."""
+    left, right, top, bottom = 48, 10, 10, 26
+    pw, ph = width - left - right, height - top - bottom
+    xs = [x for t, _ in lines.values() for x in t]
+    ys = [y for _, v in lines.values() for y in v if y is not None]
+    x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    x0, x1 = min(x0, fault[0]), max(x1, fault[1])
+    if x1 <= x0:
+        x1 = x0 + 1
+    y1 = max(ys) if ys else 1.0
+    y1 = y1 * 1.08 if y1 > 0 else 1.0
+
+    def sx(x: float) -> float:
+        return left + (x - x0) / (x1 - x0) * pw
+
+    def sy(y: float) -> float:
+        return top + ph - (y / y1) * ph
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" '
+        f'role="img" aria-label="{html.escape(title)}" data-chart="{html.escape(chart_id)}">',
+        f'<rect x="{sx(fault[0]):.1f}" y="{top}" width="{max(0.0, sx(fault[1]) - sx(fault[0])):.1f}" '
+        f'height="{ph}" fill="#f3c9c9" opacity="0.55" class="fault-window"><title>fault on</title></rect>',
+        f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#9aa3b2"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#9aa3b2"/>',
+    ]
+    for frac in (0.0, 0.5, 1.0):
+        y = y1 * frac
+        label = f"{100 * y:.0f}%" if unit == "%" else (f"{y:.2g}" if y < 100 else f"{y:.0f}")
+        parts.append(f'<text x="{left - 4}" y="{sy(y) + 4:.1f}" text-anchor="end">{label}</text>')
+        parts.append(
+            f'<line x1="{left}" y1="{sy(y):.1f}" x2="{left + pw}" y2="{sy(y):.1f}" stroke="#eceef2"/>'
+        )
+    step = 10 if (x1 - x0) > 40 else 5
+    tick = int(x0 // step) * step
+    while tick <= x1:
+        if tick >= x0:
+            parts.append(f'<text x="{sx(tick):.1f}" y="{height - 8}" text-anchor="middle">{tick:g}s</text>')
+        tick += step
+    for name, (t, v) in lines.items():
+        segs: list[list[str]] = [[]]
+        for x, y in zip(t, v, strict=False):
+            if y is None:
+                if segs[-1]:
+                    segs.append([])
+                continue
+            segs[-1].append(f"{sx(x):.1f},{sy(y):.1f}")
+        for seg in segs:
+            if len(seg) == 1:
+                seg.append(seg[0])
+            if seg:
+                parts.append(
+                    f'<polyline fill="none" stroke="{colors[name]}" stroke-width="1.8" '
+                    f'points="{" ".join(seg)}" data-config="{html.escape(name)}"/>'
+                )
+    parts.append("</svg>")
+    legend = " ".join(
+        f'<span><span class="swatch" style="background:{colors[n]}"></span>{html.escape(n)}</span>'
+        for n in lines
+    )
+    caption = f"<figcaption>{html.escape(title)}</figcaption>"
+    return f"<figure>{caption}{''.join(parts)}<div>{legend}</div></figure>"
+
+
+def _ratio(num: Sequence[float], den: Sequence[float]) -> list[float | None]:
+    return [n / d if d > 0 else None for n, d in zip(num, den, strict=False)]
+
+
+def plots(series: dict[str, RunSeries], colors: dict[str, str], hops: Sequence[str] | None) -> str:
+    """The four required charts (plus traffic) for every configuration, aligned on fault-on."""
+    rel = {}
+    fault = (0.0, 0.0)
+    for name, s in series.items():
+        rel[name] = [x - s.fault_on for x in s.t]
+        fault = (0.0, max(fault[1], s.fault_off - s.fault_on))
+    charts = []
+
+    def chart(title, fn, unit="", cid=""):
+        lines = {name: (rel[name], fn(s)) for name, s in series.items()}
+        charts.append(line_chart(title, lines, colors, fault, unit=unit, chart_id=cid))
+
+    chart("Error rate, all traffic (CANCELLED excluded)", lambda s: a.error_rate_series(s, "all", 1), "%",
+          "error")
+    chart("Error rate, organic traffic (blast radius)", lambda s: a.error_rate_series(s, "organic", 1), "%",
+          "organic-error")
+    chart("p99 latency at the edge (s)", lambda s: a.p99_series(s, "all"), "", "p99")
+
+    def amp(s: RunSeries):
+        per_hop = a.hop_series(s)
+        names = list(hops) if hops else sorted(per_hop)
+        deepest = per_hop.get(names[-1], []) if names else []
+        ingress = a.rps_series(s, "organic")
+        if sum(ingress) <= 0:
+            ingress = a.rps_series(s, "all")
+        return a.rolling_mean(_ratio(deepest, a.rolling_mean(ingress, 3)), 3)
+
+    chart("Amplification: deepest hop req/s ÷ organic ingress req/s", amp, "", "amplification")
+
+    def fds(s: RunSeries):
+        keys = s.keys("fds|")
+        return [sum(s.values[k][i] or 0.0 for k in keys) if keys else None for i in range(len(s.t))]
+
+    chart("Open file descriptors, all services", fds, "", "fds")
+    chart("Edge requests/s (all traffic)", lambda s: a.rps_series(s, "all"), "", "rps")
+    return "\n".join(charts)
+
+
+def _hop_table(results: dict) -> str:
+    configs = results["configs"]
+    hops: list[str] = []
+    for c in configs.values():
+        for h in c.get("amplification_by_hop", {}):
+            if h not in hops:
+                hops.append(h)
+    if not hops:
+        return "<p class='notes'>no per-hop data</p>"
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in hops)
+    rows = []
+    for name in a.rank(configs):
+        c = configs[name]
+        cells = "".join(f"<td>{_fmt(c.get('amplification_by_hop', {}).get(h), '×')}</td>" for h in hops)
+        gaps = c.get("deadline_gaps", {})
+        gap = sum(g.get("count", 0) for g in gaps.values())
+        fdp = c.get("fd_peaks", {})
+        fd = max(fdp.values()) if fdp else None
+        rows.append(
+            f"<tr><td>{html.escape(name)}</td>{cells}<td>{gap:,.0f}</td><td>{_fmt(fd, '', 0)}</td></tr>"
+        )
+    return (
+        f"<table id='hop-table'><thead><tr><th>configuration (peak req/s ÷ organic ingress)</th>{head}"
+        f"<th>deadline-gap calls</th><th>fd peak</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def render(results: dict, series: dict[str, RunSeries]) -> str:
+    """The whole report.html text."""
+    names = list(results["configs"])
+    colors = {n: COLORS[i % len(COLORS)] for i, n in enumerate(names)}
+    for n in series:
+        colors.setdefault(n, COLORS[len(colors) % len(COLORS)])
+    text, good = verdict(results)
+    slo = results.get("slo", {})
+    limit = 100 * slo.get("max_error_rate", 0.05)
+    slo_text = f"error rate ≤ {limit:.0f}% ({slo.get('traffic', 'all')} traffic)"
+    if slo.get("max_p99_s"):
+        slo_text += f", p99 ≤ {slo['max_p99_s']} s"
+    slo_text += f", hold {slo.get('hold_s', 3)} s"
+    return PAGE.substitute(
+        plan=html.escape(str(results.get("plan", "?"))),
+        seed=html.escape(str(results.get("seed", "?"))),
+        directive=html.escape(str(results.get("fault", {}).get("directive", "?"))),
+        target=html.escape(str(results.get("fault", {}).get("target") or "first hop")),
+        slo=html.escape(slo_text),
+        when=html.escape(results.get("finished_at", time.strftime("%Y-%m-%d %H:%M:%S"))),
+        verdict=text,
+        verdict_class="" if good else "bad",
+        rows=_rows(results, colors),
+        plots=plots(series, colors, results.get("hops")),
+        hops=_hop_table(results),
+        notes=html.escape(" ".join(results.get("notes", []))),
+    )
+
+
+def write_outputs(out: pathlib.Path, results: dict, series: dict[str, RunSeries]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
+    (out / "series.json").write_text(json.dumps({n: s.to_json() for n, s in series.items()}) + "\n")
+    (out / "report.html").write_text(render(results, series))
