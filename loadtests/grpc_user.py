@@ -1,0 +1,164 @@
+"""The gRPC user base for Locust: gevent-patched grpc, one channel per user, `events.request`.
+
+Follows Locust's own gRPC recipe (`examples/grpc`) with three changes that make
+it fit for drills:
+
+* every call is reported to `events.request` with its gRPC status; CANCELLED is
+  reported under its own request type (`grpc-cancelled`), never as a failure;
+  other non-OK statuses are failures whose message is the status name and class,
+  so the log gets no traceback per request and the failure table stays small;
+* the gevent hub threadpool grows with the users of the process. gevent-patched
+  grpc parks each in-flight blocking call on a hub threadpool thread (default 10):
+  with fewer threads than users, slow calls of one user class stall every other
+  user in the process and the load generator fakes blast radius;
+* the channel carries the harness client interceptor, so every call is tagged
+  and counted in `drill_client_calls_total` / `drill_client_latency_seconds`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+import grpc.experimental.gevent as grpc_gevent
+
+grpc_gevent.init_gevent()  # before any channel exists (Locust's recipe)
+
+import gevent  # noqa: E402
+from locust import User, constant, constant_throughput  # noqa: E402
+
+from harness.interceptors import ORGANIC, SyncDrillClientInterceptor, Tagging, call_with_cancel  # noqa: E402
+from harness.status import classify, status_name  # noqa: E402
+from loadtests import options as drill_options  # noqa: E402
+
+#: Request type of calls that ended CANCELLED: their own row in Locust's stats, never failures.
+CANCELLED_TYPE = "grpc-cancelled"
+REQUEST_TYPE = "grpc"
+#: Threads kept beyond the live users (metrics server, spawning, cancel timers).
+THREADPOOL_MARGIN = 8
+#: Service label of the load generator on client metrics.
+CLIENT_SERVICE = "locust"
+
+
+class GrpcStatusError(Exception):
+    """A non-OK, non-CANCELLED final status, as Locust records the failure (no traceback)."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(f"{code} ({classify(code).value})")
+        self.code = code
+
+
+class _Threadpool:
+    """Keeps the hub threadpool at least as large as the in-flight calls the process can have."""
+
+    live_users = 0
+    fixed = 0
+
+    @classmethod
+    def grow(cls, delta: int) -> None:
+        cls.live_users += delta
+        pool = gevent.get_hub().threadpool
+        want = cls.fixed or (cls.live_users + THREADPOOL_MARGIN)
+        if cls.fixed or want > pool.maxsize:
+            pool.maxsize = want
+
+
+def target_of(host: str | None) -> str:
+    """`HOST:PORT` from Locust's `--host` (a `grpc://` or `http://` scheme is tolerated)."""
+    if not host:
+        raise ValueError("set the gRPC target with --host HOST:PORT")
+    for scheme in ("grpc://", "http://", "dns:///"):
+        if host.startswith(scheme):
+            host = host[len(scheme) :]
+    return host.rstrip("/")
+
+
+class GrpcUser(User):
+    """One channel per user; `call()` makes a unary call and reports it. Subclasses set `stub_class`."""
+
+    abstract = True
+    stub_class: Any = None
+    #: Traffic class this user reports under (the Locust stats name prefix).
+    traffic = "organic"
+
+    def __init__(self, environment) -> None:
+        super().__init__(environment)
+        self.opts = drill_options.from_namespace(environment.parsed_options)
+        self._wait = constant_throughput(self.opts.rate) if self.opts.rate > 0 else constant(0)
+        self.interceptor: SyncDrillClientInterceptor | None = None
+        self._channel: grpc.Channel | None = None
+        self.stub: Any = None
+
+    def wait_time(self) -> float:
+        return self._wait(self)
+
+    def initial_tagging(self) -> Tagging:
+        return ORGANIC
+
+    def on_start(self) -> None:
+        _Threadpool.fixed = self.opts.threadpool
+        _Threadpool.grow(1)
+        target = target_of(self.host or self.environment.host)
+        self.interceptor = SyncDrillClientInterceptor(
+            self.initial_tagging(),
+            service=CLIENT_SERVICE,
+            config=self.opts.config,
+            target=target,
+            drill_tenants=frozenset({self.opts.tenant}),
+        )
+        self._channel = grpc.insecure_channel(target)
+        self.stub = self.stub_class(grpc.intercept_channel(self._channel, self.interceptor))
+
+    def on_stop(self) -> None:
+        _Threadpool.grow(-1)
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def call(self, method: str, request: Any, *, cancel_after_ms: float | None = None) -> Any:
+        """Call `method` on the stub; report to `events.request`; return the reply or None."""
+        multicallable = getattr(self.stub, method)
+        start = time.perf_counter()
+        reply = None
+        code = "OK"
+        try:
+            if cancel_after_ms is not None:
+                reply = call_with_cancel(multicallable, request, cancel_after_ms, timeout=self.opts.timeout)
+            else:
+                reply = multicallable(request, timeout=self.opts.timeout)
+        except grpc.RpcError as e:
+            code = status_name(e.code()) if hasattr(e, "code") else "UNKNOWN"
+        elapsed_ms = (time.perf_counter() - start) * 1000.0
+        fault_mode = self.interceptor.tagging.fault_mode
+        context = {"traffic": self.traffic, "grpc_status": code, "fault_mode": fault_mode}
+        name = f"{self.traffic}/{method}"
+        events = self.environment.events.request
+        if code == "OK":
+            events.fire(
+                request_type=REQUEST_TYPE,
+                name=name,
+                response_time=elapsed_ms,
+                response_length=reply.ByteSize() if reply is not None else 0,
+                exception=None,
+                context=context,
+            )
+        elif code == "CANCELLED":
+            events.fire(
+                request_type=CANCELLED_TYPE,
+                name=name,
+                response_time=elapsed_ms,
+                response_length=0,
+                exception=None,
+                context=context,
+            )
+        else:
+            events.fire(
+                request_type=REQUEST_TYPE,
+                name=name,
+                response_time=elapsed_ms,
+                response_length=0,
+                exception=GrpcStatusError(code),
+                context=context,
+            )
+        return reply

@@ -1,0 +1,66 @@
+"""Locust event wiring of a drill profile: arguments, weights, phase state, /metrics.
+
+Importing this module registers the listeners (Locust's `init_command_line_parser`
+and `init` events), so a locustfile only imports it. Per role:
+
+* standalone (local runner): weights, phase state exported, /metrics on the base port;
+* master: weights (it dispatches users), phase state exported, /metrics on the base port;
+* worker: phase state from `drill_phase` messages, /metrics on base + 1 + worker index.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from locust import events
+
+from loadtests import client_metrics, shape
+from loadtests import options as drill_options
+from loadtests.phase import STATE
+from loadtests.users import configure_weights
+
+log = logging.getLogger("drill.loadtests")
+
+
+def role_of(runner) -> str:
+    name = type(runner).__name__
+    if name == "MasterRunner":
+        return "master"
+    if name == "WorkerRunner":
+        return "worker"
+    return "local"
+
+
+@events.init_command_line_parser.add_listener
+def _arguments(parser, **_kw) -> None:
+    drill_options.add_arguments(parser)
+
+
+@events.init.add_listener
+def _init(environment, **_kw) -> None:
+    if environment.parsed_options is None or environment.runner is None:
+        return  # library use without Locust's CLI: nothing to wire
+    opts = drill_options.from_namespace(environment.parsed_options)
+    role = role_of(environment.runner)
+    configure_weights(opts)
+    STATE.reset(opts, export=True)
+    if role == "worker":
+        environment.runner.register_message(shape.PHASE_MESSAGE, shape.on_phase_message)
+        client_metrics.serve_when_indexed(opts, environment.runner)
+    else:
+        client_metrics.serve(opts, role)
+
+
+@events.test_start.add_listener
+def _test_start(environment, **_kw) -> None:
+    if environment.parsed_options is None:
+        return
+    # Workers get the master's --drill-* values with the spawn message: re-read them.
+    opts = drill_options.from_namespace(environment.parsed_options)
+    configure_weights(opts)
+    STATE.reset(opts, export=True)
+
+
+@events.test_stop.add_listener
+def _test_stop(environment, **_kw) -> None:
+    STATE.finish()

@@ -1,0 +1,185 @@
+"""The drill options of a Locust profile: the `--drill-*` arguments and their parsing.
+
+This module owns the interface the drill runner drives (argument names, defaults,
+`LOCUST_DRILL_*` environment variables) and turns parsed options into a
+`DrillOptions` value. It imports neither locust nor gevent, so tests and the
+runner can use it in a plain Python process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from harness.headers import DEFAULT_DRILL_TENANT
+
+#: The phase whose name turns the directive on; any other phase sends none.
+FAULT_PHASE = "fault"
+#: Phase name exported while a shapeless run (empty `--drill-phases`) sends its directive.
+STEADY_FAULT_PHASE = "fault"
+#: Phase name exported while a shapeless run has no directive.
+STEADY_PHASE = "steady"
+#: Phase name exported once every phase has elapsed.
+DONE_PHASE = "done"
+
+TRAFFIC_CLASSES: tuple[str, ...] = ("organic", "drill")
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    name: str
+    seconds: float
+
+    @property
+    def fault(self) -> bool:
+        return self.name == FAULT_PHASE
+
+
+@dataclasses.dataclass(frozen=True)
+class DrillOptions:
+    """Everything a drill profile sets, already validated."""
+
+    tenant: str = DEFAULT_DRILL_TENANT
+    directive: str | None = None
+    ratio: int = 100
+    target: str | None = None
+    instances: int | None = None
+    config: str = "none"
+    plan: str = "adhoc"
+    phases: tuple[Phase, ...] = ()
+    users: int = 20
+    weights: dict[str, int] = dataclasses.field(default_factory=lambda: {"organic": 1, "drill": 1})
+    rate: float = 0.0
+    timeout: float = 2.0
+    cancel_ms: float | None = None
+    cancel_share: int = 0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_fixed: bool = False
+    threadpool: int = 0
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(p.seconds for p in self.phases)
+
+
+def parse_phases(text: str | None) -> tuple[Phase, ...]:
+    """`warmup=10,fault=20,recovery=20` -> phases in order. Empty -> no phases (no shape)."""
+    out: list[Phase] = []
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"phase {part!r}: expected NAME=SECONDS")
+        seconds = float(value)
+        if seconds <= 0:
+            raise ValueError(f"phase {part!r}: seconds must be > 0")
+        out.append(Phase(name, seconds))
+    names = [p.name for p in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate phase names in {text!r}")
+    return tuple(out)
+
+
+def parse_weights(text: str | None) -> dict[str, int]:
+    """`organic=3,drill=1` -> {"organic": 3, "drill": 1}; a class left out keeps weight 1."""
+    weights = {"organic": 1, "drill": 1}
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        name = name.strip().lower()
+        if not sep or name not in weights:
+            raise ValueError(f"weight {part!r}: expected organic=N or drill=N")
+        n = int(value)
+        if n < 1:
+            raise ValueError(f"weight {part!r}: must be >= 1 (leave the class out of the run instead)")
+        weights[name] = n
+    return weights
+
+
+def _optional_int(value: Any) -> int | None:
+    if value in (None, ""):
+        return None
+    return int(value)
+
+
+def _optional_float(value: Any) -> float | None:
+    if value in (None, ""):
+        return None
+    return float(value)
+
+
+def from_namespace(ns: Any) -> DrillOptions:
+    """Build DrillOptions from Locust's parsed options (any object with the `drill_*` attributes)."""
+    ratio = int(getattr(ns, "drill_ratio", 100))
+    if not 0 <= ratio <= 100:
+        raise ValueError(f"--drill-ratio {ratio}: must be 0-100")
+    share = int(getattr(ns, "drill_cancel_share", 0) or 0)
+    if not 0 <= share <= 100:
+        raise ValueError(f"--drill-cancel-share {share}: must be 0-100")
+    instances = _optional_int(getattr(ns, "drill_instances", None))
+    if instances is not None and not 0 <= instances <= 100:
+        raise ValueError(f"--drill-instances {instances}: must be 0-100")
+    timeout = float(getattr(ns, "drill_timeout", 2.0))
+    if timeout <= 0:
+        raise ValueError("--drill-timeout must be > 0")
+    rate = float(getattr(ns, "drill_rate", 0.0) or 0.0)
+    if rate < 0:
+        raise ValueError("--drill-rate must be >= 0")
+    return DrillOptions(
+        tenant=getattr(ns, "drill_tenant", None) or DEFAULT_DRILL_TENANT,
+        directive=(getattr(ns, "drill_directive", "") or "").strip() or None,
+        ratio=ratio,
+        target=(getattr(ns, "drill_target", "") or "").strip() or None,
+        instances=instances,
+        config=getattr(ns, "drill_config", None) or "none",
+        plan=getattr(ns, "drill_plan", None) or "adhoc",
+        phases=parse_phases(getattr(ns, "drill_phases", "")),
+        users=int(getattr(ns, "drill_users", 20)),
+        weights=parse_weights(getattr(ns, "drill_weights", "")),
+        rate=rate,
+        timeout=timeout,
+        cancel_ms=_optional_float(getattr(ns, "drill_cancel_ms", None)),
+        cancel_share=share,
+        metrics_port=_optional_int(getattr(ns, "drill_metrics_port", None)) or None,
+        metrics_host=getattr(ns, "drill_metrics_host", None) or "127.0.0.1",
+        metrics_fixed=bool(getattr(ns, "drill_metrics_fixed", False)),
+        threadpool=int(getattr(ns, "drill_threadpool", 0) or 0),
+    )
+
+
+def add_arguments(parser: Any) -> None:
+    """Declare the `--drill-*` arguments on Locust's parser (each also LOCUST_DRILL_*)."""
+
+    def arg(name: str, **kw: Any) -> None:
+        env = "LOCUST_" + name.lstrip("-").upper().replace("-", "_")
+        parser.add_argument(name, env_var=env, **kw)
+
+    arg("--drill-tenant", default=DEFAULT_DRILL_TENANT, help="x-tenant-id of drill users")
+    arg("--drill-directive", default="", help="x-fault of drill users, e.g. abort:UNAVAILABLE (empty = none)")
+    arg("--drill-ratio", type=int, default=100, help="x-fault-ratio, 0-100")
+    arg("--drill-target", default="", help="x-fault-target service name (empty = first hop)")
+    arg("--drill-instances", default="", help="x-fault-instances, 0-100 (empty = all)")
+    arg("--drill-config", default="none", help="value of the `config` label on client metrics")
+    arg("--drill-plan", default="adhoc", help="plan name, the `plan` label of drill_phase/drill_fault_active")
+    arg("--drill-phases", default="", help="e.g. warmup=10,fault=20,recovery=20 (empty = obey -u/-r/-t)")
+    arg("--drill-users", type=int, default=20, help="total users while phases run")
+    arg("--drill-weights", default="organic=1,drill=1", help="user class weights, e.g. organic=3,drill=1")
+    arg("--drill-rate", type=float, default=0.0, help="requests/s per user (0 = as fast as possible)")
+    arg("--drill-timeout", type=float, default=2.0, help="per-call timeout, seconds")
+    arg("--drill-cancel-ms", default="", help="actively cancel a share of drill calls after N ms")
+    arg("--drill-cancel-share", type=int, default=0, help="share of drill calls to cancel, 0-100")
+    arg("--drill-metrics-port", default="", help="client /metrics base port (master base, worker i base+1+i)")
+    arg("--drill-metrics-host", default="127.0.0.1", help="bind address of client /metrics")
+    arg(
+        "--drill-metrics-fixed",
+        action="store_true",
+        default=False,
+        help="every process binds the base port (one Locust process per container)",
+    )
+    arg("--drill-threadpool", type=int, default=0, help="gevent hub threadpool size (0 = track live users)")

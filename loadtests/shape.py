@@ -1,0 +1,83 @@
+"""`DrillShape`: the load shape that runs a profile's drill phases (warm-up, fault, recovery).
+
+With `--drill-phases` set, it holds `--drill-users` users for the sum of the
+phase durations and publishes each phase at its boundary (a timeline greenlet,
+not the 1 s shape tick): locally by setting `PhaseState`, to workers by the
+`drill_phase` message. With `--drill-phases` empty it is inert: it reads Locust's
+own `-u/-r/-t` (`use_common_options`) and stops at the run time, so one
+locustfile serves both shaped drills and shapeless profiles such as `smoke`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import gevent
+from locust import LoadTestShape
+
+from loadtests import options as drill_options
+from loadtests.phase import STATE
+
+log = logging.getLogger("drill.loadtests")
+
+#: Custom message type carrying {"phase": name, "fault": bool} from master to workers.
+PHASE_MESSAGE = "drill_phase"
+
+
+def publish(runner, phase: str, fault: bool) -> None:
+    """Set the phase here and tell every worker (a local runner delivers to itself)."""
+    STATE.set(phase, fault)
+    if type(runner).__name__ == "MasterRunner":
+        runner.send_message(PHASE_MESSAGE, {"phase": phase, "fault": fault})
+    log.info("drill phase %s (fault %s)", phase, "on" if fault else "off")
+
+
+def on_phase_message(environment, msg, **_kw) -> None:
+    """Worker side of `publish`."""
+    STATE.set(str(msg.data["phase"]), bool(msg.data["fault"]))
+
+
+class DrillShape(LoadTestShape):
+    """Phases from `--drill-phases`; inert (plain -u/-r/-t) when there are none."""
+
+    use_common_options = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._timeline: gevent.Greenlet | None = None
+
+    def reset_time(self) -> None:
+        super().reset_time()
+        if self._timeline is not None:
+            self._timeline.kill(block=False)
+        self._timeline = None
+
+    def _options(self):
+        return self.runner.environment.parsed_options
+
+    def _run_timeline(self, opts: drill_options.DrillOptions) -> None:
+        start = self.get_run_time()
+        at = 0.0
+        for phase in opts.phases:
+            gevent.sleep(max(0.0, start + at - self.get_run_time()))
+            publish(self.runner, phase.name, phase.fault)
+            at += phase.seconds
+        gevent.sleep(max(0.0, start + at - self.get_run_time()))
+        STATE.finish()
+        if type(self.runner).__name__ == "MasterRunner":
+            self.runner.send_message(PHASE_MESSAGE, {"phase": drill_options.DONE_PHASE, "fault": False})
+
+    def tick(self):
+        parsed = self._options()
+        opts = drill_options.from_namespace(parsed)
+        run_time = self.get_run_time()
+        if not opts.phases:
+            limit = getattr(parsed, "run_time", None)
+            if limit and run_time >= limit:
+                return None
+            return (int(parsed.num_users or 1), float(parsed.spawn_rate or 1))
+        if self._timeline is None:
+            self._timeline = gevent.spawn(self._run_timeline, opts)
+        if run_time >= opts.total_seconds:
+            return None
+        return (opts.users, float(max(opts.users, 1)))

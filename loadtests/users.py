@@ -1,0 +1,81 @@
+"""The two traffic classes of a drill profile: `OrganicUser` (untagged) and `DrillUser` (tagged).
+
+Both call `drill.v1.Demo/Call` through the harness client interceptor. A drill
+user always sends its tenant (so its traffic is counted as `drill`) and adds the
+directive, ratio, target and instances only while the process's `PhaseState`
+says the fault is on. During the fault it also cancels a deterministic share of
+its calls (`--drill-cancel-share`) after `--drill-cancel-ms`. Weights come from
+`--drill-weights` (set by `configure_weights` on the process that dispatches users).
+"""
+
+from __future__ import annotations
+
+from locust import task
+
+from harness.interceptors import Tagging
+from harness.proto import drill_pb2, drill_pb2_grpc
+from loadtests import options as drill_options
+from loadtests.grpc_user import GrpcUser
+from loadtests.phase import STATE
+
+
+class DemoUser(GrpcUser):
+    """Calls `Demo/Call` with an empty request (answers OK on `drill serve`)."""
+
+    abstract = True
+    stub_class = drill_pb2_grpc.DemoStub
+    method = "Call"
+
+    def request(self) -> drill_pb2.CallRequest:
+        return drill_pb2.CallRequest()
+
+
+class OrganicUser(DemoUser):
+    """Untagged traffic: no tenant, no directive. Its latency and errors are the blast radius."""
+
+    traffic = "organic"
+
+    @task
+    def unary(self) -> None:
+        self.call(self.method, self.request())
+
+
+class DrillUser(DemoUser):
+    """Drill-tenant traffic; sends the directive only while the fault phase is on."""
+
+    traffic = "drill"
+
+    def on_start(self) -> None:
+        o = self.opts
+        self._quiet = Tagging(tenant=o.tenant)
+        self._fault = Tagging(
+            tenant=o.tenant, directive=o.directive, ratio=o.ratio, target=o.target, instances=o.instances
+        )
+        self._cancel_credit = 0
+        super().on_start()
+
+    def initial_tagging(self) -> Tagging:
+        return self._fault if STATE.fault_active and self.opts.directive else self._quiet
+
+    def _cancel_now(self) -> bool:
+        """Deterministic share: every call adds `share`, a call is cancelled each time 100 is reached."""
+        if self.opts.cancel_ms is None or self.opts.cancel_share <= 0:
+            return False
+        self._cancel_credit += self.opts.cancel_share
+        if self._cancel_credit >= 100:
+            self._cancel_credit -= 100
+            return True
+        return False
+
+    @task
+    def unary(self) -> None:
+        fault = STATE.fault_active and self.opts.directive is not None
+        self.interceptor.tagging = self._fault if fault else self._quiet
+        cancel = self.opts.cancel_ms if STATE.fault_active and self._cancel_now() else None
+        self.call(self.method, self.request(), cancel_after_ms=cancel)
+
+
+def configure_weights(opts: drill_options.DrillOptions) -> None:
+    """Apply `--drill-weights` to the user classes (read by the dispatcher when a run starts)."""
+    OrganicUser.weight = opts.weights["organic"]
+    DrillUser.weight = opts.weights["drill"]
