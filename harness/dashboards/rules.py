@@ -22,7 +22,8 @@ WINDOWS: tuple[str, ...] = ("30s", "2m", "10m")
 
 #: Availability SLO the burn-rate alerts assume (99%: an error budget of 1%).
 SLO_ERROR_BUDGET = 0.01
-#: (alert, short window, long window, burn factor, severity) — the SRE workbook's multiwindow pairs, scaled to drills.
+#: (alert, short window, long window, burn factor, severity): the SRE workbook's multiwindow pairs,
+#: scaled to drills.
 BURN_ALERTS: tuple[tuple[str, str, str, float, str], ...] = (
     ("DrillSLOFastBurn", "30s", "2m", 14.4, "page"),
     ("DrillSLOSlowBurn", "2m", "10m", 6.0, "ticket"),
@@ -45,7 +46,9 @@ CLASS_MATCHERS: dict[str, str] = {
 }
 
 
-def _class_rule(record: str, metric: str, by: tuple[str, ...], status_class: str, window: str) -> dict[str, Any]:
+def _class_rule(
+    record: str, metric: str, by: tuple[str, ...], status_class: str, window: str
+) -> dict[str, Any]:
     group = ", ".join(by)
     matcher = CLASS_MATCHERS[status_class]
     expr = (
@@ -91,7 +94,7 @@ def recording_groups() -> list[dict[str, Any]]:
             {
                 "record": f"drill:hop_amplification:ratio{w}",
                 "expr": (
-                    f"sum by (service) ({server_calls})\n"
+                    f"sum by (service) ({server_calls})\n"  # fmt: skip
                     f"  / on () group_left () drill:ingress_calls:rate{w}"
                 ),
             }
@@ -114,7 +117,7 @@ def alert_groups() -> list[dict[str, Any]]:
                 ),
                 "labels": {"severity": severity},
                 "annotations": {
-                    "summary": f"{{{{ $labels.service }}}} ({{{{ $labels.config }}}}, {{{{ $labels.traffic }}}}) "
+                    "summary": "{{ $labels.service }} ({{ $labels.config }}, {{ $labels.traffic }}) "
                     f"burns its error budget {factor:g}x too fast",
                     "description": (
                         f"Error ratio (CANCELLED excluded) above {threshold:g} over both {short} and {long}; "

@@ -1,0 +1,120 @@
+"""`drill dashboards build|push`: regenerate the committed dashboards and rules, or import them into Grafana.
+
+    drill dashboards build [--out dashboards/] [--rules-out compose/prometheus/rules/] [--check]
+    drill dashboards push --grafana URL [--token T | --user U --password P] [--folder Drill]
+
+`build --check` writes nothing and exits 1 when a committed file is stale (CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+DEFAULT_OUT = "dashboards"
+DEFAULT_RULES_OUT = "compose/prometheus/rules"
+FOLDER_UID = "drill"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    b = sub.add_parser("build", help="write dashboards/*.json and the generated Prometheus rules")
+    b.add_argument("--out", default=DEFAULT_OUT, help=f"dashboard JSON directory (default {DEFAULT_OUT}/)")
+    b.add_argument(
+        "--rules-out",
+        default=DEFAULT_RULES_OUT,
+        help=f"generated rules directory (default {DEFAULT_RULES_OUT}/)",
+    )
+    b.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if any committed file is stale"
+    )
+    q = sub.add_parser("push", help="import the dashboards into a running Grafana (grafana-client)")
+    q.add_argument(
+        "--grafana", default=os.environ.get("DRILL_GRAFANA_URL"), help="Grafana URL (or DRILL_GRAFANA_URL)"
+    )
+    q.add_argument("--token", default=os.environ.get("DRILL_GRAFANA_TOKEN"), help="service account token")
+    q.add_argument("--user", default=os.environ.get("DRILL_GRAFANA_USER"), help="basic auth user")
+    q.add_argument("--password", default=os.environ.get("DRILL_GRAFANA_PASSWORD"), help="basic auth password")
+    q.add_argument("--folder", default="Drill", help="folder title (uid 'drill'), created when missing")
+    q.add_argument("--dir", default=None, help="push these JSON files instead of freshly built dashboards")
+
+
+def generated_files(out: pathlib.Path, rules_out: pathlib.Path) -> dict[pathlib.Path, str]:
+    """Every generated path -> its text."""
+    from harness.dashboards import build_all, render
+    from harness.dashboards.rules import rule_files
+
+    files = {out / name: render(model) for name, model in build_all().items()}
+    files.update({rules_out / name: text for name, text in rule_files().items()})
+    return files
+
+
+def _build(args: argparse.Namespace) -> int:
+    files = generated_files(pathlib.Path(args.out), pathlib.Path(args.rules_out))
+    stale = [p for p, text in files.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+    if args.check:
+        for p in stale:
+            print(f"stale: {p} (run `drill dashboards build`)", file=sys.stderr)
+        return 1 if stale else 0
+    for p, text in files.items():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+        print(f"{'wrote' if p in stale else 'unchanged'} {p}")
+    return 0
+
+
+def _models(directory: str | None) -> dict[str, dict]:
+    if directory:
+        return {
+            p.name: json.loads(p.read_text(encoding="utf-8"))
+            for p in sorted(pathlib.Path(directory).glob("*.json"))
+        }
+    from harness.dashboards import build_all
+
+    return build_all()
+
+
+def push(api, models: dict[str, dict], folder_title: str = "Drill") -> list[str]:
+    """Create the folder if needed and import each dashboard (overwrite). Returns the dashboard URLs."""
+    from grafana_client.client import GrafanaClientError
+
+    try:
+        api.folder.get_folder(FOLDER_UID)
+    except GrafanaClientError as exc:
+        if exc.status_code != 404:
+            raise
+        api.folder.create_folder(folder_title, uid=FOLDER_UID)
+    urls = []
+    for model in models.values():
+        body = dict(model, id=None)
+        res = api.dashboard.update_dashboard(
+            {
+                "dashboard": body,
+                "folderUid": FOLDER_UID,
+                "overwrite": True,
+                "message": "drill dashboards push",
+            }
+        )
+        urls.append(str((res or {}).get("url", body.get("uid"))))
+    return urls
+
+
+def _push(args: argparse.Namespace) -> int:
+    if not args.grafana:
+        print("drill dashboards push: --grafana URL (or DRILL_GRAFANA_URL) is required", file=sys.stderr)
+        return 2
+    from harness.dashboards.annotations import grafana_api
+
+    api = grafana_api(args.grafana, token=args.token, user=args.user, password=args.password)
+    for url in push(api, _models(args.dir), args.folder):
+        print(f"pushed {args.grafana.rstrip('/')}{url if url.startswith('/') else '/d/' + url}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "build":
+        return _build(args)
+    return _push(args)
