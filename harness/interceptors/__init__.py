@@ -15,4 +15,20 @@ __all__ = [
     "SyncFaultServerInterceptor",
     "Tagging",
     "call_with_cancel",
+    "server_interceptors",
 ]
+
+
+def server_interceptors(settings=None, *, metrics: bool | None = None, tracer=None, sync: bool = False) -> list:
+    """The interceptors to install on a server: empty when the switch is off and nothing else is asked.
+
+    The recommended way to add drill harness to a service: with the process
+    switch off (the default) the server runs with no interceptor at all.
+    """
+    from harness.settings import FaultSettings
+
+    settings = settings or FaultSettings.from_env()
+    if not settings.enabled and not metrics and tracer is None:
+        return []
+    cls = SyncFaultServerInterceptor if sync else FaultServerInterceptor
+    return [cls(settings, metrics=metrics, tracer=tracer)]

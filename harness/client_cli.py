@@ -1,0 +1,163 @@
+"""`drill client`: send tagged drill calls beside untagged organic calls and summarise what happened.
+
+A quick, bounded way to see the fault interceptor work against any service
+that speaks the demo proto (or `--spawn` a local `drill serve`): hits by mode,
+status counts per traffic class, and the error rate with CANCELLED excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from grpc import aio
+
+from harness.interceptors import DrillClientInterceptor, Tagging
+from harness.proto import drill_pb2, drill_pb2_grpc
+from harness.status import StatusClass, classify, error_rate, status_name
+
+DEFAULT_DIRECTIVES = ("delay:250", "abort:UNAVAILABLE", "drop:300")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--target", metavar="HOST:PORT", help="a running service (demo proto)")
+    where.add_argument("--spawn", action="store_true", help="start a local `drill serve` with faults on, then stop it")
+    p.add_argument("--calls", type=int, default=600, help="calls per traffic class (default 600, max 100000)")
+    p.add_argument("--concurrency", type=int, default=32, help="calls in flight (default 32)")
+    p.add_argument(
+        "--directive", action="append", help=f"drill directive, repeatable (default {', '.join(DEFAULT_DIRECTIVES)})"
+    )
+    p.add_argument("--ratio", type=int, default=50, help="x-fault-ratio for drill calls (default 50)")
+    p.add_argument("--timeout", type=float, default=2.0, help="per-call deadline in seconds (default 2)")
+    p.add_argument("--cancel-ms", type=float, default=100.0, help="cancel delayed drill calls after this many ms")
+    p.add_argument("--metrics", metavar="URL", help="server /metrics URL to read hits from (set by --spawn)")
+    p.add_argument("--seed", type=int, default=7, help="seed for --spawn (default 7)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def spawned_server(seed: int):
+    """A `drill serve` subprocess on free loopback ports, stopped (by PID) on exit."""
+    port, mport = _free_port(), _free_port()
+    cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--metrics-port", str(mport)]
+    cmd += ["--enable-faults", "--seed", str(seed), "--service", "demo"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"drill serve exited: {proc.stderr.read().decode()[-500:]}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("drill serve did not start within 20 s")
+        yield f"127.0.0.1:{port}", f"http://127.0.0.1:{mport}/metrics"
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def _drive(target: str, args: argparse.Namespace, directives: list[str]) -> dict:
+    """Run both traffic classes concurrently; returns {(traffic, mode): Counter(status)}."""
+    results: dict = collections.defaultdict(collections.Counter)
+    sem = asyncio.Semaphore(max(1, args.concurrency))
+
+    async def one(stub, key) -> None:
+        async with sem:
+            try:
+                await stub.Call(drill_pb2.CallRequest(), timeout=args.timeout)
+                results[key]["OK"] += 1
+            except aio.AioRpcError as err:
+                results[key][status_name(err.code())] += 1
+
+    channels = []
+    tasks = []
+    organic = DrillClientInterceptor(service="drill-client")
+    ch = aio.insecure_channel(target, interceptors=[organic])
+    channels.append(ch)
+    organic_stub = drill_pb2_grpc.DemoStub(ch)
+    tasks += [one(organic_stub, ("organic", "none")) for _ in range(args.calls)]
+    per = max(1, args.calls // len(directives))
+    for directive in directives:
+        cancel = args.cancel_ms if directive.startswith("delay") else None
+        tag = Tagging(tenant="tenant-drill", directive=directive, ratio=args.ratio)
+        ic = DrillClientInterceptor(tag, service="drill-client", cancel_after_ms=cancel)
+        ch = aio.insecure_channel(target, interceptors=[ic])
+        channels.append(ch)
+        stub = drill_pb2_grpc.DemoStub(ch)
+        tasks += [one(stub, ("drill", tag.fault_mode)) for _ in range(per)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for ch in channels:
+            await ch.close()
+    return results
+
+
+def _server_hits(url: str) -> dict[str, float]:
+    hits: dict[str, float] = collections.Counter()
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith("drill_fault_hits_total{"):
+                mode = line.split('mode="', 1)[1].split('"', 1)[0]
+                hits[mode] += float(line.rsplit(" ", 1)[1])
+    return hits
+
+
+def _report(results: dict, hits: dict | None, elapsed: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"drill client: {sum(sum(c.values()) for c in results.values())} calls in {elapsed:.1f}s")
+    for col in ("traffic", "fault mode", "calls", "OK", "CANCELLED", "errors (server-fault)", "error rate*"):
+        table.add_column(col, justify="right" if col not in ("traffic", "fault mode") else "left")
+    for (traffic, mode), counts in sorted(results.items()):
+        rate = error_rate(counts)
+        errors = sum(n for s, n in counts.items() if classify(s) is StatusClass.SERVER_FAULT)
+        table.add_row(
+            traffic, mode, str(sum(counts.values())), str(counts.get("OK", 0)), str(counts.get("CANCELLED", 0)),
+            str(errors), "-" if rate is None else f"{rate:.1%}",
+        )  # fmt: skip
+    console.print(table)
+    console.print("* error rate = server-fault / (all − CANCELLED); CANCELLED is never an error.")
+    if hits is not None:
+        console.print("server-side hits by mode: " + ", ".join(f"{m}={int(n)}" for m, n in sorted(hits.items())))
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.calls <= 100_000:
+        print("drill client: --calls must be 1..100000", file=sys.stderr)
+        return 2
+    directives = args.directive or list(DEFAULT_DIRECTIVES)
+    with contextlib.ExitStack() as stack:
+        target, metrics_url = args.target, args.metrics
+        if args.spawn:
+            os.environ.setdefault("PYTHONPATH", os.getcwd())
+            target, metrics_url = stack.enter_context(spawned_server(args.seed))
+        t0 = time.perf_counter()
+        results = asyncio.run(_drive(target, args, directives))
+        elapsed = time.perf_counter() - t0
+        hits = _server_hits(metrics_url) if metrics_url else None
+    _report(results, hits, elapsed)
+    return 0
