@@ -4,18 +4,27 @@ With no downstream it answers every unary method OK (after its work time).
 With a downstream it calls the next hop through a caller (plain, or the
 resilience layer's) and passes the scope's drill keys along. Capacity is
 bounded (max concurrent handlers plus a queue), so overload is real: calls
-beyond both are refused with RESOURCE_EXHAUSTED.
+beyond both are refused with RESOURCE_EXHAUSTED (or the configured shed code).
+
+Two places can enforce capacity. By default the servicer does (an injected
+abort costs nothing). With `AdmissionInterceptor` placed before the fault
+interceptor, every *attempt* takes a slot and pays the work time, even one the
+fault then aborts: a failing dependency still costs its callers work, which is
+what turns retries into a storm in the demo topology. The interceptor holds the
+slot for the whole call, downstream included, like a worker thread would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 from grpc import aio
 
+from harness import metrics as m
 from harness.proto import drill_pb2, drill_pb2_grpc
 
 #: A downstream caller: (method name, request, context) -> reply. The resilience layer provides richer ones.
@@ -29,6 +38,8 @@ class Capacity:
     concurrency: int = 64
     queue: int = 256
     work_ms: float = 0.0
+    #: status of a shed call (RESOURCE_EXHAUSTED; load shedders often answer UNAVAILABLE)
+    shed_code: str = "RESOURCE_EXHAUSTED"
 
 
 class DemoServicer(drill_pb2_grpc.DemoServicer):
@@ -49,7 +60,7 @@ class DemoServicer(drill_pb2_grpc.DemoServicer):
     async def _serve(self, method: str, request, context) -> drill_pb2.CallReply:
         cap = self.capacity
         if self._slots.locked() and self._waiting >= cap.queue:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.service} overloaded")
+            await context.abort(grpc.StatusCode[cap.shed_code], f"{self.service} overloaded")
         self._waiting += 1
         try:
             await self._slots.acquire()
@@ -60,7 +71,9 @@ class DemoServicer(drill_pb2_grpc.DemoServicer):
             if work > 0:
                 await asyncio.sleep(work)
             if self.downstream is None:
-                return drill_pb2.CallReply(payload=request.payload, served_by=self.instance_id, path=[self.service])
+                return drill_pb2.CallReply(
+                    payload=request.payload, served_by=self.instance_id, path=[self.service]
+                )
             reply = await self.downstream(method, request, context)
             return drill_pb2.CallReply(
                 payload=reply.payload, served_by=reply.served_by, path=[self.service, *reply.path]
@@ -79,17 +92,72 @@ class DemoServicer(drill_pb2_grpc.DemoServicer):
         for i in range(min(count, 1000)):
             if self.capacity.work_ms:
                 await asyncio.sleep(self.capacity.work_ms / 1000.0)
-            yield drill_pb2.CallReply(payload=f"{request.payload}#{i}", served_by=self.instance_id, path=[self.service])
+            yield drill_pb2.CallReply(
+                payload=f"{request.payload}#{i}", served_by=self.instance_id, path=[self.service]
+            )
 
 
-def plain_downstream(channel: aio.Channel, timeout_s: float | None = None) -> Downstream:
-    """Downstream caller without resilience: one attempt, the given timeout (None = none)."""
-    stub = drill_pb2_grpc.DemoStub(channel)
+def plain_downstream(
+    channel: aio.Channel | Sequence[aio.Channel], timeout_s: float | None = None
+) -> Downstream:
+    """Downstream caller without resilience: one attempt, the given timeout (None = none).
+
+    Several channels (replicas of the next hop) are used round robin.
+    """
+    channels = list(channel) if isinstance(channel, (list, tuple)) else [channel]
+    stubs = itertools.cycle([drill_pb2_grpc.DemoStub(c) for c in channels])
 
     async def call(method: str, request, context):
+        stub = next(stubs)
         try:
             return await getattr(stub, method)(request, timeout=timeout_s)
         except aio.AioRpcError as err:
             await context.abort(err.code(), err.details() or "downstream failed")
 
     return call
+
+
+class AdmissionInterceptor(aio.ServerInterceptor):
+    """Bounded capacity for every attempt: a slot (or a queue place, else shed) plus the work time.
+
+    Place it before the fault interceptor. Shed calls never reach the fault
+    interceptor's metrics, so they are counted in `drill_server_shed_total`.
+    """
+
+    def __init__(self, service: str, capacity: Capacity) -> None:
+        self.service = service
+        self.capacity = capacity
+        self._slots = asyncio.Semaphore(capacity.concurrency)
+        self._waiting = 0
+        self._shed = m.cached(m.SERVER_SHED)
+        self._code = grpc.StatusCode[capacity.shed_code]
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming or handler.response_streaming:
+            return handler
+        behavior = handler.unary_unary
+        method = handler_call_details.method.lstrip("/")
+
+        async def unary(request, context):
+            cap = self.capacity
+            if self._slots.locked() and self._waiting >= cap.queue:
+                self._shed(self.service, method).inc()
+                await context.abort(self._code, f"{self.service} overloaded")
+            self._waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self._waiting -= 1
+            try:
+                if cap.work_ms > 0:
+                    await asyncio.sleep(cap.work_ms / 1000.0)
+                return await behavior(request, context)
+            finally:
+                self._slots.release()
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )

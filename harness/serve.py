@@ -1,9 +1,17 @@
-"""`drill serve`: run one demo hop with the fault interceptor, health, reflection and metrics."""
+"""`drill serve`: run one demo hop with the fault interceptor, health, reflection and metrics.
+
+The drill runner starts each replica of each hop as its own `drill serve`
+process: `--port 0 --metrics-port -1 --ready-file F` picks free ports and
+writes them (JSON) once serving; `--admission` makes every attempt pay for
+capacity (see harness.demo_service); `--downstream A,B` lists the next hop's
+replicas.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -14,7 +22,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from harness.conntrack import watch_port
-from harness.demo_service import Capacity, DemoServicer, Downstream, plain_downstream
+from harness.demo_service import AdmissionInterceptor, Capacity, DemoServicer, Downstream, plain_downstream
 from harness.interceptors import DrillClientInterceptor, FaultServerInterceptor
 from harness.proto import drill_pb2, drill_pb2_grpc
 from harness.settings import FaultSettings
@@ -32,16 +40,28 @@ async def start_server(
     metrics: bool = True,
     tracer=None,
     extra_interceptors=(),
+    admission: bool = False,
+    server_options: tuple = (),
 ) -> tuple[aio.Server, int, health.HealthServicer]:
-    """Start a demo hop on `host:port` (0 = any free port); returns (server, bound port, health)."""
+    """Start a demo hop on `host:port` (0 = any free port); returns (server, bound port, health).
+
+    `admission=True` enforces `capacity` per attempt, before the fault interceptor.
+    """
     settings = settings or FaultSettings.from_env()
     interceptors = [*extra_interceptors, FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)]
-    server = aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
+    if admission:
+        interceptors.insert(0, AdmissionInterceptor(settings.service, capacity or Capacity()))
+        capacity = Capacity(concurrency=1_000_000, queue=0, work_ms=0.0)
+    server = aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0), *server_options])
     servicer = DemoServicer(settings.service, settings.instance_id, capacity, downstream)
     drill_pb2_grpc.add_DemoServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = (drill_pb2.DESCRIPTOR.services_by_name["Demo"].full_name, health.SERVICE_NAME, reflection.SERVICE_NAME)
+    names = (
+        drill_pb2.DESCRIPTOR.services_by_name["Demo"].full_name,
+        health.SERVICE_NAME,
+        reflection.SERVICE_NAME,
+    )
     reflection.enable_server_reflection(names, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
@@ -57,17 +77,52 @@ async def start_server(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=50051, help="gRPC port (0 = any free port)")
-    p.add_argument("--metrics-port", type=int, default=9464, help="Prometheus /metrics port (0 = off)")
-    p.add_argument("--service", default=os.environ.get("DRILL_SERVICE", "drill"), help="service name (labels, x-fault-target)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=9464,
+        help="Prometheus /metrics port (0 = off, -1 = any free port)",
+    )
+    p.add_argument(
+        "--service",
+        default=os.environ.get("DRILL_SERVICE", "drill"),
+        help="service name (labels, x-fault-target)",
+    )
     p.add_argument("--work-ms", type=float, default=0.0, help="work time per call")
     p.add_argument("--concurrency", type=int, default=64, help="max concurrent handlers")
     p.add_argument("--queue", type=int, default=256, help="max queued calls before RESOURCE_EXHAUSTED")
     p.add_argument("--downstream", default=None, help="HOST:PORT of the next hop (omit for a leaf)")
-    p.add_argument("--downstream-timeout", type=float, default=None, help="timeout for downstream calls, seconds")
-    p.add_argument("--config", default=None, help="resilience configuration for downstream calls (name or YAML)")
-    p.add_argument("--enable-faults", action="store_true", help="turn the fault switch on (else DRILL_FAULT_ENABLED)")
-    p.add_argument("--seed", type=int, default=None, help="hit seed (else DRILL_FAULT_SEED / DRILL_FAULT_DRILL_ID)")
+    p.add_argument(
+        "--downstream-timeout", type=float, default=None, help="timeout for downstream calls, seconds"
+    )
+    p.add_argument(
+        "--config", default=None, help="resilience configuration for downstream calls (name or YAML)"
+    )
+    p.add_argument(
+        "--enable-faults", action="store_true", help="turn the fault switch on (else DRILL_FAULT_ENABLED)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=None, help="hit seed (else DRILL_FAULT_SEED / DRILL_FAULT_DRILL_ID)"
+    )
     p.add_argument("--port-file", default=None, help="write the bound gRPC port here once serving")
+    p.add_argument("--ready-file", default=None, help="write {port, metrics_port, pid} (JSON) once serving")
+    p.add_argument(
+        "--admission", action="store_true", help="every attempt pays capacity, even injected faults"
+    )
+    p.add_argument("--shed-code", default="RESOURCE_EXHAUSTED", help="status of calls shed by capacity")
+    p.add_argument("--instance-id", default=None, help="instance id (else DRILL_INSTANCE_ID or host:pid)")
+    p.add_argument(
+        "--keepalive-ms",
+        type=int,
+        default=None,
+        help="server keepalive ping interval (grpc.keepalive_time_ms)",
+    )
+    p.add_argument(
+        "--max-idle-ms",
+        type=int,
+        default=None,
+        help="close idle connections after this (grpc.max_connection_idle_ms)",
+    )
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -76,23 +131,39 @@ async def _serve(args: argparse.Namespace) -> int:
         overrides["enabled"] = True
     if args.seed is not None:
         overrides["seed"] = args.seed
+    if args.instance_id:
+        overrides["instance_id"] = args.instance_id
     settings = FaultSettings.from_env(**overrides)
     downstream = None
     channel = None
     if args.downstream:
         downstream, channel = await _make_downstream(args, settings)
+    metrics_port = 0
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.host)
+        http, _thread = start_http_server(max(0, args.metrics_port), addr=args.host)
+        metrics_port = http.server_port
+    options = []
+    if args.keepalive_ms:
+        options += [("grpc.keepalive_time_ms", args.keepalive_ms), ("grpc.keepalive_timeout_ms", 1000)]
+    if args.max_idle_ms:
+        options.append(("grpc.max_connection_idle_ms", args.max_idle_ms))
     server, port, _ = await start_server(
         port=args.port,
         host=args.host,
         settings=settings,
-        capacity=Capacity(args.concurrency, args.queue, args.work_ms),
+        capacity=Capacity(args.concurrency, args.queue, args.work_ms, args.shed_code.upper()),
         downstream=downstream,
+        admission=args.admission,
+        server_options=tuple(options),
     )
     if args.port_file:
         with open(args.port_file, "w") as fh:
             fh.write(str(port))
+    if args.ready_file:
+        tmp = args.ready_file + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"port": port, "metrics_port": metrics_port, "pid": os.getpid()}, fh)
+        os.replace(tmp, args.ready_file)
     log.warning(
         "serving %s on %s:%d (faults %s, seed %d, tenants %s), metrics on :%s",
         settings.service,
@@ -101,7 +172,7 @@ async def _serve(args: argparse.Namespace) -> int:
         "ON" if settings.enabled else "off",
         settings.seed,
         ",".join(sorted(settings.tenants)),
-        args.metrics_port or "-",
+        metrics_port or "-",
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -120,10 +191,23 @@ async def _make_downstream(args: argparse.Namespace, settings: FaultSettings):
         from harness.resilience.caller import downstream_for  # issue 3: resilience layer
 
         return await downstream_for(args.downstream, args.config, service=settings.service)
-    channel = aio.insecure_channel(
-        args.downstream, interceptors=[DrillClientInterceptor(service=settings.service, target=args.downstream)]
-    )
-    return plain_downstream(channel, args.downstream_timeout), channel
+    channels = [
+        aio.insecure_channel(
+            addr, interceptors=[DrillClientInterceptor(service=settings.service, target=addr)]
+        )
+        for addr in args.downstream.split(",")
+        if addr.strip()
+    ]
+    return plain_downstream(channels, args.downstream_timeout), _Closer(channels)
+
+
+class _Closer:
+    def __init__(self, channels) -> None:
+        self.channels = channels
+
+    async def close(self) -> None:
+        for c in self.channels:
+            await c.close()
 
 
 def run(args: argparse.Namespace) -> int:
