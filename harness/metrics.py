@@ -68,6 +68,11 @@ SERVER_CALLS = Counter(
     "Server calls by final status, traffic class and injected fault (per-service error rate, amplification).",
     ["service", "grpc_method", "grpc_status", "traffic", "fault_mode"],
 )
+SERVER_SHED = Counter(
+    "drill_server_shed",
+    "Calls refused by a demo hop's bounded capacity before the fault interceptor (overload).",
+    ["service", "grpc_method"],
+)
 DEADLINE_GAP = Histogram(
     "drill_deadline_gap_seconds",
     "How long after the edge caller's deadline this server finished the call.",
