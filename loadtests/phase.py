@@ -44,7 +44,7 @@ class PhaseState:
             self.fault_active = bool(fault_active)
             if not self.export:
                 return
-            names = set(self._phases) | {phase, STEADY_PHASE, STEADY_FAULT_PHASE}
+            names = set(self._phases) | {phase} if self._phases else {phase, STEADY_PHASE, STEADY_FAULT_PHASE}
             for name in names:
                 m.PHASE.labels(self.plan, name).set(1 if name == phase else 0)
             m.FAULT_ACTIVE.labels(self.plan).set(1 if fault_active else 0)

@@ -56,13 +56,14 @@ class DrillShape(LoadTestShape):
         return self.runner.environment.parsed_options
 
     def _run_timeline(self, opts: drill_options.DrillOptions) -> None:
-        start = self.get_run_time()
+        """Publish each phase at its boundary, measured from the shape's start (not the 1 s tick)."""
         at = 0.0
-        for phase in opts.phases:
-            gevent.sleep(max(0.0, start + at - self.get_run_time()))
-            publish(self.runner, phase.name, phase.fault)
+        for i, phase in enumerate(opts.phases):
+            if i:
+                gevent.sleep(max(0.0, at - self.get_run_time()))
+                publish(self.runner, phase.name, phase.fault)
             at += phase.seconds
-        gevent.sleep(max(0.0, start + at - self.get_run_time()))
+        gevent.sleep(max(0.0, at - self.get_run_time()))
         STATE.finish()
         if type(self.runner).__name__ == "MasterRunner":
             self.runner.send_message(PHASE_MESSAGE, {"phase": drill_options.DONE_PHASE, "fault": False})
@@ -77,6 +78,8 @@ class DrillShape(LoadTestShape):
                 return None
             return (int(parsed.num_users or 1), float(parsed.spawn_rate or 1))
         if self._timeline is None:
+            first = opts.phases[0]
+            publish(self.runner, first.name, first.fault)
             self._timeline = gevent.spawn(self._run_timeline, opts)
         if run_time >= opts.total_seconds:
             return None

@@ -1,0 +1,200 @@
+"""Process helpers for the Locust profile tests: `drill serve` and `locust` as subprocesses.
+
+Nothing here imports locust or gevent: every Locust run is a headless subprocess
+in its own process group (killed on exit, even on failure), talking to a `drill
+serve` subprocess on 127.0.0.1 with free ports. Client-side metrics are scraped
+from the Locust processes while they run; Locust's own stats come from `--csv`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import ROOT, free_port
+
+VENV_BIN = pathlib.Path(sys.executable).parent
+LOCUST = str(VENV_BIN / "locust")
+PROFILES = ROOT / "loadtests" / "profiles"
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Stop a process group we created: SIGINT, then SIGKILL after a grace period."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=5)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=5)
+
+
+def wait_port(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """One /metrics scrape as {(sample name, sorted labels): value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+        text = r.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def total(samples: dict, name: str, **labels: str) -> float:
+    """Sum of samples named `name` whose labels include `labels`."""
+    return sum(
+        v for (n, lab), v in samples.items() if n == name and all(dict(lab).get(k) == x for k, x in labels.items())
+    )
+
+
+@dataclasses.dataclass
+class DrillServer:
+    port: int
+    metrics_port: int
+    proc: subprocess.Popen
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def metrics(self) -> dict:
+        return scrape(self.metrics_port)
+
+
+@pytest.fixture
+def drill_server(tmp_path):
+    """A `drill serve` subprocess with the fault switch on (seed 7)."""
+    port, mport = free_port(), free_port()
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--metrics-port", str(mport)]
+        + ["--enable-faults", "--seed", "7", "--service", "demo"],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_port(port)
+        wait_port(mport)
+        yield DrillServer(port, mport, proc)
+    finally:
+        kill_group(proc)
+        log.close()
+
+
+class Scraper(threading.Thread):
+    """Scrapes some ports every `interval` s while a run lasts; keeps the last good scrape per port."""
+
+    def __init__(self, ports: list[int], interval: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.ports = ports
+        self.interval = interval
+        self.last: dict[int, dict] = {}
+        self.history: dict[int, list[dict]] = {p: [] for p in ports}
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            for p in self.ports:
+                try:
+                    snap = scrape(p)
+                except OSError:
+                    continue
+                self.last[p] = snap
+                self.history[p].append(snap)
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+
+
+@dataclasses.dataclass
+class LocustRun:
+    rc: int
+    log: str
+    stats: list[dict[str, str]]
+    failures: list[dict[str, str]]
+    scraped: dict[int, dict]
+    history: dict[int, list[dict]]
+
+    def row(self, request_type: str, name: str) -> dict[str, str] | None:
+        return next((r for r in self.stats if r["Type"] == request_type and r["Name"] == name), None)
+
+    def median_ms(self, name: str, request_type: str = "grpc") -> float:
+        row = self.row(request_type, name)
+        assert row is not None, f"no {request_type} {name} row in Locust stats: {self.stats}"
+        return float(row["50%"])
+
+
+def run_locust(
+    tmp_path: pathlib.Path,
+    host: str,
+    *args: str,
+    profile: str | None = "smoke",
+    scrape_ports: list[int] = (),
+    timeout: float = 60.0,
+    tag: str = "run",
+) -> LocustRun:
+    """Run `locust` headless to completion (bounded by `timeout`), scraping `scrape_ports` meanwhile."""
+    prefix = tmp_path / tag
+    cmd = [LOCUST]
+    if profile:
+        cmd += ["--config", str(PROFILES / f"{profile}.conf")]
+    cmd += ["--host", host, "--headless", "--csv", str(prefix), "--exit-code-on-error", "0", *args]
+    log_path = tmp_path / f"{tag}.log"
+    scraper = Scraper(list(scrape_ports)) if scrape_ports else None
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            if scraper:
+                scraper.start()
+            rc = proc.wait(timeout=timeout)
+        finally:
+            kill_group(proc)
+            if scraper:
+                scraper.stop()
+    text = log_path.read_text()
+
+    def read(path: pathlib.Path) -> list[dict[str, str]]:
+        if not path.exists():
+            return []
+        with open(path, newline="") as fh:
+            return list(csv.DictReader(fh))
+
+    return LocustRun(
+        rc=rc,
+        log=text,
+        stats=read(pathlib.Path(f"{prefix}_stats.csv")),
+        failures=read(pathlib.Path(f"{prefix}_failures.csv")),
+        scraped=scraper.last if scraper else {},
+        history=scraper.history if scraper else {},
+    )

@@ -1,0 +1,110 @@
+"""The `--drill-*` option parsing the drill runner relies on (no locust in this process)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+
+from loadtests import options
+from tests.conftest import ROOT
+
+
+def test_option_and_phase_modules_import_neither_locust_nor_gevent():
+    code = (
+        "import sys, loadtests, loadtests.options, loadtests.phase; "
+        "bad = {'locust', 'gevent'} & set(sys.modules); assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=30)
+
+
+def test_phases_parse_in_order_and_mark_the_fault_phase():
+    phases = options.parse_phases("warmup=10, fault=20,recovery=2.5")
+    assert [(p.name, p.seconds, p.fault) for p in phases] == [
+        ("warmup", 10.0, False),
+        ("fault", 20.0, True),
+        ("recovery", 2.5, False),
+    ]
+
+
+@pytest.mark.parametrize("text", ["", "  ", None])
+def test_empty_phases_mean_no_shape(text):
+    assert options.parse_phases(text) == ()
+
+
+@pytest.mark.parametrize("text", ["warmup", "fault=0", "fault=-1", "=3", "a=1,a=2", "fault=x"])
+def test_bad_phases_are_refused(text):
+    with pytest.raises(ValueError):
+        options.parse_phases(text)
+
+
+def test_weights_default_to_one_each_and_parse_both_classes():
+    assert options.parse_weights("") == {"organic": 1, "drill": 1}
+    assert options.parse_weights("organic=3,drill=1") == {"organic": 3, "drill": 1}
+    assert options.parse_weights("drill=2") == {"organic": 1, "drill": 2}
+
+
+@pytest.mark.parametrize("text", ["organic=0", "bots=2", "organic"])
+def test_bad_weights_are_refused(text):
+    with pytest.raises(ValueError):
+        options.parse_weights(text)
+
+
+def _ns(**kw):
+    base = dict(
+        drill_tenant="tenant-drill",
+        drill_directive="",
+        drill_ratio=100,
+        drill_target="",
+        drill_instances="",
+        drill_config="none",
+        drill_plan="adhoc",
+        drill_phases="",
+        drill_users=20,
+        drill_weights="",
+        drill_rate=0.0,
+        drill_timeout=2.0,
+        drill_cancel_ms="",
+        drill_cancel_share=0,
+        drill_metrics_port="",
+    )
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+def test_namespace_defaults_match_the_documented_interface():
+    o = options.from_namespace(_ns())
+    assert o.tenant == "tenant-drill"
+    assert o.directive is None and o.ratio == 100 and o.target is None and o.instances is None
+    assert o.config == "none" and o.plan == "adhoc" and o.phases == ()
+    assert o.users == 20 and o.rate == 0.0 and o.timeout == 2.0
+    assert o.cancel_ms is None and o.metrics_port is None
+
+
+def test_namespace_carries_every_drill_value():
+    o = options.from_namespace(
+        _ns(
+            drill_directive="abort:UNAVAILABLE",
+            drill_ratio=30,
+            drill_target="b",
+            drill_instances="50",
+            drill_phases="warmup=1,fault=2",
+            drill_cancel_ms="5",
+            drill_cancel_share=10,
+            drill_metrics_port="9700",
+        )
+    )
+    assert (o.directive, o.ratio, o.target, o.instances) == ("abort:UNAVAILABLE", 30, "b", 50)
+    assert o.total_seconds == 3.0
+    assert (o.cancel_ms, o.cancel_share, o.metrics_port) == (5.0, 10, 9700)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"drill_ratio": 101}, {"drill_cancel_share": -1}, {"drill_instances": "200"}, {"drill_timeout": 0}],
+)
+def test_out_of_range_values_are_refused(kw):
+    with pytest.raises(ValueError):
+        options.from_namespace(_ns(**kw))

@@ -1,0 +1,49 @@
+"""Profiles are Locust config files that name the locustfile and only known options."""
+
+from __future__ import annotations
+
+import re
+
+from tests.loadtests.conftest import PROFILES
+
+KNOWN_DRILL = {
+    "drill-tenant", "drill-directive", "drill-ratio", "drill-target", "drill-instances", "drill-config",
+    "drill-plan", "drill-phases", "drill-users", "drill-weights", "drill-rate", "drill-timeout",
+    "drill-cancel-ms", "drill-cancel-share", "drill-metrics-port", "drill-metrics-host",
+    "drill-metrics-fixed", "drill-threadpool",
+}  # fmt: skip
+
+
+def _keys(path):
+    keys = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.partition("=")
+        keys[key.strip()] = value.strip()
+    return keys
+
+
+def test_every_profile_points_at_the_locustfile_and_uses_known_drill_options():
+    profiles = sorted(PROFILES.glob("*.conf"))
+    assert {p.stem for p in profiles} >= {"smoke", "throughput"}
+    for path in profiles:
+        keys = _keys(path)
+        assert keys.get("locustfile") == "loadtests/locustfile.py", path
+        unknown = {k for k in keys if k.startswith("drill-")} - KNOWN_DRILL
+        assert not unknown, f"{path.name}: unknown options {unknown}"
+
+
+def test_smoke_profile_has_no_shape_and_a_partial_ratio():
+    keys = _keys(PROFILES / "smoke.conf")
+    assert not keys.get("drill-phases")
+    assert keys.get("drill-directive")
+    assert 0 < int(keys["drill-ratio"]) < 100
+
+
+def test_shaped_profiles_name_a_fault_phase():
+    for path in PROFILES.glob("*.conf"):
+        phases = _keys(path).get("drill-phases")
+        if phases:
+            assert re.search(r"(^|,)\s*fault=", phases), path.name

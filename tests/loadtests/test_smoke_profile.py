@@ -1,0 +1,62 @@
+"""The smoke profile against a real `drill serve` with the switch on (the issue's "done when").
+
+One 20 s headless run, 50 users, no shape: both traffic classes show up in the
+client-side metrics, organic traffic gets no injected fault, the drill hit share
+matches the ratio, and CANCELLED is counted in its own category, never as a failure.
+"""
+
+from __future__ import annotations
+
+from tests.conftest import free_port
+from tests.loadtests.conftest import run_locust, total
+
+RATIO = 30
+
+
+def test_smoke_run_separates_traffic_classes_and_hits_drill_at_the_ratio(tmp_path, drill_server):
+    mport = free_port()
+    run = run_locust(
+        tmp_path,
+        drill_server.host,
+        "-u", "50", "-r", "50", "-t", "20s",
+        "--drill-ratio", str(RATIO),
+        "--drill-metrics-port", str(mport),
+        scrape_ports=[mport],
+        timeout=60,
+    )  # fmt: skip
+    assert run.rc == 0, run.log[-3000:]
+    assert "Traceback" not in run.log, run.log[-3000:]
+    client = run.scraped[mport]
+    server = drill_server.metrics()
+    calls = "drill_client_calls_total"
+
+    # Both traffic classes, each well over 100 calls.
+    organic = total(client, calls, traffic="organic")
+    drill = total(client, calls, traffic="drill")
+    assert organic > 100 and drill > 100, (organic, drill)
+
+    # Organic traffic: untagged, all OK client-side, never faulted server-side.
+    assert total(client, calls, traffic="organic", grpc_status="OK") == organic
+    assert total(client, calls, traffic="organic", fault_mode="none") == organic
+    assert total(server, "drill_server_calls_total", traffic="organic") > 100
+    assert total(server, "drill_server_calls_total", traffic="organic", fault_mode="none") == total(
+        server, "drill_server_calls_total", traffic="organic"
+    )
+
+    # Drill hits at the ratio, client-side (UNAVAILABLE among non-cancelled drill calls) and server-side.
+    finished = drill - total(client, calls, traffic="drill", grpc_status="CANCELLED")
+    hit_share = total(client, calls, traffic="drill", grpc_status="UNAVAILABLE") / finished
+    assert abs(hit_share * 100 - RATIO) < 7, hit_share
+    server_drill = total(server, "drill_server_calls_total", traffic="drill")
+    server_hits = total(server, "drill_fault_hits_total", mode="abort")
+    assert abs(server_hits / server_drill * 100 - RATIO) < 7, (server_hits, server_drill)
+
+    # CANCELLED: counted apart in Locust's stats and in the metrics, never a failure.
+    cancelled = run.row("grpc-cancelled", "drill/Call")
+    assert cancelled is not None and int(cancelled["Request Count"]) > 0, run.stats
+    assert int(cancelled["Failure Count"]) == 0
+    assert total(client, calls, traffic="drill", grpc_status="CANCELLED") > 0
+    assert all("CANCELLED" not in f["Error"] for f in run.failures), run.failures
+    # Failures are grouped by status (one row), not one traceback per request.
+    assert [f["Error"] for f in run.failures] == ["GrpcStatusError('UNAVAILABLE (server-fault)')"]
+    assert int(run.row("grpc", "organic/Call")["Failure Count"]) == 0
