@@ -52,7 +52,9 @@ async def serve_aio(mode: str) -> None:
 
 
 def serve_sync(mode: str) -> None:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), interceptors=interceptors(mode, sync=True))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=64), interceptors=interceptors(mode, sync=True)
+    )
     drill_pb2_grpc.add_DemoServicer_to_server(Sync(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

@@ -99,7 +99,9 @@ def main() -> None:
     for flavour in flavours:
         res = bench(flavour, args.seconds, args.rounds, args.concurrency)
         base_rps, base_cpu = res["baseline"]
-        print(f"\n{flavour}: median of {args.rounds} interleaved rounds x {args.seconds:g}s, {args.concurrency} in flight")
+        print(
+            f"\n{flavour}: median of {args.rounds} interleaved rounds x {args.seconds:g}s, {args.concurrency} in flight"
+        )
         print(f"{'mode':<10}{'calls/s':>10}{'ratio':>8}{'server µs/call':>16}{'cpu ratio':>11}")
         for mode in MODES:
             r, c = res[mode]

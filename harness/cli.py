@@ -12,9 +12,15 @@ import sys
 
 #: name -> (module, one-line help). A module provides add_arguments(parser) and run(args) -> int.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("harness.drills.cli_demo", "run the embedded demo drill (topology + load + MTTR report), no Docker"),
+    "demo": (
+        "harness.drills.cli_demo",
+        "run the embedded demo drill (topology + load + MTTR report), no Docker",
+    ),
     "run": ("harness.drills.cli_run", "run a drill plan (YAML) and write results.json and report.html"),
-    "analyze": ("harness.drills.cli_analyze", "compute MTTR and the report from a Prometheus that watched a drill"),
+    "analyze": (
+        "harness.drills.cli_analyze",
+        "compute MTTR and the report from a Prometheus that watched a drill",
+    ),
     "serve": ("harness.serve", "serve one demo hop with the fault interceptor"),
     "hits": ("harness.hits_cli", "preview which request ids (stdin) a directive would hit"),
     "client": ("harness.client_cli", "send tagged and untagged calls to a service and summarise"),
@@ -24,7 +30,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="drill", description="Chaos drills for gRPC services, with measured MTTR.")
+    parser = argparse.ArgumentParser(
+        prog="drill", description="Chaos drills for gRPC services, with measured MTTR."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

@@ -62,7 +62,9 @@ class TcpStateCollector(Collector):
 
     def collect(self):
         family = GaugeMetricFamily(
-            TCP_CONNECTIONS_NAME, "TCP sockets on the server's ports by kernel state.", labels=["port", "state"]
+            TCP_CONNECTIONS_NAME,
+            "TCP sockets on the server's ports by kernel state.",
+            labels=["port", "state"],
         )
         for (port, state), n in sorted(count_states(self.ports).items()):
             family.add_metric([str(port), state], n)

@@ -24,7 +24,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         parse_directive(args.directive, max_delay_ms=10**9)
     except DirectiveError as err:
-        print(f"drill hits: servers would reject this directive ({err}); nothing would be hit", file=sys.stderr)
+        print(
+            f"drill hits: servers would reject this directive ({err}); nothing would be hit", file=sys.stderr
+        )
         return 2
     seed = args.seed if args.seed is not None else seed_from_drill_id(args.drill_id)
     hits = total = 0

@@ -117,6 +117,11 @@ BREAKER_TRANSITIONS = Counter(
 BALANCER_PICKS = Counter(
     "drill_balancer_picks", "Backend picks by the balancer.", ["service", "backend", "config"]
 )
+FAIL_FAST = Counter(
+    "drill_fail_fast",
+    "Logical calls answered without (more) downstream attempts: breaker open, no backend, early deadline give-up.",
+    ["service", "grpc_method", "config", "reason"],
+)
 
 # --- connections and drill timeline -------------------------------------------------------
 TCP_CONNECTIONS_NAME = "drill_tcp_connections"  # collected by harness.conntrack, labels port, state

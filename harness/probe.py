@@ -109,7 +109,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ho.add_argument("--count", type=int, default=1, help="connections to open (default 1)")
     ho.add_argument("--timeout", type=float, default=5.0, help="seconds to watch (default 5)")
     ho.add_argument("--no-preface", action="store_true", help="do not send the HTTP/2 client preface first")
-    ho.add_argument("--json", action="store_true", help="print JSON (one summary object plus per-connection rows)")
+    ho.add_argument(
+        "--json", action="store_true", help="print JSON (one summary object plus per-connection rows)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,7 +121,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         results = half_open(
-            host.strip("[]"), int(port_text), count=args.count, timeout_s=args.timeout, send_preface=not args.no_preface
+            host.strip("[]"),
+            int(port_text),
+            count=args.count,
+            timeout_s=args.timeout,
+            send_preface=not args.no_preface,
         )
     except ValueError as err:
         print(f"drill probe: {err}", file=sys.stderr)

@@ -12,8 +12,10 @@ import dataclasses
 import time
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class CallScope:
+    """Set by the server interceptor at handler entry; read-only for everyone else."""
+
     service: str
     method: str
     request_id: str = ""

@@ -98,7 +98,7 @@ class ServerCore:
         """Called at handler entry: deadline bookkeeping, span, started counter."""
         if time_remaining is not None:
             now_mono = time.monotonic()
-            plan.scope = dataclasses.replace(plan.scope, deadline_monotonic=now_mono + time_remaining)
+            plan.scope.deadline_monotonic = now_mono + time_remaining
             if plan.deadline_wall is None:
                 plan.deadline_wall = time.time() + time_remaining
         if self.metrics:
@@ -152,7 +152,9 @@ class ServerCore:
             service=self.service,
             method=plan.method,
             mode=d.mode.value,
-            argument=(str(d.delay_ms) if d.mode is not Mode.ABORT else directive.argument) if directive else "",
+            argument=(str(d.delay_ms) if d.mode is not Mode.ABORT else directive.argument)
+            if directive
+            else "",
             ratio=d.ratio,
             seed=self.settings.seed,
             instance=self.settings.instance_id,

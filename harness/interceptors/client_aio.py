@@ -12,9 +12,9 @@ import time
 import grpc
 from grpc import aio
 
+from harness.headers import DEFAULT_DRILL_TENANT
 from harness.interceptors._client_core import ORGANIC, ClientRecorder, Tagging, outgoing_metadata, traffic_of
 from harness.interceptors._server_core import method_label
-from harness.headers import DEFAULT_DRILL_TENANT
 
 
 class DrillClientInterceptor(aio.UnaryUnaryClientInterceptor):
@@ -116,7 +116,9 @@ class DrillClientInterceptor(aio.UnaryUnaryClientInterceptor):
             elapsed = time.perf_counter() - start
             rec.attempt_finished(method, code, elapsed)
             if self.record_calls:
-                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic_of(tenant, self.drill_tenants))
+                rec.call_finished(
+                    method, code, elapsed, tagging.fault_mode, traffic_of(tenant, self.drill_tenants)
+                )
         return call
 
 

@@ -53,7 +53,10 @@ def test_signed_directives_inject_and_unsigned_ones_do_not():
 
     ok, code, calls = asyncio.run(main())
     assert ok.payload == "spoofed" and code is grpc.StatusCode.INTERNAL and calls == 1
-    assert sample("drill_fault_skipped_total", service="tok", grpc_method="drill.v1.Demo/Call", reason="token") == 1
+    assert (
+        sample("drill_fault_skipped_total", service="tok", grpc_method="drill.v1.Demo/Call", reason="token")
+        == 1
+    )
 
 
 def test_spans_carry_drill_attributes_and_audit_lines_and_exemplars_carry_the_trace_id(caplog):
@@ -88,7 +91,9 @@ def test_spans_carry_drill_attributes_and_audit_lines_and_exemplars_carry_the_tr
     )
     body = urllib.request.urlopen(req, timeout=5).read().decode()
     assert any(
-        line.startswith("drill_server_latency_seconds_bucket") and 'service="traced"' in line and trace_id in line
+        line.startswith("drill_server_latency_seconds_bucket")
+        and 'service="traced"' in line
+        and trace_id in line
         for line in body.splitlines()
     )
 
@@ -96,7 +101,12 @@ def test_spans_carry_drill_attributes_and_audit_lines_and_exemplars_carry_the_tr
 def _drill(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], input=stdin, capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "harness.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
 
 
@@ -127,7 +137,9 @@ def test_half_open_probe_reports_what_the_server_did_and_tcp_states_are_counted(
         async with aio_server(s) as (port, _):
             watch_port(port)
             loop = asyncio.get_running_loop()
-            results = await loop.run_in_executor(None, lambda: half_open("127.0.0.1", port, count=5, timeout_s=3))
+            results = await loop.run_in_executor(
+                None, lambda: half_open("127.0.0.1", port, count=5, timeout_s=3)
+            )
             listening = count_states([port])
             return summarize(results), listening, port
 

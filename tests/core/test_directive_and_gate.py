@@ -145,8 +145,13 @@ def test_secret_requires_a_valid_token_and_a_spoofed_tenant_alone_injects_nothin
     assert gate.decide(md(x_fault="abort:UNAVAILABLE", x_drill_token=tok)).outcome is Outcome.HIT
     # A token for another directive or request id does not transfer.
     assert gate.decide(md(x_fault="drop:100", x_drill_token=tok)).reason == "token"
-    assert gate.decide(md(x_fault="abort:UNAVAILABLE", x_request_id="req-2", x_drill_token=tok)).reason == "token"
-    expired = token.sign("s3cret", request_id="req-1", tenant="tenant-drill", directive="abort:UNAVAILABLE", now=0)
+    assert (
+        gate.decide(md(x_fault="abort:UNAVAILABLE", x_request_id="req-2", x_drill_token=tok)).reason
+        == "token"
+    )
+    expired = token.sign(
+        "s3cret", request_id="req-1", tenant="tenant-drill", directive="abort:UNAVAILABLE", now=0
+    )
     assert gate.decide(md(x_fault="abort:UNAVAILABLE", x_drill_token=expired)).reason == "token"
 
 
@@ -171,13 +176,17 @@ def test_fuzz_parser_only_ever_returns_a_directive_or_a_reasoned_rejection(raw):
         assert 0 <= d.low_ms <= d.high_ms <= 60_000
 
 
-_keys = st.sampled_from([h.TENANT, h.FAULT, h.FAULT_RATIO, h.FAULT_TARGET, h.FAULT_INSTANCES, h.REQUEST_ID, h.DRILL_TOKEN])
+_keys = st.sampled_from(
+    [h.TENANT, h.FAULT, h.FAULT_RATIO, h.FAULT_TARGET, h.FAULT_INSTANCES, h.REQUEST_ID, h.DRILL_TOKEN]
+)
 
 
 @settings(max_examples=600, deadline=None)
 @given(st.dictionaries(_keys, _text, max_size=7), st.booleans())
 def test_fuzz_gate_never_raises_and_hits_are_always_safe(metadata, with_secret):
-    s = FaultSettings(enabled=True, seed=3, service="svc", secret="k" if with_secret else None, max_delay_ms=1000)
+    s = FaultSettings(
+        enabled=True, seed=3, service="svc", secret="k" if with_secret else None, max_delay_ms=1000
+    )
     d = FaultGate(s).decide(metadata)
     assert isinstance(d.outcome, Outcome)
     if d.outcome is Outcome.HIT:

@@ -42,7 +42,13 @@ def test_drill_id_seeds_from_the_vector_file_header(shared_dir):
 
 @pytest.mark.parametrize(
     "text,expected",
-    [("", 0), ("a", 97), ("hello", 99162322), ("polygenelubricants", -2147483648), ("\U0001f600", 0xD83D * 31 + 0xDE00)],
+    [
+        ("", 0),
+        ("a", 97),
+        ("hello", 99162322),
+        ("polygenelubricants", -2147483648),
+        ("\U0001f600", 0xD83D * 31 + 0xDE00),
+    ],
 )
 def test_jhash_is_java_string_hashcode(text, expected):
     # Values from Java's String.hashCode; the emoji is a surrogate pair in UTF-16.

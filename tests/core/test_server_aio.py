@@ -68,7 +68,12 @@ def test_drop_with_a_shorter_client_deadline_records_the_deadline_gap():
                     await stub.Call(drill_pb2.CallRequest(), timeout=0.8)
                 elapsed = time.perf_counter() - t0
                 for _ in range(50):  # the server records when its task is cancelled
-                    if sample("drill_deadline_gap_seconds_count", service="aio-drop", grpc_method=M, fault_mode="drop"):
+                    if sample(
+                        "drill_deadline_gap_seconds_count",
+                        service="aio-drop",
+                        grpc_method=M,
+                        fault_mode="drop",
+                    ):
                         break
                     await asyncio.sleep(0.02)
                 return info.value, elapsed, servicer.calls
@@ -193,7 +198,9 @@ def test_ratio_hits_follow_the_request_id(caplog):
     observed = asyncio.run(main())
     expected = {rid: is_hit(11, rid, "abort:INTERNAL", 25) for rid in ids}
     assert observed == expected
-    audited = [r.getMessage() for r in caplog.records if r.name == "drill.audit" and '"fault_hit"' in r.getMessage()]
+    audited = [
+        r.getMessage() for r in caplog.records if r.name == "drill.audit" and '"fault_hit"' in r.getMessage()
+    ]
     assert len(audited) == sum(expected.values())
     assert all('"seed":11' in line and '"instance":"aio-ratio-0"' in line for line in audited)
 

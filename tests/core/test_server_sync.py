@@ -35,7 +35,10 @@ def test_delay_runs_the_handler_and_answers_late():
 
 
 def test_abort_without_running_the_handler():
-    with sync_server(settings("sync-abort")) as (port, servicer), sync_stub(port, drill("abort:UNAVAILABLE")) as stub:
+    with (
+        sync_server(settings("sync-abort")) as (port, servicer),
+        sync_stub(port, drill("abort:UNAVAILABLE")) as stub,
+    ):
         with pytest.raises(grpc.RpcError) as info:
             stub.Call(drill_pb2.CallRequest())
     assert info.value.code() is grpc.StatusCode.UNAVAILABLE
@@ -98,7 +101,9 @@ def test_foreign_tenant_and_bad_directives_pass_untouched():
             stub.Call(drill_pb2.CallRequest())
     assert servicer.calls == 201
     assert sample("drill_fault_skipped_total", service="sync-gates", grpc_method=M, reason="tenant") == 200
-    assert sample("drill_fault_rejected_total", service="sync-gates", grpc_method=M, reason="unknown_code") == 1
+    assert (
+        sample("drill_fault_rejected_total", service="sync-gates", grpc_method=M, reason="unknown_code") == 1
+    )
 
 
 def test_switch_off_returns_the_original_handler_untouched():

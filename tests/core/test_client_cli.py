@@ -1,0 +1,31 @@
+"""`drill client --spawn`: a real `drill serve` subprocess, tagged and untagged calls, a summary."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def test_client_spawn_reports_hits_by_mode_and_error_rate_without_cancelled():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "160"}
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "client", "--spawn", "--calls", "150", "--ratio", "100",
+         "--directive", "abort:UNAVAILABLE", "--directive", "delay:300", "--cancel-ms", "50"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {}
+    for line in out.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 7 and cells[0] in ("drill", "organic"):
+            rows[(cells[0], cells[1])] = cells
+    # 150 organic calls all OK; 75 aborted drill calls all errors; 75 delayed calls all cancelled.
+    assert rows[("organic", "none")][2:4] == ["150", "150"]
+    assert rows[("drill", "abort")][2] == "75" and rows[("drill", "abort")][5] == "75"
+    assert rows[("drill", "abort")][6] == "100.0%"
+    assert rows[("drill", "delay")][4] == "75"  # all CANCELLED...
+    assert rows[("drill", "delay")][6] == "-"  # ...so no error rate at all, not 100%
+    assert "abort=75" in out.stdout and "delay=75" in out.stdout
