@@ -55,9 +55,7 @@ class Exponential:
 class FullJitter:
     """`uniform(0, min(cap, base·2^(n−1)))`: the AWS winner and gRFC A6's formula."""
 
-    def __init__(
-        self, base: float, cap: float, multiplier: float = 2.0, rng: _random.Random | None = None
-    ) -> None:
+    def __init__(self, base: float, cap: float, multiplier: float = 2.0, rng: _random.Random | None = None) -> None:
         self.base, self.cap, self.multiplier = base, cap, multiplier
         self.rng = rng or _random.Random()
 

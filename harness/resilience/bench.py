@@ -37,6 +37,8 @@ class HopRecorder(aio.ServerInterceptor):
         #: (finished wall time, origin deadline or None) per call.
         self.ends: list[tuple[float, float | None]] = []
         self.previous_attempts: list[tuple[str, str, str]] = []
+        #: `time_remaining()` each handler saw at entry (None = the caller set no deadline).
+        self.remaining: list[float | None] = []
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -56,6 +58,7 @@ class HopRecorder(aio.ServerInterceptor):
         inner = handler.unary_unary
 
         async def unary(request, context):
+            self.remaining.append(context.time_remaining())
             try:
                 return await inner(request, context)
             finally:
@@ -97,16 +100,12 @@ class Topology:
             await hop.server.stop(None)
 
 
-async def start_hop(
-    service: str, *, faults: bool = True, seed: int = 7, downstream=None, instance: str = ""
-) -> Hop:
+async def start_hop(service: str, *, faults: bool = True, seed: int = 7, downstream=None, instance: str = "") -> Hop:
     from harness.serve import start_server  # late: serve imports the resilience layer lazily too
 
     rec = HopRecorder()
     settings = FaultSettings(enabled=faults, service=service, seed=seed, instance_id=instance or service)
-    server, port, _ = await start_server(
-        port=0, settings=settings, downstream=downstream, extra_interceptors=[rec]
-    )
+    server, port, _ = await start_server(port=0, settings=settings, downstream=downstream, extra_interceptors=[rec])
     return Hop(service, f"127.0.0.1:{port}", server, rec)
 
 
@@ -123,9 +122,7 @@ async def start_chain(
         hop.caller = caller  # what this hop uses to reach hop i+1 (None for the leaf)
         hops.insert(0, hop)
         if i > 1:
-            caller = ResilientCaller(
-                [hop.address], cfg, service=f"{prefix}{i - 1}", rng=random.Random(seed_rng + i)
-            )
+            caller = ResilientCaller([hop.address], cfg, service=f"{prefix}{i - 1}", rng=random.Random(seed_rng + i))
             downstream = as_downstream(caller)
     return Topology(hops)
 
@@ -239,10 +236,7 @@ async def measure_balancing(
 ) -> dict[str, Any]:
     """`backends` replicas, `slow` of them delay drill traffic by `delay_ms`: share of picks to the slow."""
 
-    hops = [
-        await start_hop("balanced", faults=i < slow, seed=seed, instance=f"balanced-{i}")
-        for i in range(backends)
-    ]
+    hops = [await start_hop("balanced", faults=i < slow, seed=seed, instance=f"balanced-{i}") for i in range(backends)]
     slow_addrs = {hop.address for hop in hops[:slow]}
     caller = ResilientCaller(
         [hop.address for hop in hops],
@@ -298,9 +292,7 @@ async def measure_deadline_gap(
         rng=random.Random(seed),
     )
     try:
-        result = await drive(
-            edge, requests, concurrency=1, time_limit_s=requests * 3.0, timeout=client_deadline_s
-        )
+        result = await drive(edge, requests, concurrency=1, time_limit_s=requests * 3.0, timeout=client_deadline_s)
         await asyncio.sleep(0.2)  # let cancelled handlers finish unwinding
     finally:
         await edge.close()

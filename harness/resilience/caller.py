@@ -42,9 +42,7 @@ PREVIOUS_ATTEMPTS_FALLBACK = "x-drill-previous-rpc-attempts"
 DEMO_SERVICE = "drill.v1.Demo"
 
 
-def rpc_error(
-    code: grpc.StatusCode, details: str, trailing: Sequence[tuple[str, str]] = ()
-) -> aio.AioRpcError:
+def rpc_error(code: grpc.StatusCode, details: str, trailing: Sequence[tuple[str, str]] = ()) -> aio.AioRpcError:
     """An `AioRpcError` for a call answered locally (fail fast, early give-up)."""
     return aio.AioRpcError(code, aio.Metadata(), aio.Metadata(*trailing), details)
 
@@ -147,9 +145,7 @@ class ResilientCaller:
         cur = scope.current()
         md_in = [(k, v) for k, v in (metadata or ()) if k != h.REQUEST_ID]
         present = dict(metadata or ())
-        request_id = (
-            present.get(h.REQUEST_ID) or (cur.request_id if cur is not None else "") or str(uuid.uuid4())
-        )
+        request_id = present.get(h.REQUEST_ID) or (cur.request_id if cur is not None else "") or str(uuid.uuid4())
         fault_mode, traffic = self._labels(present, cur)
         start = time.perf_counter()
         code: grpc.StatusCode = grpc.StatusCode.OK
@@ -212,9 +208,7 @@ class ResilientCaller:
                     if breaker is not None:
                         breaker.release()
                     self._fail_fast(self.service, label, name, "deadline").inc()
-                    raise last or rpc_error(
-                        grpc.StatusCode.DEADLINE_EXCEEDED, "early give-up: deadline too close"
-                    )
+                    raise last or rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "early give-up: deadline too close")
                 attempt_timeout = left if attempt_timeout is None else min(attempt_timeout, left)
             md = [*md_in, (h.REQUEST_ID, request_id), (h.CONFIG, name)]
             if n:

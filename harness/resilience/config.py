@@ -162,9 +162,7 @@ def from_dict(raw: dict[str, Any], source: str = "<dict>") -> ResilienceConfig:
     codes = frozenset(str(c).upper() for c in r.get("codes", ["UNAVAILABLE"]))
     bad = codes - STATUS_NAMES
     if bad or "OK" in codes:
-        raise ConfigError(
-            f"{source}: retry codes not retryable gRPC status names: {sorted(bad | (codes & {'OK'}))}"
-        )
+        raise ConfigError(f"{source}: retry codes not retryable gRPC status names: {sorted(bad | (codes & {'OK'}))}")
     max_attempts = int(r.get("max_attempts", 1))
     if max_attempts < 1:
         raise ConfigError(f"{source}: retry.max_attempts must be ≥ 1")

@@ -91,9 +91,7 @@ def build(spec: dict | None) -> Timeout:
     if kind == "fixed":
         return FixedTimeout(float(spec["seconds"]))
     if kind == "p99":
-        return P99Timeout(
-            **{k: (int(v) if k in ("window", "min_samples") else float(v)) for k, v in spec.items()}
-        )
+        return P99Timeout(**{k: (int(v) if k in ("window", "min_samples") else float(v)) for k, v in spec.items()})
     raise ValueError(f"unknown timeout kind {kind!r}")
 
 

@@ -97,9 +97,7 @@ def test_half_open_to_open_on_a_failed_probe():
     assert b.allow()
 
 
-@pytest.mark.parametrize(
-    "code", ["CANCELLED", "INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "ABORTED"]
-)
+@pytest.mark.parametrize("code", ["CANCELLED", "INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "ABORTED"])
 def test_cancelled_and_client_faults_are_not_failures(code):
     b, t = make(FakeClock())
     for _ in range(20):

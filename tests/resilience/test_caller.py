@@ -1,0 +1,307 @@
+"""The resilient caller against real aio servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import grpc
+import pytest
+from grpc import aio
+
+from harness import scope
+from harness.proto import drill_pb2, drill_pb2_grpc
+from harness.resilience import bench
+from harness.resilience import caller as rcaller
+from harness.resilience import config as rconfig
+from harness.resilience.caller import ResilientCaller, downstream_for
+from tests.conftest import sample, sample_sum
+
+REQ = drill_pb2.CallRequest(payload="p")
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def cfg(base: str, **changes):
+    return bench.with_overrides(rconfig.load(base), **changes)
+
+
+async def _failing_leaf(service: str):
+    return await bench.start_hop(service, seed=3)
+
+
+def test_every_attempt_carries_the_same_request_id_and_its_number():
+    async def go():
+        leaf = await _failing_leaf("rid-leaf")
+        c = ResilientCaller(
+            [leaf.address],
+            rconfig.load("naive"),
+            service="rid-client",
+            tagging=bench.drill_tagging("abort:UNAVAILABLE"),
+        )
+        try:
+            with pytest.raises(aio.AioRpcError) as err:
+                await c.call("Call", REQ)
+            assert err.value.code() is grpc.StatusCode.UNAVAILABLE
+        finally:
+            await c.close()
+            await leaf.server.stop(None)
+        return leaf.recorder.previous_attempts
+
+    seen = run(go())
+    assert len(seen) == 4  # naive: 1 + 3 immediate retries
+    assert len({rid for rid, _, _ in seen}) == 1 and seen[0][0]
+    assert [fallback for _, _, fallback in seen] == ["", "1", "2", "3"]
+
+
+def test_non_idempotent_write_is_never_retried():
+    async def go():
+        leaf = await _failing_leaf("write-leaf")
+        c = ResilientCaller(
+            [leaf.address],
+            rconfig.load("naive"),
+            service="write-client",
+            tagging=bench.drill_tagging("abort:UNAVAILABLE"),
+        )
+        try:
+            with pytest.raises(aio.AioRpcError):
+                await c.call("Write", REQ)
+        finally:
+            await c.close()
+            await leaf.server.stop(None)
+        return leaf.recorder.calls
+
+    assert run(go()) == 1
+
+
+def test_logical_calls_are_recorded_once_with_the_config_label():
+    labels = dict(service="label-client", grpc_method="drill.v1.Demo/Call", fault_mode="abort", traffic="drill")
+    before = sample("drill_client_calls_total", grpc_status="UNAVAILABLE", config="jitter", **labels)
+    retries_before = sample(
+        "drill_retry_attempts_total", service="label-client", grpc_method="drill.v1.Demo/Call", config="jitter"
+    )
+
+    async def go():
+        leaf = await _failing_leaf("label-leaf")
+        c = ResilientCaller(
+            [leaf.address],
+            rconfig.load("jitter"),
+            service="label-client",
+            tagging=bench.drill_tagging("abort:UNAVAILABLE"),
+            rng=random.Random(1),
+        )
+        try:
+            with pytest.raises(aio.AioRpcError):
+                await c.call("Call", REQ)
+        finally:
+            await c.close()
+            await leaf.server.stop(None)
+
+    run(go())
+    assert sample("drill_client_calls_total", grpc_status="UNAVAILABLE", config="jitter", **labels) == before + 1
+    assert (
+        sample("drill_retry_attempts_total", service="label-client", grpc_method="drill.v1.Demo/Call", config="jitter")
+        == retries_before + 3
+    )
+
+
+def test_budget_exhaustion_fails_fast_and_is_counted():
+    budget_cfg = cfg("budget", name="budget-tight", budget={"ratio": 0.1, "min_retries_per_s": 0.0, "window_s": 60.0})
+
+    async def go():
+        leaf = await _failing_leaf("budget-leaf")
+        c = ResilientCaller(
+            [leaf.address],
+            budget_cfg,
+            service="budget-client",
+            tagging=bench.drill_tagging("abort:UNAVAILABLE"),
+            rng=random.Random(1),
+        )
+        try:
+            for _ in range(20):
+                with pytest.raises(aio.AioRpcError):
+                    await c.call("Call", REQ)
+        finally:
+            await c.close()
+            await leaf.server.stop(None)
+        return leaf.recorder.calls
+
+    calls = run(go())
+    assert calls <= 22  # 20 requests + at most 10% retries
+    assert (
+        sample(
+            "drill_retry_budget_exhausted_total",
+            service="budget-client",
+            grpc_method="drill.v1.Demo/Call",
+            config="budget-tight",
+        )
+        >= 18
+    )
+
+
+def test_breaker_opens_on_real_failures_and_fails_fast():
+    async def go():
+        leaf = await _failing_leaf("breaker-leaf")
+        c = ResilientCaller(
+            [leaf.address],
+            rconfig.load("resilient"),
+            service="breaker-client",
+            tagging=bench.drill_tagging("abort:UNAVAILABLE"),
+            rng=random.Random(1),
+        )
+        try:
+            for _ in range(40):
+                with pytest.raises(aio.AioRpcError):
+                    await c.call("Call", REQ)
+        finally:
+            await c.close()
+            await leaf.server.stop(None)
+        return leaf.address, leaf.recorder.calls
+
+    addr, calls = run(go())
+    assert calls <= 22  # min_calls (20) failures open it; then nothing reaches the leaf within open_s
+    assert sample("drill_breaker_state", service="breaker-client", backend=addr, config="resilient") == 2
+    assert (
+        sample(
+            "drill_breaker_transitions_total",
+            service="breaker-client",
+            backend=addr,
+            config="resilient",
+            **{"from": "closed", "to": "open"},
+        )
+        == 1
+    )
+    assert (
+        sample(
+            "drill_fail_fast_total",
+            service="breaker-client",
+            grpc_method="drill.v1.Demo/Call",
+            config="resilient",
+            reason="breaker",
+        )
+        >= 18
+    )
+
+
+def _served(remaining: float | None) -> scope.CallScope:
+    deadline = None if remaining is None else time.monotonic() + remaining
+    return scope.CallScope(service="mid", method="drill.v1.Demo/Call", request_id="rid-1", deadline_monotonic=deadline)
+
+
+async def _call_in_scope(config, remaining: float | None, *, timeout=None):
+    leaf = await bench.start_hop("deadline-leaf", faults=False)
+    c = ResilientCaller([leaf.address], config, service="deadline-client")
+    token = scope.enter(_served(remaining))
+    try:
+        try:
+            await c.call("Call", REQ, timeout=timeout)
+            code = grpc.StatusCode.OK
+        except aio.AioRpcError as err:
+            code = err.code()
+    finally:
+        scope.leave(token)
+        await c.close()
+        await leaf.server.stop(None)
+    return code, leaf.recorder
+
+
+def test_outgoing_deadline_is_the_incoming_one_minus_the_hop_margin():
+    code, rec = run(_call_in_scope(rconfig.load("resilient"), 0.3))
+    assert code is grpc.StatusCode.OK
+    (remaining,) = rec.remaining
+    assert remaining is not None and 0.0 < remaining <= 0.29 + 0.005
+    assert [rid for rid, _, _ in rec.previous_attempts] == ["rid-1"]  # the served call's request id
+
+
+def test_early_give_up_answers_deadline_exceeded_without_calling_downstream():
+    before = sample(
+        "drill_fail_fast_total",
+        service="deadline-client",
+        grpc_method="drill.v1.Demo/Call",
+        config="resilient",
+        reason="deadline",
+    )
+    code, rec = run(_call_in_scope(rconfig.load("resilient"), 0.012))
+    assert code is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert rec.calls == 0
+    assert (
+        sample(
+            "drill_fail_fast_total",
+            service="deadline-client",
+            grpc_method="drill.v1.Demo/Call",
+            config="resilient",
+            reason="deadline",
+        )
+        == before + 1
+    )
+
+
+def test_an_unbounded_incoming_deadline_is_never_passed_on():
+    bare = rconfig.from_dict({"name": "bare", "deadline": {"propagate": True}})
+    code, rec = run(_call_in_scope(bare, None))
+    assert code is grpc.StatusCode.OK and rec.remaining == [None]
+
+
+def test_without_propagation_the_incoming_deadline_is_ignored():
+    code, rec = run(_call_in_scope(rconfig.load("naive"), 0.3))
+    assert code is grpc.StatusCode.OK
+    assert rec.remaining[0] is not None and rec.remaining[0] > 0.5  # naive's own fixed 1 s timeout
+
+
+def test_downstream_for_serves_a_hop_over_balanced_replicas():
+    async def go():
+        replicas = [await bench.start_hop("replica", faults=False, instance=f"replica-{i}") for i in range(2)]
+        downstream, closeable = await downstream_for(
+            ",".join(r.address for r in replicas), "resilient", service="front"
+        )
+        front = await bench.start_hop("front", faults=False, downstream=downstream)
+        served_by = set()
+        try:
+            async with aio.insecure_channel(front.address) as ch:
+                stub = drill_pb2_grpc.DemoStub(ch)
+                for _ in range(4):
+                    reply = await stub.Call(REQ, timeout=5)
+                    assert list(reply.path) == ["front", "replica"]
+                    served_by.add(reply.served_by)
+        finally:
+            await closeable.close()
+            for hop in (front, *replicas):
+                await hop.server.stop(None)
+        return served_by, [r.address for r in replicas]
+
+    served_by, addrs = run(go())
+    assert served_by == {"replica-0", "replica-1"}  # round robin over both
+    assert sample_sum("drill_balancer_picks_total", service="front", config="resilient") >= 4
+    assert all(sample("drill_balancer_picks_total", service="front", backend=a, config="resilient") >= 2 for a in addrs)
+
+
+def test_a_hop_that_gave_up_tells_its_caller_not_to_retry():
+    async def go():
+        leaf = await _failing_leaf("pushback-leaf")
+        inner = ResilientCaller([leaf.address], rconfig.load("budget"), service="pushback-mid")
+        # faults on: the gate forwards drill keys only when the switch is on
+        mid = await bench.start_hop("pushback-mid", faults=True, downstream=rcaller.as_downstream(inner))
+        outer = ResilientCaller(
+            [mid.address],
+            rconfig.load("budget"),
+            service="pushback-edge",
+            tagging=bench.drill_tagging("abort:UNAVAILABLE", target="pushback-leaf"),
+        )
+        try:
+            with pytest.raises(aio.AioRpcError) as err:
+                await outer.call("Call", REQ)
+            trailing = dict(err.value.trailing_metadata())
+        finally:
+            await outer.close()
+            await inner.close()
+            await mid.server.stop(None)
+            await leaf.server.stop(None)
+        return mid.recorder.calls, leaf.recorder.calls, trailing
+
+    mid_calls, leaf_calls, trailing = run(go())
+    assert trailing.get("grpc-retry-pushback-ms") == "-1"
+    assert mid_calls == 1  # the edge honoured the pushback
+    assert leaf_calls == 4  # the mid hop retried (within its budget floor)
