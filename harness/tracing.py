@@ -70,3 +70,25 @@ def inject_metadata() -> list[tuple[str, str]]:
     carrier: dict[str, str] = {}
     inject(carrier)
     return list(carrier.items())
+
+
+def start_client_span(tracer, method) -> trace.Span:
+    """A CLIENT span for one outgoing call, child of the current context (e.g. the server span)."""
+    name = method.decode() if isinstance(method, bytes) else method
+    return tracer.start_span(name.lstrip("/"), kind=trace.SpanKind.CLIENT)
+
+
+def client_span_metadata(span: trace.Span, tagging, tenant: str | None, request_id: str) -> list[tuple[str, str]]:
+    """Tag the client span with the drill attributes and return its W3C context as metadata."""
+    span.set_attribute(ATTR_TENANT, tenant or "")
+    span.set_attribute(ATTR_MODE, tagging.fault_mode)
+    span.set_attribute(ATTR_REQUEST_ID, request_id)
+    carrier: dict[str, str] = {}
+    inject(carrier, context=trace.set_span_in_context(span))
+    return list(carrier.items())
+
+
+def end_client_span(span: trace.Span, code) -> None:
+    name = getattr(code, "name", str(code))
+    span.set_attribute("rpc.grpc.status_code", name)
+    span.end()

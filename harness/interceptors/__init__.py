@@ -19,9 +19,7 @@ __all__ = [
 ]
 
 
-def server_interceptors(
-    settings=None, *, metrics: bool | None = None, tracer=None, sync: bool = False
-) -> list:
+def server_interceptors(settings=None, *, metrics: bool | None = None, tracer=None, sync: bool = False) -> list:
     """The interceptors to install on a server: empty when the switch is off and nothing else is asked.
 
     The recommended way to add drill harness to a service: with the process

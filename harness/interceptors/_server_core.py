@@ -152,9 +152,7 @@ class ServerCore:
             service=self.service,
             method=plan.method,
             mode=d.mode.value,
-            argument=(str(d.delay_ms) if d.mode is not Mode.ABORT else directive.argument)
-            if directive
-            else "",
+            argument=(str(d.delay_ms) if d.mode is not Mode.ABORT else directive.argument) if directive else "",
             ratio=d.ratio,
             seed=self.settings.seed,
             instance=self.settings.instance_id,

@@ -14,6 +14,7 @@ from grpc import aio
 
 from harness.headers import DEFAULT_DRILL_TENANT
 from harness.interceptors._client_core import ORGANIC, ClientRecorder, Tagging, outgoing_metadata, traffic_of
+from harness.tracing import client_span_metadata, end_client_span, start_client_span
 from harness.interceptors._server_core import method_label
 
 
@@ -35,18 +36,20 @@ class DrillClientInterceptor(aio.UnaryUnaryClientInterceptor):
         cancel_after_ms: float | None = None,
         drill_tenants: frozenset[str] = frozenset({DEFAULT_DRILL_TENANT}),
         record_calls: bool = True,
+        tracer=None,
     ) -> None:
+        self.tracer = tracer
         self.tagging = tagging
         self.cancel_after_ms = cancel_after_ms
         self.drill_tenants = drill_tenants
         self.record_calls = record_calls
         self.recorder = ClientRecorder(service, config, target)
 
-    def _prepare(self, client_call_details):
+    def _prepare(self, client_call_details, span=None):
         tagging = self.tagging
-        md, _request_id, tenant = outgoing_metadata(
-            client_call_details.metadata, tagging, client_call_details.timeout
-        )
+        md, request_id, tenant = outgoing_metadata(client_call_details.metadata, tagging, client_call_details.timeout)
+        if span is not None:
+            md.extend(client_span_metadata(span, tagging, tenant, request_id))
         details = aio.ClientCallDetails(
             client_call_details.method,
             client_call_details.timeout,
@@ -89,7 +92,8 @@ class DrillClientInterceptor(aio.UnaryUnaryClientInterceptor):
         return call
 
     async def intercept_unary_unary(self, continuation, client_call_details, request):
-        tagging, tenant, details, method = self._prepare(client_call_details)
+        span = start_client_span(self.tracer, client_call_details.method) if self.tracer is not None else None
+        tagging, tenant, details, method = self._prepare(client_call_details, span)
         rec = self.recorder
         rec.attempt_started(method)
         start = time.perf_counter()
@@ -116,9 +120,9 @@ class DrillClientInterceptor(aio.UnaryUnaryClientInterceptor):
             elapsed = time.perf_counter() - start
             rec.attempt_finished(method, code, elapsed)
             if self.record_calls:
-                rec.call_finished(
-                    method, code, elapsed, tagging.fault_mode, traffic_of(tenant, self.drill_tenants)
-                )
+                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic_of(tenant, self.drill_tenants))
+            if span is not None:
+                end_client_span(span, code)
         return call
 
 

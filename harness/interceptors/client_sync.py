@@ -49,9 +49,7 @@ class SyncDrillClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStr
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
         tagging = self.tagging
-        md, _request_id, tenant = outgoing_metadata(
-            client_call_details.metadata, tagging, client_call_details.timeout
-        )
+        md, _request_id, tenant = outgoing_metadata(client_call_details.metadata, tagging, client_call_details.timeout)
         details = _Details(
             client_call_details.method,
             client_call_details.timeout,

@@ -30,9 +30,7 @@ def _wait(context, seconds: float) -> bool:
 class SyncFaultServerInterceptor(grpc.ServerInterceptor):
     """Gated delay/abort/drop plus server metrics, for `grpc.server(..., interceptors=[...])`."""
 
-    def __init__(
-        self, settings: FaultSettings | None = None, *, metrics: bool | None = None, tracer=None
-    ) -> None:
+    def __init__(self, settings: FaultSettings | None = None, *, metrics: bool | None = None, tracer=None) -> None:
         self.settings = settings or FaultSettings.from_env()
         # Metrics follow the switch unless asked for: with the switch off and nothing
         # requested, intercept_service hands back the original handler (no wrap, no cost).

@@ -53,10 +53,7 @@ def test_signed_directives_inject_and_unsigned_ones_do_not():
 
     ok, code, calls = asyncio.run(main())
     assert ok.payload == "spoofed" and code is grpc.StatusCode.INTERNAL and calls == 1
-    assert (
-        sample("drill_fault_skipped_total", service="tok", grpc_method="drill.v1.Demo/Call", reason="token")
-        == 1
-    )
+    assert sample("drill_fault_skipped_total", service="tok", grpc_method="drill.v1.Demo/Call", reason="token") == 1
 
 
 def test_spans_carry_drill_attributes_and_audit_lines_and_exemplars_carry_the_trace_id(caplog):
@@ -91,9 +88,7 @@ def test_spans_carry_drill_attributes_and_audit_lines_and_exemplars_carry_the_tr
     )
     body = urllib.request.urlopen(req, timeout=5).read().decode()
     assert any(
-        line.startswith("drill_server_latency_seconds_bucket")
-        and 'service="traced"' in line
-        and trace_id in line
+        line.startswith("drill_server_latency_seconds_bucket") and 'service="traced"' in line and trace_id in line
         for line in body.splitlines()
     )
 
@@ -137,9 +132,7 @@ def test_half_open_probe_reports_what_the_server_did_and_tcp_states_are_counted(
         async with aio_server(s) as (port, _):
             watch_port(port)
             loop = asyncio.get_running_loop()
-            results = await loop.run_in_executor(
-                None, lambda: half_open("127.0.0.1", port, count=5, timeout_s=3)
-            )
+            results = await loop.run_in_executor(None, lambda: half_open("127.0.0.1", port, count=5, timeout_s=3))
             listening = count_states([port])
             return summarize(results), listening, port
 
@@ -152,3 +145,33 @@ def test_half_open_probe_reports_what_the_server_did_and_tcp_states_are_counted(
 def test_probe_cli_rejects_bad_targets():
     out = _drill("probe", "half-open", "nonsense")
     assert out.returncode == 2 and "HOST:PORT" in out.stderr
+
+
+def test_client_spans_parent_the_server_span_across_the_wire():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import SpanKind
+
+    from harness.interceptors import DrillClientInterceptor
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+
+    async def main():
+        async with aio_server(FaultSettings(enabled=True, service="traced2"), tracer=tracer) as (port, _):
+            ic = DrillClientInterceptor(Tagging(tenant="tenant-drill", directive="delay:1"), tracer=tracer)
+            async with aio.insecure_channel(f"127.0.0.1:{port}", interceptors=[ic]) as ch:
+                from harness.proto import drill_pb2_grpc
+
+                await drill_pb2_grpc.DemoStub(ch).Call(drill_pb2.CallRequest())
+
+    asyncio.run(main())
+    spans = {s.kind: s for s in exporter.get_finished_spans()}
+    client, server = spans[SpanKind.CLIENT], spans[SpanKind.SERVER]
+    assert server.context.trace_id == client.context.trace_id
+    assert server.parent.span_id == client.context.span_id
+    assert client.attributes["drill.fault.mode"] == "delay"
+    assert client.attributes["rpc.grpc.status_code"] == "OK"

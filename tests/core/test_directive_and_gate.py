@@ -145,13 +145,8 @@ def test_secret_requires_a_valid_token_and_a_spoofed_tenant_alone_injects_nothin
     assert gate.decide(md(x_fault="abort:UNAVAILABLE", x_drill_token=tok)).outcome is Outcome.HIT
     # A token for another directive or request id does not transfer.
     assert gate.decide(md(x_fault="drop:100", x_drill_token=tok)).reason == "token"
-    assert (
-        gate.decide(md(x_fault="abort:UNAVAILABLE", x_request_id="req-2", x_drill_token=tok)).reason
-        == "token"
-    )
-    expired = token.sign(
-        "s3cret", request_id="req-1", tenant="tenant-drill", directive="abort:UNAVAILABLE", now=0
-    )
+    assert gate.decide(md(x_fault="abort:UNAVAILABLE", x_request_id="req-2", x_drill_token=tok)).reason == "token"
+    expired = token.sign("s3cret", request_id="req-1", tenant="tenant-drill", directive="abort:UNAVAILABLE", now=0)
     assert gate.decide(md(x_fault="abort:UNAVAILABLE", x_drill_token=expired)).reason == "token"
 
 
@@ -184,9 +179,7 @@ _keys = st.sampled_from(
 @settings(max_examples=600, deadline=None)
 @given(st.dictionaries(_keys, _text, max_size=7), st.booleans())
 def test_fuzz_gate_never_raises_and_hits_are_always_safe(metadata, with_secret):
-    s = FaultSettings(
-        enabled=True, seed=3, service="svc", secret="k" if with_secret else None, max_delay_ms=1000
-    )
+    s = FaultSettings(enabled=True, seed=3, service="svc", secret="k" if with_secret else None, max_delay_ms=1000)
     d = FaultGate(s).decide(metadata)
     assert isinstance(d.outcome, Outcome)
     if d.outcome is Outcome.HIT:

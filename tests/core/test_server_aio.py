@@ -198,9 +198,7 @@ def test_ratio_hits_follow_the_request_id(caplog):
     observed = asyncio.run(main())
     expected = {rid: is_hit(11, rid, "abort:INTERNAL", 25) for rid in ids}
     assert observed == expected
-    audited = [
-        r.getMessage() for r in caplog.records if r.name == "drill.audit" and '"fault_hit"' in r.getMessage()
-    ]
+    audited = [r.getMessage() for r in caplog.records if r.name == "drill.audit" and '"fault_hit"' in r.getMessage()]
     assert len(audited) == sum(expected.values())
     assert all('"seed":11' in line and '"instance":"aio-ratio-0"' in line for line in audited)
 

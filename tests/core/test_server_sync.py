@@ -101,9 +101,7 @@ def test_foreign_tenant_and_bad_directives_pass_untouched():
             stub.Call(drill_pb2.CallRequest())
     assert servicer.calls == 201
     assert sample("drill_fault_skipped_total", service="sync-gates", grpc_method=M, reason="tenant") == 200
-    assert (
-        sample("drill_fault_rejected_total", service="sync-gates", grpc_method=M, reason="unknown_code") == 1
-    )
+    assert sample("drill_fault_rejected_total", service="sync-gates", grpc_method=M, reason="unknown_code") == 1
 
 
 def test_switch_off_returns_the_original_handler_untouched():
