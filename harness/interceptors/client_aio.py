@@ -14,8 +14,8 @@ from grpc import aio
 
 from harness.headers import DEFAULT_DRILL_TENANT
 from harness.interceptors._client_core import ORGANIC, ClientRecorder, Tagging, outgoing_metadata, traffic_of
-from harness.tracing import client_span_metadata, end_client_span, start_client_span
 from harness.interceptors._server_core import method_label
+from harness.tracing import client_span_metadata, end_client_span, start_client_span
 
 
 class DrillClientInterceptor(aio.UnaryUnaryClientInterceptor):
