@@ -302,6 +302,7 @@ async def measure_deadline_gap(
         "propagate": cfg.deadline.propagate,
         "gap_per_hop_s": [hop.recorder.max_gap() for hop in topo.hops],
         "max_gap_s": max(hop.recorder.max_gap() for hop in topo.hops),
+        "leaf_remaining": list(topo.hops[-1].recorder.remaining),
         "codes": result.codes,
     }
 

@@ -1,0 +1,62 @@
+"""The issue's measured targets on real servers, at test-sized (bounded) request counts."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from harness.resilience import bench
+from harness.resilience import config as rconfig
+
+
+def run(coro, limit: float = 60.0):
+    return asyncio.run(asyncio.wait_for(coro, limit))
+
+
+def amp(name: str, depth: int, requests: int) -> dict:
+    return run(bench.measure_amplification(rconfig.load(name), depth, requests, concurrency=16))
+
+
+def test_single_hop_naive_amplifies_and_budget_does_not():
+    naive = amp("naive", 1, 200)
+    budget = amp("budget", 1, 200)
+    assert naive["requests"] == budget["requests"] == 200
+    assert naive["amplification"] >= 2.0
+    assert budget["amplification"] <= 1.15
+
+
+def test_three_hop_chain_naive_storm_and_budget_resilient_hold():
+    naive = amp("naive", 3, 60)
+    assert naive["amplification"] >= 10.0
+    assert naive["per_hop"][0] < naive["per_hop"][1] < naive["per_hop"][2]  # multiplies per layer
+    for name in ("budget", "resilient"):
+        result = amp(name, 3, 100)
+        assert result["amplification"] <= 1.3, result
+        assert result["per_hop"][0] <= 1.0  # the edge never retried what the hops gave up on
+
+
+def test_p2c_avoids_slow_replicas_where_round_robin_does_not():
+    p2c = bench.measure_balancing(rconfig.load("resilient-p2c"), warmup=40, requests=200)
+    rr_cfg = bench.with_overrides(rconfig.load("resilient"), name="resilient-rr")
+    rr = bench.measure_balancing(rr_cfg, warmup=8, requests=40)
+    p2c, rr = run(p2c), run(rr)
+    assert p2c["codes"] == {"OK": p2c["requests"]}
+    assert p2c["slow_share"] <= 0.15
+    assert 0.4 <= rr["slow_share"] <= 0.6
+    # drill calls on a slow replica take >= 300 ms; under P2C (after warm-up) none of the 1% tail does
+    assert p2c["p99_s"] < 0.3 <= rr["p99_s"]
+
+
+def test_deadline_propagation_stops_every_hop_at_the_client_deadline():
+    resilient = rconfig.load("resilient")
+    without = bench.with_overrides(
+        resilient, name="resilient-nopropagation", deadline=dataclasses.replace(resilient.deadline, propagate=False)
+    )
+    with_prop = run(bench.measure_deadline_gap(resilient, requests=2))
+    no_prop = run(bench.measure_deadline_gap(without, requests=2))
+    assert with_prop["codes"] == no_prop["codes"] == {"DEADLINE_EXCEEDED": 2}
+    # with propagation each hop's own deadline ends before the client's: no work past it
+    assert with_prop["max_gap_s"] < 0.25  # vs 1.5 s had the 2 s delay run to the end
+    assert all(r is not None and r < 0.5 for r in with_prop["leaf_remaining"])
+    # without it the deepest hop believes it has its own 1 s (the gap is bounded only by cancellation)
+    assert all(r is not None and r > 0.5 for r in no_prop["leaf_remaining"])
