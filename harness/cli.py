@@ -29,7 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or (with `only`) one that imports just that subcommand's module."""
     parser = argparse.ArgumentParser(
         prog="drill", description="Chaos drills for gRPC services, with measured MTTR."
     )
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module_name)
+        if only is not None and name != only:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
@@ -49,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), "")
+    parser = build_parser(only=command if command in COMMANDS else "")
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
