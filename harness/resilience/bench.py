@@ -39,6 +39,8 @@ class HopRecorder(aio.ServerInterceptor):
         self.previous_attempts: list[tuple[str, str, str]] = []
         #: `time_remaining()` each handler saw at entry (None = the caller set no deadline).
         self.remaining: list[float | None] = []
+        #: How far past the edge caller's deadline this hop's own deadline lay, per call.
+        self.deadline_overshoot: list[float] = []
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -58,7 +60,10 @@ class HopRecorder(aio.ServerInterceptor):
         inner = handler.unary_unary
 
         async def unary(request, context):
-            self.remaining.append(context.time_remaining())
+            left = context.time_remaining()
+            self.remaining.append(left)
+            if left is not None and origin is not None:
+                self.deadline_overshoot.append(time.time() + left - origin)
             try:
                 return await inner(request, context)
             finally:
@@ -303,6 +308,7 @@ async def measure_deadline_gap(
         "gap_per_hop_s": [hop.recorder.max_gap() for hop in topo.hops],
         "max_gap_s": max(hop.recorder.max_gap() for hop in topo.hops),
         "leaf_remaining": list(topo.hops[-1].recorder.remaining),
+        "deadline_overshoot_per_hop_s": [max(hop.recorder.deadline_overshoot, default=0.0) for hop in topo.hops],
         "codes": result.codes,
     }
 
