@@ -1,0 +1,240 @@
+"""A real, short drill observed by a real Prometheus running the compose rules.
+
+Topology: `drill serve` subprocesses with faults on, two callers sharing one leaf:
+`gateway --config resilient` -> `leaf` (retries, breaker) and `edge --config budget`
+-> `leaf` (retries until the budget runs out). Traffic comes from this process through `DrillClientInterceptor`
+(service label `loadgen`): organic users, drill users whose directive changes with
+the phase (`abort:UNAVAILABLE` aimed at the leaf during the fault), actively
+cancelled calls, dropped calls behind a short deadline (deadline gaps), delayed
+calls, a malformed directive (rejected) and a non-drill tenant (skipped). This
+process also exports `drill_phase` / `drill_fault_active`, as the Locust master
+does, and is scraped like a Locust worker.
+
+Every `loadgen` client series is created at 0 before the first scrape, so a rate
+over a window that holds the whole drill is the exact counter ratio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import grpc
+from grpc import aio
+from prometheus_client import REGISTRY, start_http_server
+
+from harness import metrics as m
+from harness.faults import Mode
+from harness.interceptors import ORGANIC, DrillClientInterceptor, Tagging
+from harness.proto import drill_pb2, drill_pb2_grpc
+from harness.status import STATUS_NAMES
+from tests.observability.promserver import PromServer, free_port
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RULES = sorted((ROOT / "compose/prometheus/rules").glob("*.yml"))
+
+SERVICE = "loadgen"
+CONFIG = "none"
+PLAN = "obs-test"
+DRILL_TENANT = "tenant-drill"
+METHOD = "drill.v1.Demo/Call"
+#: (phase, seconds). The whole drill must fit inside the 30 s window of the recorded rates.
+PHASES = (("warmup", 4.0), ("fault", 9.0), ("recovery", 4.0))
+PACE_S = 0.03
+
+
+@dataclasses.dataclass
+class DrillRun:
+    prom: PromServer
+    start: float  # epoch s, first call
+    end: float  # epoch s, last call finished
+    eval_at: float  # epoch s, rules have seen the final counts
+    topology_metrics: list[str]
+
+    def client_counts(self, traffic: str | None = None) -> dict[str, float]:
+        """Final `drill_client_calls_total` of loadgen by status (the runner's own numbers)."""
+        counts: dict[str, float] = {}
+        for metric in REGISTRY.collect():
+            for s in metric.samples:
+                if s.name != "drill_client_calls_total" or s.labels.get("service") != SERVICE:
+                    continue
+                if traffic is not None and s.labels.get("traffic") != traffic:
+                    continue
+                counts[s.labels["grpc_status"]] = counts.get(s.labels["grpc_status"], 0.0) + s.value
+        return counts
+
+
+def _method_label() -> str:
+    from harness.interceptors._server_core import method_label
+
+    return method_label("/" + METHOD)
+
+
+def preinit_client_series() -> None:
+    """Create every loadgen label set at 0 so no series is born mid-window."""
+    method = _method_label()
+    for status in sorted(STATUS_NAMES):
+        for mode in Mode:
+            for traffic in ("organic", "drill"):
+                m.CLIENT_CALLS.labels(SERVICE, method, status, mode.value, traffic, CONFIG)
+
+
+def _set_phase(phase: str | None) -> None:
+    for name, _ in PHASES:
+        m.PHASE.labels(PLAN, name).set(1 if name == phase else 0)
+    m.FAULT_ACTIVE.labels(PLAN).set(1 if phase == "fault" else 0)
+
+
+def _serve(service: str, port: int, metrics_port: int, *extra: str) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable, "-m", "harness.cli", "serve",
+        "--port", str(port), "--metrics-port", str(metrics_port),
+        "--enable-faults", "--seed", "7", "--service", service, *extra,
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def _wait_serving(port: int, timeout_s: float = 20.0) -> None:
+    """Until one plain (uninstrumented, so uncounted) Demo call succeeds."""
+    deadline = time.monotonic() + timeout_s
+    async with aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = drill_pb2_grpc.DemoStub(ch)
+        while True:
+            try:
+                await stub.Call(drill_pb2.CallRequest(payload="ready"), timeout=1)
+                return
+            except aio.AioRpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"drill serve on {port} not serving")
+            await asyncio.sleep(0.1)
+
+
+async def _user(stub, stop: asyncio.Event, timeout: float) -> None:
+    req = drill_pb2.CallRequest(payload="x")
+    while not stop.is_set():
+        try:
+            await stub.Call(req, timeout=timeout)
+        except aio.AioRpcError:
+            pass
+        await asyncio.sleep(PACE_S)
+
+
+async def _drive(gateway: str, edge: str) -> tuple[float, float]:
+    """Run the phases against `gateway` and `edge`; returns (start, end) epoch seconds."""
+    drill_idle = Tagging(tenant=DRILL_TENANT)
+    drill_fault = Tagging(tenant=DRILL_TENANT, directive="abort:UNAVAILABLE", target="leaf")
+
+    def channel(tagging: Tagging, to: str = gateway, **kw) -> tuple[aio.Channel, DrillClientInterceptor]:
+        ic = DrillClientInterceptor(tagging, service=SERVICE, config=CONFIG, **kw)
+        return aio.insecure_channel(to, interceptors=[ic]), ic
+
+    organic, _ = channel(ORGANIC)
+    drill, drill_ic = channel(drill_idle)
+    # Actively cancelled: the gateway holds the reply 300 ms, the client cancels after 40 ms.
+    cancelled, _ = channel(Tagging(tenant=DRILL_TENANT, directive="delay:300"), cancel_after_ms=40)
+    dropped, _ = channel(Tagging(tenant=DRILL_TENANT, directive="drop:400"))
+    delayed, _ = channel(Tagging(tenant=DRILL_TENANT, directive="delay:30"))
+    rejected, _ = channel(Tagging(tenant=DRILL_TENANT, directive="delay:abc"))
+    skipped, _ = channel(Tagging(tenant="tenant-other", directive="abort:INTERNAL"))
+    edge_organic, _ = channel(ORGANIC, edge)
+    edge_drill, edge_drill_ic = channel(drill_idle, edge)
+    channels = [organic, drill, cancelled, dropped, delayed, rejected, skipped, edge_organic, edge_drill]
+    stub = {ch: drill_pb2_grpc.DemoStub(ch) for ch in channels}
+
+    always = asyncio.Event()
+    tasks = [asyncio.create_task(_user(stub[organic], always, 1.0)) for _ in range(3)]
+    tasks += [asyncio.create_task(_user(stub[drill], always, 1.0)) for _ in range(4)]
+    tasks += [asyncio.create_task(_user(stub[cancelled], always, 1.0)) for _ in range(5)]
+    tasks += [asyncio.create_task(_user(stub[edge_organic], always, 1.0))]
+    tasks += [asyncio.create_task(_user(stub[edge_drill], always, 1.0)) for _ in range(2)]
+    tasks += [
+        asyncio.create_task(_user(stub[rejected], always, 1.0)),
+        asyncio.create_task(_user(stub[skipped], always, 1.0)),
+    ]
+    start = time.time()
+    fault_stop = asyncio.Event()
+    for phase, seconds in PHASES:
+        _set_phase(phase)
+        if phase == "fault":
+            drill_ic.tagging = edge_drill_ic.tagging = drill_fault
+            fault_tasks = [
+                asyncio.create_task(_user(stub[dropped], fault_stop, 0.15)),
+                asyncio.create_task(_user(stub[delayed], fault_stop, 1.0)),
+            ]
+        await asyncio.sleep(seconds)
+        if phase == "fault":
+            drill_ic.tagging = edge_drill_ic.tagging = drill_idle
+            fault_stop.set()
+            await asyncio.gather(*fault_tasks)
+    always.set()
+    await asyncio.gather(*tasks)
+    end = time.time()
+    _set_phase(None)
+    for ch in channels:
+        await ch.close()
+    return start, end
+
+
+@dataclasses.dataclass
+class LiveDrill:
+    """Owns the processes of one run; `stop()` ends each by its PID."""
+
+    procs: list[subprocess.Popen[bytes]] = dataclasses.field(default_factory=list)
+    prom: PromServer | None = None
+    metrics_server: object = None
+
+    def run(self) -> DrillRun:
+        leaf_port, leaf_metrics, gw_port, gw_metrics, edge_port, edge_metrics, own_metrics = (
+            free_port() for _ in range(7)
+        )
+        leaf = f"127.0.0.1:{leaf_port}"
+        self.procs.append(_serve("leaf", leaf_port, leaf_metrics))
+        self.procs.append(_serve("gateway", gw_port, gw_metrics, "--downstream", leaf, "--config", "resilient"))
+        self.procs.append(_serve("edge", edge_port, edge_metrics, "--downstream", leaf, "--config", "budget"))
+        preinit_client_series()
+        _set_phase(None)
+        self.metrics_server = start_http_server(own_metrics, addr="127.0.0.1")
+        topology = [f"127.0.0.1:{port}" for port in (gw_metrics, edge_metrics, leaf_metrics)]
+        self.prom = PromServer(
+            {"topology": topology, "loadgen": [f"127.0.0.1:{own_metrics}"]}, rule_files=RULES
+        ).start()
+
+        async def main() -> tuple[float, float]:
+            await _wait_serving(leaf_port)
+            await _wait_serving(gw_port)
+            await _wait_serving(edge_port)
+            return await _drive(f"127.0.0.1:{gw_port}", f"127.0.0.1:{edge_port}")
+
+        self.prom.wait_for_up(4, timeout_s=40)
+        time.sleep(1.5)  # one more scrape of the zeroed series before the first call
+        start, end = asyncio.run(main())
+        # Wait for a scrape after the last call and a rule evaluation after that scrape.
+        time.sleep(3.5)
+        return DrillRun(self.prom, start, end, time.time(), topology)
+
+    def stop(self) -> None:
+        if self.prom is not None:
+            self.prom.stop()
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        server = self.metrics_server
+        if isinstance(server, tuple):
+            server[0].shutdown()
+            server[0].server_close()
+
+
+def grpc_status_names() -> list[str]:
+    return [c.name for c in grpc.StatusCode]
