@@ -42,7 +42,7 @@ async def start_server(
     extra_interceptors=(),
     admission: bool = False,
     server_options: tuple = (),
-) -> tuple[aio.Server, int, health.HealthServicer]:
+) -> tuple[aio.Server, int, health.aio.HealthServicer]:
     """Start a demo hop on `host:port` (0 = any free port); returns (server, bound port, health).
 
     `admission=True` enforces `capacity` per attempt, before the fault interceptor.
@@ -55,7 +55,7 @@ async def start_server(
     server = aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0), *server_options])
     servicer = DemoServicer(settings.service, settings.instance_id, capacity, downstream)
     drill_pb2_grpc.add_DemoServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
+    health_servicer = health.aio.HealthServicer()  # the aio flavour: the sync one cannot serve an aio server
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (
         drill_pb2.DESCRIPTOR.services_by_name["Demo"].full_name,
@@ -69,8 +69,8 @@ async def start_server(
     await server.start()
     if metrics:
         watch_port(bound)  # drill_tcp_connections{port=bound}
-    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
     return server, bound, health_servicer
 
 

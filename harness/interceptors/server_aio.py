@@ -94,7 +94,9 @@ class FaultServerInterceptor(aio.ServerInterceptor):
             try:
                 if hit:
                     await self._inject_before(plan, context)
-                response = await behavior(request, context)
+                response = behavior(request, context)
+                if inspect.isawaitable(response):  # grpc.aio also accepts plain functions as handlers
+                    response = await response
                 if hit and plan.decision.mode is Mode.DELAY:
                     await self._delay(plan)
                     if context.cancelled():
