@@ -1,0 +1,102 @@
+"""Distributed mode: a master and two workers run a 10 s drill; both workers' metrics are scraped.
+
+Covers both ways of starting workers: `--processes 2` (forked) and separate
+`--master` / `--worker` processes (what compose runs). The master's shape sends
+the phase to the workers, so drill users send the directive only in the fault
+phase; each worker serves its own /metrics on base + 1 + worker index and the
+master exports `drill_phase` / `drill_fault_active` on the base port.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import free_port
+from tests.loadtests.conftest import LOCUST, ROOT, kill_group, run_locust, total
+
+DRILL = (
+    "--drill-phases", "warmup=3,fault=4,recovery=3",
+    "--drill-users", "10",
+    "--drill-weights", "organic=1,drill=1",
+    "--drill-rate", "10",
+    "--drill-directive", "abort:UNAVAILABLE",
+    "--drill-ratio", "100",
+    "--drill-plan", "dist",
+)  # fmt: skip
+
+
+def _check(run, base: int) -> None:
+    assert run.rc == 0, run.log[-3000:]
+    assert "Traceback" not in run.log, run.log[-3000:]
+    workers = [base + 1, base + 2]
+    for port in workers:
+        assert port in run.scraped, f"worker /metrics on {port} never answered"
+        assert total(run.scraped[port], "drill_client_calls_total") > 0, port
+    calls = "drill_client_calls_total"
+    drill = sum(total(run.scraped[p], calls, traffic="drill") for p in workers)
+    faulted = sum(total(run.scraped[p], calls, traffic="drill", fault_mode="abort") for p in workers)
+    organic = sum(total(run.scraped[p], calls, traffic="organic") for p in workers)
+    organic_unfaulted = sum(total(run.scraped[p], calls, traffic="organic", fault_mode="none") for p in workers)
+    organic_faulted = organic - organic_unfaulted
+    assert drill > 50 and organic_faulted == 0, (drill, organic_faulted)
+    # The directive is on only for the 4 s fault phase of a 10 s drill.
+    assert 0.2 < faulted / drill < 0.65, (faulted, drill)
+    # The master exports the timeline: the fault phase was seen on, and off again.
+    fault_flags = [total(s, "drill_fault_active", plan="dist") for s in run.history[base]]
+    assert 1.0 in fault_flags and 0.0 in fault_flags, fault_flags
+    assert any(total(s, "drill_phase", plan="dist", phase="fault") == 1.0 for s in run.history[base])
+
+
+def test_processes_two_workers_run_the_drill(tmp_path, drill_server):
+    base = free_port()
+    run = run_locust(
+        tmp_path,
+        drill_server.host,
+        "--processes", "2", *DRILL, "--drill-metrics-port", str(base),
+        profile="abort-drill",
+        scrape_ports=[base, base + 1, base + 2],
+        timeout=45,
+    )  # fmt: skip
+    _check(run, base)
+
+
+def test_master_and_two_worker_processes_run_the_drill(tmp_path, drill_server):
+    base, master_port = free_port(), free_port()
+    workers, logs = [], []
+    try:
+        for i in range(2):
+            log = open(tmp_path / f"worker{i}.log", "w")
+            logs.append(log)
+            workers.append(
+                subprocess.Popen(
+                    [LOCUST, "-f", "loadtests/locustfile.py", "--worker", "--master-host", "127.0.0.1"]
+                    + ["--master-port", str(master_port), "--drill-metrics-port", str(base)],
+                    cwd=ROOT,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        run = run_locust(
+            tmp_path,
+            drill_server.host,
+            "--master", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
+            "--master-bind-port", str(master_port), *DRILL, "--drill-metrics-port", str(base),
+            profile="abort-drill",
+            scrape_ports=[base, base + 1, base + 2],
+            timeout=45,
+            tag="master",
+        )  # fmt: skip
+        for w in workers:
+            try:
+                w.wait(timeout=10)  # workers quit with the master
+            except subprocess.TimeoutExpired:
+                pytest.fail("worker did not quit with the master")
+    finally:
+        for w in workers:
+            kill_group(w)
+        for log in logs:
+            log.close()
+    _check(run, base)
