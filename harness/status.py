@@ -38,6 +38,9 @@ CLIENT_FAULT_CODES: frozenset[str] = frozenset(
 STATUS_NAMES: frozenset[str] = frozenset(c.name for c in grpc.StatusCode)
 
 
+_NAMES: dict[grpc.StatusCode, str] = {c: c.name for c in grpc.StatusCode}
+
+
 class StatusClass(str, enum.Enum):
     OK = "ok"
     SERVER_FAULT = "server-fault"
@@ -47,10 +50,11 @@ class StatusClass(str, enum.Enum):
 
 def status_name(code: grpc.StatusCode | str | None) -> str:
     """Upper-case status name as metrics carry it (`OK`, `CANCELLED`, ...)."""
+    name = _NAMES.get(code)  # hot path: a dict hit instead of enum attribute machinery
+    if name is not None:
+        return name
     if code is None:
         return "OK"
-    if isinstance(code, grpc.StatusCode):
-        return code.name
     return str(code).upper()
 
 

@@ -22,9 +22,17 @@ from harness.status import status_name
 from harness.tracing import ATTR_HIT, ATTR_MODE, ATTR_REQUEST_ID, ATTR_TENANT, extract_context, trace_id_hex
 
 
+_LABELS: dict[str, str] = {}
+
+
 def method_label(full_method: str) -> str:
-    """`/pkg.Service/Method` -> `pkg.Service/Method` (gRFC A66 `grpc.method`)."""
-    return full_method[1:] if full_method.startswith("/") else full_method
+    """`/pkg.Service/Method` -> `pkg.Service/Method` (gRFC A66 `grpc.method`), memoised per method."""
+    label = _LABELS.get(full_method)
+    if label is None:
+        label = full_method[1:] if full_method.startswith("/") else full_method
+        if len(_LABELS) < 10_000:  # methods are a bounded set; never let odd input grow this
+            _LABELS[full_method] = label
+    return label
 
 
 def _origin_deadline(md: dict[str, str]) -> float | None:

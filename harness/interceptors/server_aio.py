@@ -21,6 +21,9 @@ from harness.interceptors._server_core import CallPlan, ServerCore, abort_detail
 from harness.settings import FaultSettings
 
 
+_OK = grpc.StatusCode.OK
+
+
 def _deadline_passed(plan: CallPlan) -> bool:
     remaining = plan.scope.time_remaining()
     return remaining is not None and remaining <= 0.002
@@ -73,7 +76,7 @@ class FaultServerInterceptor(aio.ServerInterceptor):
 
     def _end_code(self, plan: CallPlan, context, exc: BaseException | None):
         if exc is None:
-            return context.code() or grpc.StatusCode.OK
+            return context.code() or _OK
         if isinstance(exc, asyncio.CancelledError):
             return grpc.StatusCode.DEADLINE_EXCEEDED if _deadline_passed(plan) else grpc.StatusCode.CANCELLED
         if isinstance(exc, aio.AbortError):
