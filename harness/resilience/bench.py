@@ -13,6 +13,7 @@ import dataclasses
 import math
 import random
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -157,8 +158,14 @@ async def drive(
     time_limit_s: float = 30.0,
     method: str = "Call",
     timeout: float | None = None,
+    request_ids: int | None = None,
 ) -> LoadResult:
-    """Up to `requests` logical calls from `concurrency` workers, stopping at `time_limit_s` regardless."""
+    """Up to `requests` logical calls from `concurrency` workers, stopping at `time_limit_s` regardless.
+
+    With `request_ids` (a seed) the calls carry uuid4-shaped request ids drawn from a seeded
+    random, so which requests a ratio-based fault hits is reproducible (the hit is by request id).
+    """
+    ids = random.Random(request_ids) if request_ids is not None else None
     issued = 0
     latencies: list[float] = []
     codes: dict[str, int] = {}
@@ -169,9 +176,10 @@ async def drive(
         nonlocal issued
         while issued < requests and time.monotonic() < stop_at:
             issued += 1
+            md = ((h.REQUEST_ID, str(uuid.UUID(int=ids.getrandbits(128), version=4))),) if ids else None
             t0 = time.perf_counter()
             try:
-                await caller.call(method, drill_pb2.CallRequest(payload="x"), timeout=timeout)
+                await caller.call(method, drill_pb2.CallRequest(payload="x"), timeout=timeout, metadata=md)
                 code = "OK"
             except aio.AioRpcError as err:
                 code = err.code().name
@@ -211,7 +219,7 @@ async def measure_amplification(
         rng=random.Random(seed),
     )
     try:
-        result = await drive(ingress, requests, concurrency=concurrency, time_limit_s=time_limit_s)
+        result = await drive(ingress, requests, concurrency=concurrency, time_limit_s=time_limit_s, request_ids=seed)
     finally:
         await ingress.close()
         await topo.close()
