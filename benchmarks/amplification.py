@@ -36,14 +36,19 @@ async def amplification(requests: int, chain_requests: int) -> tuple[dict[str, f
     single: dict[str, float] = {}
     chain: dict[str, float] = {}
     print("## amplification: deepest-hop attempts ÷ ingress requests (abort:UNAVAILABLE, ratio 50, deepest hop)")
-    for name in rconfig.NAMES:
-        cfg = rconfig.load(name)
+    resilient = rconfig.load("resilient")
+    # Not a named configuration: shows what the 50% breaker costs when the fault ratio is also 50%.
+    breaker60 = bench.with_overrides(
+        resilient, name="resilient(breaker=60%)", breaker={**resilient.breaker, "failure_rate": 0.6}
+    )
+    for cfg in [*(rconfig.load(n) for n in rconfig.NAMES), breaker60]:
+        name = cfg.name
         for depth, n, out in ((1, requests, single), (3, chain_requests, chain)):
             r = await bench.measure_amplification(cfg, depth, n, concurrency=16, time_limit_s=120.0)
             ok = r["codes"].get("OK", 0) / max(1, r["requests"])
             out[name] = r["amplification"]
             print(
-                f"{name:14s} hops={depth} requests={r['requests']:4d} per-hop={_fmt(r['per_hop']):22s} "
+                f"{name:22s} hops={depth} requests={r['requests']:4d} per-hop={_fmt(r['per_hop']):22s} "
                 f"amplification={r['amplification']:.2f} success={ok:.0%} codes={r['codes']} ({r['elapsed_s']:.1f}s)",
                 flush=True,
             )

@@ -191,6 +191,10 @@ class ResilientCaller:
             self._fail_fast(self.service, label, name, "deadline").inc()
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"early give-up: {exc}") from None
         deadline = None if budget_s is None else time.monotonic() + budget_s
+        if budget_s is not None and (cur is None or cur.origin_deadline is None):
+            if all(k != h.ORIGIN_DEADLINE for k, _ in md_in):
+                # We are the edge: the origin deadline is the logical call's, not one attempt's.
+                md_in = [*md_in, (h.ORIGIN_DEADLINE, f"{time.time() + budget_s:.3f}")]
         self.budget.record_request()
         strategy = self.timeouts.for_method(label)
         previous_sleep = 0.0

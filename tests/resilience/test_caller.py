@@ -44,14 +44,15 @@ def test_every_attempt_carries_the_same_request_id_and_its_number():
         )
         try:
             with pytest.raises(aio.AioRpcError) as err:
-                await c.call("Call", REQ)
+                await c.call("Call", REQ, timeout=5.0)
             assert err.value.code() is grpc.StatusCode.UNAVAILABLE
         finally:
             await c.close()
             await leaf.server.stop(None)
-        return leaf.recorder.previous_attempts
+        return leaf.recorder.previous_attempts, leaf.recorder.ends
 
-    seen = run(go())
+    seen, ends = run(go())
+    assert len({origin for _, origin in ends}) == 1  # one origin deadline: the logical call's
     assert len(seen) == 4  # naive: 1 + 3 immediate retries
     assert len({rid for rid, _, _ in seen}) == 1 and seen[0][0]
     assert [fallback for _, _, fallback in seen] == ["", "1", "2", "3"]
