@@ -21,7 +21,6 @@ from harness.settings import FaultSettings
 from harness.status import status_name
 from harness.tracing import ATTR_HIT, ATTR_MODE, ATTR_REQUEST_ID, ATTR_TENANT, extract_context, trace_id_hex
 
-
 _LABELS: dict[str, str] = {}
 
 

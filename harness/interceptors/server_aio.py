@@ -20,7 +20,6 @@ from harness.gate import Outcome
 from harness.interceptors._server_core import CallPlan, ServerCore, abort_details
 from harness.settings import FaultSettings
 
-
 _OK = grpc.StatusCode.OK
 
 
