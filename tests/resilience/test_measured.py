@@ -57,7 +57,11 @@ def test_deadline_propagation_stops_every_hop_at_the_client_deadline():
     no_prop = run(bench.measure_deadline_gap(without, requests=2))
     assert with_prop["codes"] == no_prop["codes"] == {"DEADLINE_EXCEEDED": 2}
     # with propagation each hop's own deadline ends before the client's: no work past it
-    assert with_prop["max_gap_s"] < 0.25  # vs 1.5 s had the 2 s delay run to the end
+    # measured: ≈ −10 ms typically; event-loop stalls on a busy 2-core box add tens of ms to every hop
+    # alike (the edge then sees its own DEADLINE_EXCEEDED late too), so only a loose bound is asserted
+    assert with_prop["max_gap_s"] < 0.5  # vs 1.5 s had the 2 s delay run to the end
     assert all(r is not None and r < 0.5 for r in with_prop["leaf_remaining"])
+    assert max(with_prop["deadline_overshoot_per_hop_s"]) < 0.05
     # without it the deepest hop believes it has its own 1 s (the gap is bounded only by cancellation)
     assert all(r is not None and r > 0.5 for r in no_prop["leaf_remaining"])
+    assert no_prop["deadline_overshoot_per_hop_s"][-1] > 0.4
