@@ -155,46 +155,74 @@ class LocustRun:
         return float(row["50%"])
 
 
-def run_locust(
-    tmp_path: pathlib.Path,
-    host: str,
-    *args: str,
-    profile: str | None = "smoke",
-    scrape_ports: list[int] = (),
-    timeout: float = 60.0,
-    tag: str = "run",
-) -> LocustRun:
-    """Run `locust` headless to completion (bounded by `timeout`), scraping `scrape_ports` meanwhile."""
-    prefix = tmp_path / tag
-    cmd = [LOCUST]
-    if profile:
-        cmd += ["--config", str(PROFILES / f"{profile}.conf")]
-    cmd += ["--host", host, "--headless", "--csv", str(prefix), "--exit-code-on-error", "0", *args]
-    log_path = tmp_path / f"{tag}.log"
-    scraper = Scraper(list(scrape_ports)) if scrape_ports else None
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+def _read_csv(path: pathlib.Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+class LocustProcess:
+    """One headless `locust` subprocess in its own process group, with an optional scraper."""
+
+    def __init__(
+        self,
+        tmp_path: pathlib.Path,
+        host: str,
+        *args: str,
+        profile: str | None = "smoke",
+        scrape_ports: list[int] = (),
+        tag: str = "run",
+    ) -> None:
+        self.prefix = tmp_path / tag
+        cmd = [LOCUST]
+        if profile:
+            cmd += ["--config", str(PROFILES / f"{profile}.conf")]
+        cmd += ["--host", host, "--headless", "--csv", str(self.prefix), "--exit-code-on-error", "0", *args]
+        self.log_path = tmp_path / f"{tag}.log"
+        self._log = open(self.log_path, "w")
+        self.scraper = Scraper(list(scrape_ports)) if scrape_ports else None
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        if self.scraper:
+            self.scraper.start()
+
+    def kill(self) -> None:
+        kill_group(self.proc)
+        if self.scraper:
+            self.scraper.stop()
+        self._log.close()
+
+    def finish(self, timeout: float) -> LocustRun:
+        """Wait for the run to end (bounded), always kill the group, then collect the results."""
         try:
-            if scraper:
-                scraper.start()
-            rc = proc.wait(timeout=timeout)
+            rc = self.proc.wait(timeout=timeout)
         finally:
-            kill_group(proc)
-            if scraper:
-                scraper.stop()
-    text = log_path.read_text()
+            self.kill()
+        return LocustRun(
+            rc=rc,
+            log=self.log_path.read_text(),
+            stats=_read_csv(pathlib.Path(f"{self.prefix}_stats.csv")),
+            failures=_read_csv(pathlib.Path(f"{self.prefix}_failures.csv")),
+            scraped=self.scraper.last if self.scraper else {},
+            history=self.scraper.history if self.scraper else {},
+        )
 
-    def read(path: pathlib.Path) -> list[dict[str, str]]:
-        if not path.exists():
-            return []
-        with open(path, newline="") as fh:
-            return list(csv.DictReader(fh))
 
-    return LocustRun(
-        rc=rc,
-        log=text,
-        stats=read(pathlib.Path(f"{prefix}_stats.csv")),
-        failures=read(pathlib.Path(f"{prefix}_failures.csv")),
-        scraped=scraper.last if scraper else {},
-        history=scraper.history if scraper else {},
-    )
+def run_locust(tmp_path: pathlib.Path, host: str, *args: str, timeout: float = 60.0, **kw) -> LocustRun:
+    """Run `locust` headless to completion (bounded by `timeout`), scraping `scrape_ports` meanwhile."""
+    proc = LocustProcess(tmp_path, host, *args, **kw)
+    return proc.finish(timeout)
+
+
+def run_concurrently(tmp_path: pathlib.Path, host: str, runs: dict[str, tuple[str, ...]], timeout: float = 60.0):
+    """Start several runs at once (same machine noise for all), wait for all; {tag: LocustRun}."""
+    procs: dict[str, LocustProcess] = {}
+    try:
+        for tag, args in runs.items():
+            procs[tag] = LocustProcess(tmp_path, host, *args, tag=tag)
+        deadline = time.monotonic() + timeout
+        return {tag: p.finish(max(1.0, deadline - time.monotonic())) for tag, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.proc.poll() is None:
+                p.kill()
