@@ -22,6 +22,9 @@ CONFIG = "x-drill-config"
 # gRFC A6 retry metadata.
 PREVIOUS_RPC_ATTEMPTS = "grpc-previous-rpc-attempts"
 RETRY_PUSHBACK_MS = "grpc-retry-pushback-ms"
+#: grpc strips an application-set `grpc-previous-rpc-attempts` before the server
+#: sees it, so the attempt number also travels under this key.
+DRILL_PREVIOUS_RPC_ATTEMPTS = "x-drill-previous-rpc-attempts"
 
 #: Keys a hop propagates downstream (like baggage) when a fault target is named.
 DRILL_KEYS: tuple[str, ...] = (

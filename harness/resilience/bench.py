@@ -55,7 +55,7 @@ class HopRecorder(aio.ServerInterceptor):
             (
                 md.get(h.REQUEST_ID, ""),
                 md.get(h.PREVIOUS_RPC_ATTEMPTS, ""),
-                md.get("x-drill-previous-rpc-attempts", ""),
+                md.get(h.DRILL_PREVIOUS_RPC_ATTEMPTS, ""),
             )
         )
         inner = handler.unary_unary

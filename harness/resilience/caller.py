@@ -37,7 +37,7 @@ from harness.resilience.retry import NO_PUSHBACK, parse_pushback, short_method
 
 #: grpc core strips application-set `grpc-*` metadata (checked with grpcio 1.85: the server never
 #: sees `grpc-previous-rpc-attempts`), so the attempt number also travels under this key.
-PREVIOUS_ATTEMPTS_FALLBACK = "x-drill-previous-rpc-attempts"
+PREVIOUS_ATTEMPTS_FALLBACK = h.DRILL_PREVIOUS_RPC_ATTEMPTS
 
 DEMO_SERVICE = "drill.v1.Demo"
 
