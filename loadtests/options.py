@@ -85,7 +85,7 @@ def parse_phases(text: str | None) -> tuple[Phase, ...]:
 
 
 def parse_weights(text: str | None) -> dict[str, int]:
-    """`organic=3,drill=1` -> {"organic": 3, "drill": 1}; a class left out keeps weight 1."""
+    """`organic=3,drill=1` -> {"organic": 3, "drill": 1}; a class left out keeps weight 1; 0 leaves it out."""
     weights = {"organic": 1, "drill": 1}
     for part in (text or "").split(","):
         part = part.strip()
@@ -96,9 +96,11 @@ def parse_weights(text: str | None) -> dict[str, int]:
         if not sep or name not in weights:
             raise ValueError(f"weight {part!r}: expected organic=N or drill=N")
         n = int(value)
-        if n < 1:
-            raise ValueError(f"weight {part!r}: must be >= 1 (leave the class out of the run instead)")
+        if n < 0:
+            raise ValueError(f"weight {part!r}: must be >= 0")
         weights[name] = n
+    if not any(weights.values()):
+        raise ValueError(f"weights {text!r}: at least one class needs a weight above 0")
     return weights
 
 
@@ -119,7 +121,10 @@ def from_namespace(ns: Any) -> DrillOptions:
     ratio = int(getattr(ns, "drill_ratio", 100))
     if not 0 <= ratio <= 100:
         raise ValueError(f"--drill-ratio {ratio}: must be 0-100")
-    share = int(getattr(ns, "drill_cancel_share", 0) or 0)
+    cancel_ms = _optional_float(getattr(ns, "drill_cancel_ms", None))
+    share = _optional_int(getattr(ns, "drill_cancel_share", None))
+    if share is None:
+        share = 100 if cancel_ms is not None else 0  # --drill-cancel-ms alone cancels every drill call
     if not 0 <= share <= 100:
         raise ValueError(f"--drill-cancel-share {share}: must be 0-100")
     instances = _optional_int(getattr(ns, "drill_instances", None))
@@ -144,7 +149,7 @@ def from_namespace(ns: Any) -> DrillOptions:
         weights=parse_weights(getattr(ns, "drill_weights", "")),
         rate=rate,
         timeout=timeout,
-        cancel_ms=_optional_float(getattr(ns, "drill_cancel_ms", None)),
+        cancel_ms=cancel_ms,
         cancel_share=share,
         metrics_port=_optional_int(getattr(ns, "drill_metrics_port", None)) or None,
         metrics_host=getattr(ns, "drill_metrics_host", None) or "127.0.0.1",
@@ -173,7 +178,11 @@ def add_arguments(parser: Any) -> None:
     arg("--drill-rate", type=float, default=0.0, help="requests/s per user (0 = as fast as possible)")
     arg("--drill-timeout", type=float, default=2.0, help="per-call timeout, seconds")
     arg("--drill-cancel-ms", default="", help="actively cancel a share of drill calls after N ms")
-    arg("--drill-cancel-share", type=int, default=0, help="share of drill calls to cancel, 0-100")
+    arg(
+        "--drill-cancel-share",
+        default="",
+        help="share of drill calls to cancel, 0-100 (100 if only --drill-cancel-ms)",
+    )
     arg("--drill-metrics-port", default="", help="client /metrics base port (master base, worker i base+1+i)")
     arg("--drill-metrics-host", default="127.0.0.1", help="bind address of client /metrics")
     arg(

@@ -17,6 +17,7 @@ from locust import LoadTestShape
 
 from loadtests import options as drill_options
 from loadtests.phase import STATE
+from loadtests.users import selected_classes
 
 log = logging.getLogger("drill.loadtests")
 
@@ -76,11 +77,14 @@ class DrillShape(LoadTestShape):
             limit = getattr(parsed, "run_time", None)
             if limit and run_time >= limit:
                 return None
-            return (int(parsed.num_users or 1), float(parsed.spawn_rate or 1))
+            return (int(parsed.num_users or 1), float(parsed.spawn_rate or 1), self._classes(opts))
         if self._timeline is None:
             first = opts.phases[0]
             publish(self.runner, first.name, first.fault)
             self._timeline = gevent.spawn(self._run_timeline, opts)
         if run_time >= opts.total_seconds:
             return None
-        return (opts.users, float(max(opts.users, 1)))
+        return (opts.users, float(max(opts.users, 1)), self._classes(opts))
+
+    def _classes(self, opts: drill_options.DrillOptions) -> list:
+        return selected_classes(list(self.runner.user_classes), opts)

@@ -76,6 +76,15 @@ class DrillUser(DemoUser):
 
 
 def configure_weights(opts: drill_options.DrillOptions) -> None:
-    """Apply `--drill-weights` to the user classes (read by the dispatcher when a run starts)."""
-    OrganicUser.weight = opts.weights["organic"]
-    DrillUser.weight = opts.weights["drill"]
+    """Apply `--drill-weights` to the user classes (read by the dispatcher when a run starts).
+
+    A weight of 0 cannot be a Locust weight: such a class keeps weight 1 and the
+    shape leaves it out of the dispatch (`selected_classes`).
+    """
+    OrganicUser.weight = max(1, opts.weights["organic"])
+    DrillUser.weight = max(1, opts.weights["drill"])
+
+
+def selected_classes(user_classes: list, opts: drill_options.DrillOptions) -> list:
+    """The user classes to dispatch: those whose traffic class has a weight above 0."""
+    return [c for c in user_classes if opts.weights.get(getattr(c, "traffic", ""), 1) > 0]

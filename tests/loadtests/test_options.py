@@ -44,9 +44,10 @@ def test_weights_default_to_one_each_and_parse_both_classes():
     assert options.parse_weights("") == {"organic": 1, "drill": 1}
     assert options.parse_weights("organic=3,drill=1") == {"organic": 3, "drill": 1}
     assert options.parse_weights("drill=2") == {"organic": 1, "drill": 2}
+    assert options.parse_weights("organic=5,drill=0") == {"organic": 5, "drill": 0}  # organic-only baseline
 
 
-@pytest.mark.parametrize("text", ["organic=0", "bots=2", "organic"])
+@pytest.mark.parametrize("text", ["organic=0,drill=0", "organic=-1", "bots=2", "organic"])
 def test_bad_weights_are_refused(text):
     with pytest.raises(ValueError):
         options.parse_weights(text)
@@ -67,7 +68,7 @@ def _ns(**kw):
         drill_rate=0.0,
         drill_timeout=2.0,
         drill_cancel_ms="",
-        drill_cancel_share=0,
+        drill_cancel_share="",
         drill_metrics_port="",
     )
     base.update(kw)
@@ -80,7 +81,12 @@ def test_namespace_defaults_match_the_documented_interface():
     assert o.directive is None and o.ratio == 100 and o.target is None and o.instances is None
     assert o.config == "none" and o.plan == "adhoc" and o.phases == ()
     assert o.users == 20 and o.rate == 0.0 and o.timeout == 2.0
-    assert o.cancel_ms is None and o.metrics_port is None
+    assert o.cancel_ms is None and o.cancel_share == 0 and o.metrics_port is None
+
+
+def test_cancel_ms_alone_cancels_every_drill_call_and_a_share_narrows_it():
+    assert options.from_namespace(_ns(drill_cancel_ms="50")).cancel_share == 100
+    assert options.from_namespace(_ns(drill_cancel_ms="50", drill_cancel_share="10")).cancel_share == 10
 
 
 def test_namespace_carries_every_drill_value():
@@ -103,7 +109,7 @@ def test_namespace_carries_every_drill_value():
 
 @pytest.mark.parametrize(
     "kw",
-    [{"drill_ratio": 101}, {"drill_cancel_share": -1}, {"drill_instances": "200"}, {"drill_timeout": 0}],
+    [{"drill_ratio": 101}, {"drill_cancel_share": "-1"}, {"drill_instances": "200"}, {"drill_timeout": 0}],
 )
 def test_out_of_range_values_are_refused(kw):
     with pytest.raises(ValueError):
