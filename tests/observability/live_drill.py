@@ -135,29 +135,26 @@ async def _drive(gateway: str, edge: str) -> tuple[float, float]:
         ic = DrillClientInterceptor(tagging, service=SERVICE, config=CONFIG, **kw)
         return aio.insecure_channel(to, interceptors=[ic]), ic
 
+    # gateway (resilient: breaker): drill users outnumber organic ones 3:1, so once the leaf
+    # aborts every drill call the breaker's failure rate is far above its 50% threshold.
     organic, _ = channel(ORGANIC)
     drill, drill_ic = channel(drill_idle)
-    # Actively cancelled: the gateway holds the reply 300 ms, the client cancels after 40 ms.
-    cancelled, _ = channel(Tagging(tenant=DRILL_TENANT, directive="delay:300"), cancel_after_ms=40)
-    dropped, _ = channel(Tagging(tenant=DRILL_TENANT, directive="drop:400"))
-    delayed, _ = channel(Tagging(tenant=DRILL_TENANT, directive="delay:30"))
-    rejected, _ = channel(Tagging(tenant=DRILL_TENANT, directive="delay:abc"))
-    skipped, _ = channel(Tagging(tenant="tenant-other", directive="abort:INTERNAL"))
+    # edge (budget, no breaker): retries until the budget runs out, and every directive
+    # consumed by the first hop.
     edge_organic, _ = channel(ORGANIC, edge)
     edge_drill, edge_drill_ic = channel(drill_idle, edge)
-    channels = [organic, drill, cancelled, dropped, delayed, rejected, skipped, edge_organic, edge_drill]
+    # Actively cancelled: the edge holds the reply 300 ms, the client cancels after 40 ms.
+    cancelled, _ = channel(Tagging(tenant=DRILL_TENANT, directive="delay:300"), edge, cancel_after_ms=40)
+    dropped, _ = channel(Tagging(tenant=DRILL_TENANT, directive="drop:400"), edge)
+    delayed, _ = channel(Tagging(tenant=DRILL_TENANT, directive="delay:30"), edge)
+    rejected, _ = channel(Tagging(tenant=DRILL_TENANT, directive="delay:abc"), edge)
+    skipped, _ = channel(Tagging(tenant="tenant-other", directive="abort:INTERNAL"), edge)
+    channels = [organic, drill, edge_organic, edge_drill, cancelled, dropped, delayed, rejected, skipped]
     stub = {ch: drill_pb2_grpc.DemoStub(ch) for ch in channels}
 
     always = asyncio.Event()
-    tasks = [asyncio.create_task(_user(stub[organic], always, 1.0)) for _ in range(3)]
-    tasks += [asyncio.create_task(_user(stub[drill], always, 1.0)) for _ in range(4)]
-    tasks += [asyncio.create_task(_user(stub[cancelled], always, 1.0)) for _ in range(5)]
-    tasks += [asyncio.create_task(_user(stub[edge_organic], always, 1.0))]
-    tasks += [asyncio.create_task(_user(stub[edge_drill], always, 1.0)) for _ in range(2)]
-    tasks += [
-        asyncio.create_task(_user(stub[rejected], always, 1.0)),
-        asyncio.create_task(_user(stub[skipped], always, 1.0)),
-    ]
+    users = [(organic, 2), (drill, 6), (edge_organic, 2), (edge_drill, 2), (cancelled, 6), (rejected, 1), (skipped, 1)]
+    tasks = [asyncio.create_task(_user(stub[ch], always, 1.0)) for ch, n in users for _ in range(n)]
     start = time.time()
     fault_stop = asyncio.Event()
     for phase, seconds in PHASES:

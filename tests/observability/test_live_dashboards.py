@@ -69,6 +69,8 @@ def _naive_rate(counts: dict[str, float]) -> float:
 
 
 def test_error_rate_panel_excludes_cancelled_and_matches_counters(drill: DrillRun) -> None:
+    # The recorded 30 s rates must span the whole drill (plus the zeroed scrape before it).
+    assert drill.eval_at - drill.start < 28, "drill too long for the 30 s window of the recorded rates"
     expr = substitute(_panel_expr("drill-overview", "Client error rate (CANCELLED excluded)"), VARIABLES)
     result = drill.prom.query(expr, at=drill.eval_at)
     panel = {
@@ -90,14 +92,12 @@ def test_error_rate_panel_excludes_cancelled_and_matches_counters(drill: DrillRu
     # Over all loadgen traffic (the runner's number), through the MTTR dashboard's per-config panel.
     by_config = substitute(_panel_expr("drill-mttr", "Error rate by config (CANCELLED excluded) vs SLO"), VARIABLES)
     by_config = by_config.replace('service=~".*"', f'service="{SERVICE}"')
-    value = {s["metric"]["config"]: float(s["value"][1]) for s in drill.prom.query(by_config, at=drill.eval_at)}[
-        CONFIG
-    ]
+    value = {s["metric"]["config"]: float(s["value"][1]) for s in drill.prom.query(by_config, at=drill.eval_at)}[CONFIG]
     counts = drill.client_counts()
     reference = error_rate(counts)
     naive = _naive_rate(counts)
     print(f"all traffic: panel {value:.4f} reference {reference:.4f} naive {naive:.4f}")
-    assert counts["CANCELLED"] > 0.1 * sum(counts.values()), "the drill must cancel a real share of calls"
+    assert counts["CANCELLED"] > 0.05 * sum(counts.values()), "the drill must cancel a real share of calls"
     assert value == pytest.approx(reference, abs=TOLERANCE)
     # The check has teeth: counting CANCELLED in the denominator would miss by more than the tolerance.
     assert abs(naive - reference) > TOLERANCE
@@ -106,11 +106,11 @@ def test_error_rate_panel_excludes_cancelled_and_matches_counters(drill: DrillRu
 def test_server_side_error_rate_and_cancelled_are_recorded(drill: DrillRun) -> None:
     ratios = drill.prom.query("drill:server_error_ratio:rate30s", at=drill.eval_at)
     services = {s["metric"]["service"] for s in ratios}
-    assert {"gateway", "leaf"} <= services
+    assert {"gateway", "edge", "leaf"} <= services
     cancelled = drill.prom.query_range(
-        'drill:server_calls:rate30s{service="gateway", status_class="cancelled"}', drill.start, drill.eval_at
+        'drill:server_calls:rate30s{service="edge", status_class="cancelled"}', drill.start, drill.eval_at
     )
-    assert max(finite_values(cancelled)) > 0, "the gateway saw the client's cancellations"
+    assert max(finite_values(cancelled)) > 0, "the edge saw the client's cancellations"
 
 
 def test_slo_burn_alert_fires_for_drill_traffic(drill: DrillRun) -> None:
