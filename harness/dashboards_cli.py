@@ -28,13 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_RULES_OUT,
         help=f"generated rules directory (default {DEFAULT_RULES_OUT}/)",
     )
-    b.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 if any committed file is stale"
-    )
+    b.add_argument("--check", action="store_true", help="write nothing; exit 1 if any committed file is stale")
     q = sub.add_parser("push", help="import the dashboards into a running Grafana (grafana-client)")
-    q.add_argument(
-        "--grafana", default=os.environ.get("DRILL_GRAFANA_URL"), help="Grafana URL (or DRILL_GRAFANA_URL)"
-    )
+    q.add_argument("--grafana", default=os.environ.get("DRILL_GRAFANA_URL"), help="Grafana URL (or DRILL_GRAFANA_URL)")
     q.add_argument("--token", default=os.environ.get("DRILL_GRAFANA_TOKEN"), help="service account token")
     q.add_argument("--user", default=os.environ.get("DRILL_GRAFANA_USER"), help="basic auth user")
     q.add_argument("--password", default=os.environ.get("DRILL_GRAFANA_PASSWORD"), help="basic auth password")
@@ -69,8 +65,7 @@ def _build(args: argparse.Namespace) -> int:
 def _models(directory: str | None) -> dict[str, dict]:
     if directory:
         return {
-            p.name: json.loads(p.read_text(encoding="utf-8"))
-            for p in sorted(pathlib.Path(directory).glob("*.json"))
+            p.name: json.loads(p.read_text(encoding="utf-8")) for p in sorted(pathlib.Path(directory).glob("*.json"))
         }
     from harness.dashboards import build_all
 

@@ -60,9 +60,7 @@ def series(
 
 def timeline(title: str, description: str, queries: Sequence[Target], *, w: int = 12, h: int = 6):
     """A state timeline (drill phases, breaker state, SLO breach)."""
-    panel = _base(statetimeline.Panel(), title, description, "short", w, h).show_value(
-        cm.VisibilityMode.NEVER
-    )
+    panel = _base(statetimeline.Panel(), title, description, "short", w, h).show_value(cm.VisibilityMode.NEVER)
     return targets(panel, queries)
 
 
@@ -134,10 +132,7 @@ def fault_annotations() -> list[db.AnnotationQuery]:
         .datasource(DATASOURCE)
         .enable(True)
         .icon_color("orange")
-        .expr(
-            'max by (alertname, service, config, traffic) (ALERTS{alertname=~"DrillSLO.*",'
-            ' alertstate="firing"})'
-        ),
+        .expr('max by (alertname, service, config, traffic) (ALERTS{alertname=~"DrillSLO.*", alertstate="firing"})'),
     ]
 
 

@@ -43,9 +43,7 @@ def grafana_api(url: str, *, token: str | None = None, user: str | None = None, 
 class DrillAnnotator:
     """Posts drill events to Grafana. Every method swallows and logs errors."""
 
-    def __init__(
-        self, api: Any, *, dashboard_uid: str | None = None, extra_tags: tuple[str, ...] = ()
-    ) -> None:
+    def __init__(self, api: Any, *, dashboard_uid: str | None = None, extra_tags: tuple[str, ...] = ()) -> None:
         self.api = api
         self.dashboard_uid = dashboard_uid
         self.extra_tags = extra_tags

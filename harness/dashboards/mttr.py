@@ -41,9 +41,7 @@ def build() -> db.Dashboard:
     d = (
         db.Dashboard("MTTR comparison")
         .uid(UID)
-        .description(
-            "Resilience configurations side by side over the same drill: breach, recovery, retries, breakers."
-        )
+        .description("Resilience configurations side by side over the same drill: breach, recovery, retries, breakers.")
         .tags(["drill", "chaos", "grpc", "mttr"])
         .refresh("5s")
         .time("now-30m", "now")
@@ -59,8 +57,7 @@ def build() -> db.Dashboard:
     d = d.with_panel(
         series(
             "Error rate by config (CANCELLED excluded) vs SLO",
-            "Client-side server-fault / (all − CANCELLED) per configuration;"
-            " the flat line is the SLO error budget.",
+            "Client-side server-fault / (all − CANCELLED) per configuration; the flat line is the SLO error budget.",
             [(ERROR_BY_CONFIG, "{{config}}"), ("vector($slo)", "SLO")],
             unit="percentunit",
             w=24,
@@ -77,8 +74,7 @@ def build() -> db.Dashboard:
     d = d.with_panel(
         stat_panel(
             "Seconds in breach over the range",
-            "Per configuration, at 1 s resolution: a live proxy"
-            " for MTTR (the runner reports the exact value).",
+            "Per configuration, at 1 s resolution: a live proxy for MTTR (the runner reports the exact value).",
             [(f"sum_over_time((({ERROR_BY_CONFIG}) > bool $slo)[$__range:1s])", "{{config}}")],
             unit="s",
             w=12,
@@ -117,8 +113,7 @@ def build() -> db.Dashboard:
                     "retries {{config}}",
                 ),
                 (
-                    "sum by (config) "
-                    '(rate(drill_retry_budget_exhausted_total{config=~"$config"}[$__rate_interval]))',
+                    'sum by (config) (rate(drill_retry_budget_exhausted_total{config=~"$config"}[$__rate_interval]))',
                     "budget exhausted {{config}}",
                 ),
             ],

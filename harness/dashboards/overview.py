@@ -23,8 +23,7 @@ QUANTILES = (("p50", "0.5"), ("p99", "0.99"), ("p99.9", "0.999"))
 def _quantiles(metric: str, filters: str, by: str) -> list[tuple[str, str]]:
     return [
         (
-            f"histogram_quantile({q}, sum by (le, {by}) "
-            f"(rate({metric}_bucket{{{filters}}}[$__rate_interval])))",
+            f"histogram_quantile({q}, sum by (le, {by}) (rate({metric}_bucket{{{filters}}}[$__rate_interval])))",
             f"{name} " + " · ".join(f"{{{{{lbl.strip()}}}}}" for lbl in by.split(",")),
         )
         for name, q in QUANTILES
@@ -40,8 +39,7 @@ def build() -> db.Dashboard:
         db.Dashboard("Drill overview")
         .uid(UID)
         .description(
-            "Errors (CANCELLED excluded, DESIGN §6), faults, latency,"
-            " resilience and connections during a drill."
+            "Errors (CANCELLED excluded, DESIGN §6), faults, latency, resilience and connections during a drill."
         )
         .tags(["drill", "chaos", "grpc"])
         .refresh("5s")
@@ -81,8 +79,7 @@ def build() -> db.Dashboard:
                     "client {{service}} · {{config}} · {{traffic}}",
                 ),
                 (
-                    f'sum by (service, traffic) (drill:server_calls:rate30s{{status_class="cancelled",'
-                    f" {SERVER}}})",
+                    f'sum by (service, traffic) (drill:server_calls:rate30s{{status_class="cancelled", {SERVER}}})',
                     "server {{service}} · {{traffic}}",
                 ),
             ],
@@ -118,8 +115,7 @@ def build() -> db.Dashboard:
     d = d.with_panel(
         series(
             "Directives skipped / rejected by reason",
-            "Skipped: a gate said no (switch, tenant, ratio, instance,"
-            " target, token). Rejected: malformed or unsafe.",
+            "Skipped: a gate said no (switch, tenant, ratio, instance, target, token). Rejected: malformed or unsafe.",
             [
                 (
                     _rate("drill_fault_skipped_total", SERVICE, "service, reason"),
@@ -220,8 +216,7 @@ def build() -> db.Dashboard:
     d = d.with_panel(
         series(
             "Amplification per hop (calls/s ÷ organic ingress calls/s)",
-            "Server calls/s at each hop divided by the organic calls/s"
-            " the load generators send; retries multiply it.",
+            "Server calls/s at each hop divided by the organic calls/s the load generators send; retries multiply it.",
             [
                 (f"drill:hop_amplification:ratio30s{{{SERVICE}}}", "{{service}}"),
                 (f"sum by (service) (drill:server_calls:rate30s{{{SERVER}}})", "calls/s {{service}}"),

@@ -46,9 +46,7 @@ CLASS_MATCHERS: dict[str, str] = {
 }
 
 
-def _class_rule(
-    record: str, metric: str, by: tuple[str, ...], status_class: str, window: str
-) -> dict[str, Any]:
+def _class_rule(record: str, metric: str, by: tuple[str, ...], status_class: str, window: str) -> dict[str, Any]:
     group = ", ".join(by)
     matcher = CLASS_MATCHERS[status_class]
     expr = (
