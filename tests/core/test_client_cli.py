@@ -13,7 +13,7 @@ def test_client_spawn_reports_hits_by_mode_and_error_rate_without_cancelled():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "160"}
     out = subprocess.run(
         [sys.executable, "-m", "harness.cli", "client", "--spawn", "--calls", "150", "--ratio", "100",
-         "--directive", "abort:UNAVAILABLE", "--directive", "delay:300", "--cancel-ms", "50"],
+         "--directive", "abort:UNAVAILABLE", "--directive", "delay:300", "--cancel-ms", "50", "--timeout", "30"],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
