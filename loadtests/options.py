@@ -8,6 +8,7 @@ runner can use it in a plain Python process.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from typing import Any
 
@@ -158,6 +159,33 @@ def from_namespace(ns: Any) -> DrillOptions:
     )
 
 
+def _validated(parse: Any) -> Any:
+    """An argparse `type` that checks a value with `parse` and keeps the text (bad input exits with usage)."""
+
+    def check(text: str) -> str:
+        try:
+            parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text
+
+    check.__name__ = parse.__name__
+    return check
+
+
+def _percent(text: str) -> int:
+    n = int(text)
+    if not 0 <= n <= 100:
+        raise argparse.ArgumentTypeError(f"{n}: must be 0-100")
+    return n
+
+
+def _optional_percent(text: str) -> str:
+    if text not in (None, ""):
+        _percent(text)
+    return text
+
+
 def add_arguments(parser: Any) -> None:
     """Declare the `--drill-*` arguments on Locust's parser (each also LOCUST_DRILL_*)."""
 
@@ -167,19 +195,22 @@ def add_arguments(parser: Any) -> None:
 
     arg("--drill-tenant", default=DEFAULT_DRILL_TENANT, help="x-tenant-id of drill users")
     arg("--drill-directive", default="", help="x-fault of drill users, e.g. abort:UNAVAILABLE (empty = none)")
-    arg("--drill-ratio", type=int, default=100, help="x-fault-ratio, 0-100")
+    arg("--drill-ratio", type=_percent, default=100, help="x-fault-ratio, 0-100")
     arg("--drill-target", default="", help="x-fault-target service name (empty = first hop)")
-    arg("--drill-instances", default="", help="x-fault-instances, 0-100 (empty = all)")
+    arg("--drill-instances", type=_optional_percent, default="", help="x-fault-instances, 0-100 (empty = all)")
     arg("--drill-config", default="none", help="value of the `config` label on client metrics")
     arg("--drill-plan", default="adhoc", help="plan name, the `plan` label of drill_phase/drill_fault_active")
-    arg("--drill-phases", default="", help="e.g. warmup=10,fault=20,recovery=20 (empty = obey -u/-r/-t)")
+    phases_help = "e.g. warmup=10,fault=20,recovery=20 (empty = obey -u/-r/-t)"
+    arg("--drill-phases", type=_validated(parse_phases), default="", help=phases_help)
     arg("--drill-users", type=int, default=20, help="total users while phases run")
-    arg("--drill-weights", default="organic=1,drill=1", help="user class weights, e.g. organic=3,drill=1")
+    weights_help = "user class weights, e.g. organic=3,drill=1 (0 leaves a class out)"
+    arg("--drill-weights", type=_validated(parse_weights), default="organic=1,drill=1", help=weights_help)
     arg("--drill-rate", type=float, default=0.0, help="requests/s per user (0 = as fast as possible)")
     arg("--drill-timeout", type=float, default=2.0, help="per-call timeout, seconds")
     arg("--drill-cancel-ms", default="", help="actively cancel a share of drill calls after N ms")
     arg(
         "--drill-cancel-share",
+        type=_optional_percent,
         default="",
         help="share of drill calls to cancel, 0-100 (100 if only --drill-cancel-ms)",
     )

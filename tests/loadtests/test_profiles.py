@@ -47,3 +47,19 @@ def test_shaped_profiles_name_a_fault_phase():
         phases = _keys(path).get("drill-phases")
         if phases:
             assert re.search(r"(^|,)\s*fault=", phases), path.name
+
+
+def test_bad_drill_options_stop_locust_with_a_usage_error():
+    import subprocess
+
+    from tests.loadtests.conftest import LOCUST, ROOT
+
+    out = subprocess.run(
+        [LOCUST, "-f", "loadtests/locustfile.py", "--headless", "--host", "127.0.0.1:1", "--drill-phases", "warmup"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 2
+    assert "--drill-phases" in out.stderr and "Traceback" not in out.stderr
