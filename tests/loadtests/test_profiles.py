@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
 
-from tests.loadtests.conftest import PROFILES
+from tests.loadtests.conftest import LOCUST, PROFILES, ROOT
 
 KNOWN_DRILL = {
     "drill-tenant", "drill-directive", "drill-ratio", "drill-target", "drill-instances", "drill-config",
@@ -50,10 +51,6 @@ def test_shaped_profiles_name_a_fault_phase():
 
 
 def test_bad_drill_options_stop_locust_with_a_usage_error():
-    import subprocess
-
-    from tests.loadtests.conftest import LOCUST, ROOT
-
     out = subprocess.run(
         [LOCUST, "-f", "loadtests/locustfile.py", "--headless", "--host", "127.0.0.1:1", "--drill-phases", "warmup"],
         cwd=ROOT,
