@@ -122,15 +122,35 @@ class AdmissionInterceptor(aio.ServerInterceptor):
 
     Place it before the fault interceptor. Shed calls never reach the fault
     interceptor's metrics, so they are counted in `drill_server_shed_total`.
+
+    `orphan_work=True` models a thread-per-request server that never checks for
+    cancellation: once admitted, the call's work (queue wait, work time, its own
+    downstream calls) goes on after the caller has gone, holding its slot, and
+    the answer is thrown away. That wasted work is what deadline propagation saves.
     """
 
-    def __init__(self, service: str, capacity: Capacity) -> None:
+    def __init__(self, service: str, capacity: Capacity, *, orphan_work: bool = False) -> None:
         self.service = service
         self.capacity = capacity
+        self.orphan_work = orphan_work
         self._slots = asyncio.Semaphore(capacity.concurrency)
         self._waiting = 0
         self._shed = m.cached(m.SERVER_SHED)
         self._code = grpc.StatusCode[capacity.shed_code]
+        self._orphans: set[asyncio.Task] = set()
+
+    async def _admitted(self, behavior, request, context):
+        self._waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            if self.capacity.work_ms > 0:
+                await asyncio.sleep(self.capacity.work_ms / 1000.0)
+            return await behavior(request, context)
+        finally:
+            self._slots.release()
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -140,24 +160,23 @@ class AdmissionInterceptor(aio.ServerInterceptor):
         method = handler_call_details.method.lstrip("/")
 
         async def unary(request, context):
-            cap = self.capacity
-            if self._slots.locked() and self._waiting >= cap.queue:
+            if self._slots.locked() and self._waiting >= self.capacity.queue:
                 self._shed(self.service, method).inc()
                 await context.abort(self._code, f"{self.service} overloaded")
-            self._waiting += 1
-            try:
-                await self._slots.acquire()
-            finally:
-                self._waiting -= 1
-            try:
-                if cap.work_ms > 0:
-                    await asyncio.sleep(cap.work_ms / 1000.0)
-                return await behavior(request, context)
-            finally:
-                self._slots.release()
+            if not self.orphan_work:
+                return await self._admitted(behavior, request, context)
+            task = asyncio.ensure_future(self._admitted(behavior, request, context))
+            self._orphans.add(task)
+            task.add_done_callback(self._forget)
+            return await asyncio.shield(task)
 
         return grpc.unary_unary_rpc_method_handler(
             unary,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+    def _forget(self, task: asyncio.Task) -> None:
+        self._orphans.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: an orphan's failure has nobody to go to

@@ -41,6 +41,7 @@ async def start_server(
     tracer=None,
     extra_interceptors=(),
     admission: bool = False,
+    orphan_work: bool = False,
     server_options: tuple = (),
 ) -> tuple[aio.Server, int, health.aio.HealthServicer]:
     """Start a demo hop on `host:port` (0 = any free port); returns (server, bound port, health).
@@ -50,7 +51,9 @@ async def start_server(
     settings = settings or FaultSettings.from_env()
     interceptors = [*extra_interceptors, FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)]
     if admission:
-        interceptors.insert(0, AdmissionInterceptor(settings.service, capacity or Capacity()))
+        interceptors.insert(
+            0, AdmissionInterceptor(settings.service, capacity or Capacity(), orphan_work=orphan_work)
+        )
         capacity = Capacity(concurrency=1_000_000, queue=0, work_ms=0.0)
     server = aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0), *server_options])
     servicer = DemoServicer(settings.service, settings.instance_id, capacity, downstream)
@@ -109,6 +112,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--admission", action="store_true", help="every attempt pays capacity, even injected faults"
     )
+    p.add_argument(
+        "--orphan-work",
+        action="store_true",
+        help="with --admission: admitted work goes on after the caller is gone (thread-per-request server)",
+    )
     p.add_argument("--shed-code", default="RESOURCE_EXHAUSTED", help="status of calls shed by capacity")
     p.add_argument("--instance-id", default=None, help="instance id (else DRILL_INSTANCE_ID or host:pid)")
     p.add_argument(
@@ -154,6 +162,7 @@ async def _serve(args: argparse.Namespace) -> int:
         capacity=Capacity(args.concurrency, args.queue, args.work_ms, args.shed_code.upper()),
         downstream=downstream,
         admission=args.admission,
+        orphan_work=args.orphan_work,
         server_options=tuple(options),
     )
     if args.port_file:

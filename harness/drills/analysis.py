@@ -15,10 +15,12 @@ Pure functions over a `RunSeries`; no I/O, no clocks. Definitions:
 - **MTTR** = first breach → the held point after the last bad second (restored
   for good). `None` when never restored, and `None` (with `breached: False`)
   when never breached: there was nothing to restore, which is not "0".
-- **amplification** per hop = peak requests/s at the hop (3-s rolling mean,
-  fault window) ÷ mean organic ingress requests/s over the fault window (all
-  ingress when the drill has no organic users); the drill's amplification is
-  the deepest hop's.
+- **amplification** per hop = peak, over the fault window, of the hop's
+  requests ÷ ingress requests in a 5-s window. Ingress is every call the users
+  sent to the edge, organic and drill alike: the load the system is offered
+  before any retry (DESIGN §10 says "organic ingress"; drill users' first
+  attempts are offered load too, so counting them keeps a retry-free system
+  at 1.0 whatever the drill's share). The drill's amplification is the deepest hop's.
 - **blast radius** = error rate of organic traffic over the fault window.
 """
 
@@ -225,25 +227,32 @@ def aggregate_error_rate(series: RunSeries, start: float, end: float, traffic: s
     return error_rate(counts)
 
 
-def amplification(series: RunSeries, hops: Sequence[str] | None = None) -> dict[str, float | None]:
-    """Per hop: peak (3-s rolling mean) requests/s in the fault window ÷ mean organic ingress/s there."""
+def amplification(series: RunSeries, hops: Sequence[str] | None = None, width: int = 5) -> dict[str, float | None]:
+    """Per hop: peak over the fault window of (hop requests ÷ ingress requests) in `width`-s windows.
+
+    A ratio of sums over a short window rather than a ratio of per-second peaks:
+    both counters are scraped together, so scrape jitter cancels out.
+    """
     win = _window(series, series.fault_on, series.fault_off + 1)
     if not win:
         return {}
-    ingress = rps_series(series, "organic")
-    if sum(ingress[i] for i in win) <= 0:
-        ingress = rps_series(series, "all")
-    base = sum(ingress[i] for i in win) / len(win)
-    out: dict[str, float | None] = {}
+    ingress = rps_series(series, "all")
     per_hop = hop_series(series)
+    out: dict[str, float | None] = {}
     for hop in hops or sorted(per_hop):
         values = per_hop.get(hop)
-        if values is None or base <= 0:
+        if values is None:
             out[hop] = None
             continue
-        smooth = rolling_mean(values, 3)
-        peak = max((smooth[i] or 0.0) for i in win)
-        out[hop] = round(peak / base, 3)
+        best = None
+        for i in win:
+            lo = max(win.start, i - width + 1)
+            den = sum(ingress[lo : i + 1])
+            if i - lo + 1 < min(width, len(win)) or den <= 0:
+                continue
+            ratio = sum(values[lo : i + 1]) / den
+            best = ratio if best is None else max(best, ratio)
+        out[hop] = None if best is None else round(best, 3)
     return out
 
 

@@ -161,8 +161,8 @@ def line_chart(
     return f"<figure>{caption}{''.join(parts)}<div>{legend}</div></figure>"
 
 
-def _ratio(num: Sequence[float], den: Sequence[float]) -> list[float | None]:
-    return [n / d if d > 0 else None for n, d in zip(num, den, strict=False)]
+def _ratio(num: Sequence[float | None], den: Sequence[float | None]) -> list[float | None]:
+    return [n / d if n is not None and d else None for n, d in zip(num, den, strict=False)]
 
 
 def plots(series: dict[str, RunSeries], colors: dict[str, str], hops: Sequence[str] | None) -> str:
@@ -178,22 +178,28 @@ def plots(series: dict[str, RunSeries], colors: dict[str, str], hops: Sequence[s
         lines = {name: (rel[name], fn(s)) for name, s in series.items()}
         charts.append(line_chart(title, lines, colors, fault, unit=unit, chart_id=cid))
 
-    chart("Error rate, all traffic (CANCELLED excluded)", lambda s: a.error_rate_series(s, "all", 1), "%",
-          "error")
-    chart("Error rate, organic traffic (blast radius)", lambda s: a.error_rate_series(s, "organic", 1), "%",
-          "organic-error")
+    chart(
+        "Error rate, all traffic (CANCELLED excluded)",
+        lambda s: a.error_rate_series(s, "all", 1),
+        "%",
+        "error",
+    )
+    chart(
+        "Error rate, organic traffic (blast radius)",
+        lambda s: a.error_rate_series(s, "organic", 1),
+        "%",
+        "organic-error",
+    )
     chart("p99 latency at the edge (s)", lambda s: a.p99_series(s, "all"), "", "p99")
 
     def amp(s: RunSeries):
         per_hop = a.hop_series(s)
         names = list(hops) if hops else sorted(per_hop)
         deepest = per_hop.get(names[-1], []) if names else []
-        ingress = a.rps_series(s, "organic")
-        if sum(ingress) <= 0:
-            ingress = a.rps_series(s, "all")
-        return a.rolling_mean(_ratio(deepest, a.rolling_mean(ingress, 3)), 3)
+        ingress = a.rps_series(s, "all")
+        return _ratio(a.rolling_mean(deepest, 3), a.rolling_mean(ingress, 3))
 
-    chart("Amplification: deepest hop req/s ÷ organic ingress req/s", amp, "", "amplification")
+    chart("Amplification: deepest hop req/s ÷ ingress req/s", amp, "", "amplification")
 
     def fds(s: RunSeries):
         keys = s.keys("fds|")
@@ -226,7 +232,7 @@ def _hop_table(results: dict) -> str:
             f"<tr><td>{html.escape(name)}</td>{cells}<td>{gap:,.0f}</td><td>{_fmt(fd, '', 0)}</td></tr>"
         )
     return (
-        f"<table id='hop-table'><thead><tr><th>configuration (peak req/s ÷ organic ingress)</th>{head}"
+        f"<table id='hop-table'><thead><tr><th>configuration (peak req/s ÷ ingress)</th>{head}"
         f"<th>deadline-gap calls</th><th>fd peak</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 

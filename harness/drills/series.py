@@ -8,7 +8,7 @@ the numbers came from. Everything here is pure.
 Keys (`|`-separated, label values never contain `|`):
 - `calls|TRAFFIC|STATUS|MODE`  edge client calls (counter, from drill_client_calls_total)
 - `lat|TRAFFIC|MODE|LE`        edge client latency buckets (counter)
-- `srv|SERVICE`                server calls per hop, all statuses (counter)
+- `srv|SERVICE`                server calls per hop, all statuses, shed calls included (counter)
 - `gap|SERVICE` / `gapsum|SERVICE`  deadline-gap observations / seconds (counter)
 - `hits|SERVICE`               injected faults (counter)
 - `retry|SERVICE`              retry attempts (counter)
@@ -31,10 +31,14 @@ def is_gauge(key: str) -> bool:
     return key.startswith(GAUGE_PREFIXES)
 
 
-def reduce_families(families: Iterable, *, config: str | None = None) -> dict[str, float]:
+def reduce_families(
+    families: Iterable, *, config: str | None = None, service: str | None = None, edge: bool = True
+) -> dict[str, float]:
     """Reduce prometheus_client metric families (one endpoint) to snapshot keys.
 
-    `config` keeps only client series of that resilience configuration (None = all).
+    `config` keeps only client series of that resilience configuration (None = all);
+    `service` names the endpoint's process for `process_open_fds`; `edge=False`
+    ignores client series (a hop's own downstream calls are not the edge's).
     """
     out: dict[str, float] = {}
 
@@ -49,6 +53,8 @@ def reduce_families(families: Iterable, *, config: str | None = None) -> dict[st
     for fam in families:
         for s in fam.samples:
             name, lb, v = s.name, s.labels, s.value
+            if name.startswith("drill_client_") and not edge:
+                continue
             if name == "drill_client_calls_total":
                 if config is not None and lb.get("config") not in (config, None):
                     continue
@@ -58,8 +64,10 @@ def reduce_families(families: Iterable, *, config: str | None = None) -> dict[st
                 if config is not None and lb.get("config") not in (config, None):
                     continue
                 add(f"lat|{lb.get('traffic', '')}|{lb.get('fault_mode', 'none')}|{lb.get('le', '+Inf')}", v)
-            elif name == "drill_server_calls_total":
+            elif name in ("drill_server_calls_total", "drill_server_shed_total"):
                 add(f"srv|{lb.get('service', '')}", v)
+            elif name == "process_open_fds" and service:
+                add(f"fds|{service}", v)
             elif name == "drill_deadline_gap_seconds_count":
                 add(f"gap|{lb.get('service', '')}", v)
             elif name == "drill_deadline_gap_seconds_sum":

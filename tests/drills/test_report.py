@@ -70,8 +70,14 @@ def test_write_outputs(tmp_path):
     report.write_outputs(tmp_path, results, series)
     data = json.loads((tmp_path / "results.json").read_text())
     assert set(data["configs"]["naive"]) >= {
-        "ttd_s", "ttm_s", "ttr_s", "mttr_s", "amplification", "blast_radius",
-        "error_rate_during_fault", "requests",
+        "ttd_s",
+        "ttm_s",
+        "ttr_s",
+        "mttr_s",
+        "amplification",
+        "blast_radius",
+        "error_rate_during_fault",
+        "requests",
     }
     assert (tmp_path / "report.html").stat().st_size > 5000
 
@@ -106,15 +112,25 @@ def test_report_renders_in_headless_chromium(tmp_path):
     report.write_outputs(tmp_path, results, series)
     page = tmp_path / "report.html"
     common = [
-        "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,2000",
+        "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1280,2000",
     ]
     shot = tmp_path / "shot.png"
-    subprocess.run([*common, f"--screenshot={shot}", page.as_uri()], check=True, timeout=90,
-                   capture_output=True)
-    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], check=True, timeout=90,
-                         capture_output=True, text=True).stdout
+    subprocess.run(
+        [*common, f"--screenshot={shot}", page.as_uri()], check=True, timeout=90, capture_output=True
+    )
+    dom = subprocess.run(
+        [*common, "--dump-dom", page.as_uri()], check=True, timeout=90, capture_output=True, text=True
+    ).stdout
     assert 'id="mttr-table"' in dom
     assert dom.count('data-config="resilient"') >= 5  # a table row and a line in each chart
     assert dom.count("<svg") >= 4 and "polyline" in dom

@@ -1,0 +1,101 @@
+"""`drill run PLAN.yaml`: run a drill plan and write OUT/results.json and OUT/report.html."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pathlib
+import sys
+
+from harness.drills.plan import PlanError, load_plan, shipped_plans
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("plan", help=f"plan YAML path, or a shipped plan name ({', '.join(shipped_plans())})")
+    add_common(p)
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="drill-out", help="output directory (results.json, report.html, logs/)")
+    p.add_argument("--seed", type=int, default=None, help="override the plan's seed")
+    p.add_argument("--configs", default=None, help="comma-separated configurations to compare (override)")
+    p.add_argument("--quick", action="store_true", help="apply the plan's quick: overrides (shorter phases)")
+    p.add_argument(
+        "--prometheus",
+        default="off",
+        help="'auto' = start the prometheus on PATH to watch the run too; a URL = push targets nowhere, just "
+        "record it; 'off' (default) = own scraper only",
+    )
+    p.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
+
+
+def overrides_from(args: argparse.Namespace) -> dict:
+    over: dict = {}
+    if args.seed is not None:
+        over["seed"] = args.seed
+    if args.configs:
+        over["configs"] = [c.strip() for c in args.configs.split(",") if c.strip()]
+    return over
+
+
+def execute(plan_name: str, args: argparse.Namespace) -> int:
+    from harness.drills.live import LiveView
+    from harness.drills.runner import DrillError, Runner
+
+    try:
+        plan = load_plan(plan_name, quick=args.quick, overrides=overrides_from(args))
+    except PlanError as exc:
+        print(f"drill: {exc}", file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out)
+    prom = None
+    with LiveView(plan.name, enabled=False if args.no_live else None) as view:
+        try:
+            if args.prometheus == "auto":
+                from harness.drills.prom import LocalPrometheus
+
+                prom = LocalPrometheus.start_if_available(out / "prometheus")
+                if prom is not None:
+                    view.log(f"prometheus watching the run at {prom.url}")
+            runner = Runner(plan, out, on_sample=view.update, log=view.log, prometheus=prom)
+            results = asyncio.run(runner.run())
+        except KeyboardInterrupt:
+            view.log("drill: interrupted; every process stopped")
+            return 130
+        except asyncio.CancelledError:
+            view.log("drill: terminated; every process stopped")
+            return 143
+        except DrillError as exc:
+            view.log(f"drill: {exc}")
+            return 1
+        finally:
+            if prom is not None:
+                prom.stop()
+    print_summary(results, out)
+    return 0
+
+
+def print_summary(results: dict, out: pathlib.Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness.drills.report import _fmt, _fmt_s, _pct
+
+    table = Table(title=f"drill {results['plan']} (seed {results['seed']})")
+    for col in ("configuration", "MTTR", "TTD", "TTM", "TTR", "amplification", "blast radius", "err (fault)"):
+        table.add_column(col, justify="right")
+    for name in results["ranking"]:
+        c = results["configs"][name]
+        table.add_row(
+            name, _fmt_s(c["mttr_s"], breached=c["breached"]), _fmt(c["ttd_s"], " s", 1), _fmt(c["ttm_s"], " s", 1),
+            _fmt(c["ttr_s"], " s", 1), _fmt(c["amplification"], "×"), _pct(c["blast_radius"]),
+            _pct(c["error_rate_during_fault"]),
+        )  # fmt: skip
+    console = Console()
+    console.print(table)
+    console.print(results["verdict"], highlight=False)
+    console.print(f"wrote {out / 'results.json'} and {out / 'report.html'}", highlight=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    return execute(args.plan, args)

@@ -1,0 +1,131 @@
+"""The live view while a drill runs (rich): phase and progress, requests/s, error rate, p99, hits, fds.
+
+`LiveView` is fed one update per scrape by the runner. On a terminal it draws
+a rich `Live` panel; elsewhere (CI, pipes, tests) it prints one plain line
+every few seconds. The numbers are computed from the last two samples with the
+same series code the analysis uses.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from harness.drills import analysis as a
+from harness.drills.series import build_series
+
+PHASE_STYLE = {"warmup": "cyan", "fault": "bold red", "recovery": "green", "done": "dim"}
+
+
+def last_second(update: dict) -> dict | None:
+    """Numbers for the latest second of the running configuration."""
+    samples = update["samples"][-2:]
+    if len(samples) < 2:
+        return None
+    s = build_series(update["config"], samples, 0.0, 0.0)
+    i = len(s.t) - 1
+    out: dict = {"rps": {}, "err": {}, "p99": {}, "hops": {}}
+    for tr in ("organic", "drill"):
+        out["rps"][tr] = a.rps_series(s, tr)[i]
+        out["err"][tr] = a.error_rate_series(s, tr)[i]
+        modes = sorted({k.split("|")[2] for k in s.keys(f"lat|{tr}|")})
+        for mode in modes:
+            out["p99"][(tr, mode)] = a.p99_series(s, tr, mode)[i]
+    for hop in update.get("hops", []):
+        v = s.values
+        out["hops"][hop] = {
+            "rps": (v.get(f"srv|{hop}") or [None])[i],
+            "hits": (v.get(f"hits|{hop}") or [None])[i],
+            "gap": (v.get(f"gap|{hop}") or [None])[i],
+            "retry": (v.get(f"retry|{hop}") or [None])[i],
+            "fds": (v.get(f"fds|{hop}") or [None])[i],
+            "breaker": (v.get(f"breaker|{hop}") or [None])[i],
+        }
+    return out
+
+
+def _n(x, fmt="{:.0f}") -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+class LiveView:
+    def __init__(self, plan_name: str, console: Console | None = None, enabled: bool | None = None) -> None:
+        self.plan_name = plan_name
+        self.console = console or Console(stderr=True)
+        self.enabled = self.console.is_terminal if enabled is None else enabled
+        self._live: Live | None = None
+        self._last_print = 0.0
+
+    def __enter__(self) -> LiveView:
+        if self.enabled:
+            self._live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+            self._live = None
+
+    def log(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def update(self, update: dict) -> None:
+        nums = last_second(update)
+        if self._live is not None:
+            self._live.update(self.render(update, nums))
+            return
+        now = time.monotonic()
+        if nums is not None and now - self._last_print >= 5.0:
+            self._last_print = now
+            err = nums["err"].get("organic")
+            self.console.print(
+                f"[{update['config']}] {update['phase']:<8} {update['elapsed']:5.1f}/{update['total']:.0f}s "
+                f"organic {_n(nums['rps'].get('organic'))} req/s err {_n(err and 100 * err, '{:.1f}')}% "
+                f"drill {_n(nums['rps'].get('drill'))} req/s "
+                + " ".join(f"{h}={_n(v['rps'])}/s" for h, v in nums["hops"].items()),
+                highlight=False,
+            )
+
+    def render(self, update: dict, nums: dict | None):
+        phase = update["phase"]
+        head = Text.assemble(
+            (f"drill {self.plan_name}", "bold"),
+            f"  configuration {update['index'] + 1}/{update['count']}: ",
+            (update["config"], "bold"),
+            "  phase ",
+            (phase, PHASE_STYLE.get(phase, "")),
+            f"  {update['elapsed']:.0f}/{update['total']:.0f} s",
+        )
+        bar = ProgressBar(total=update["total"], completed=min(update["elapsed"], update["total"]), width=60)
+        if nums is None:
+            return Panel(Group(head, bar))
+        traffic = Table(title="edge (client side)", expand=False)
+        for col in ("traffic", "fault mode", "req/s", "error rate", "p99"):
+            traffic.add_column(col, justify="right")
+        for (tr, mode), p99 in sorted(nums["p99"].items()):
+            err = nums["err"].get(tr)
+            traffic.add_row(
+                tr, mode, _n(nums["rps"].get(tr)), _n(err and 100 * err, "{:.1f}%") if err is not None else "—",
+                _n(p99, "{:.3f} s"),
+            )  # fmt: skip
+        hops = Table(title="per service", expand=False)
+        for col in ("service", "req/s", "hits/s", "retries/s", "deadline gap/s", "open fds", "breaker"):
+            hops.add_column(col, justify="right")
+        for hop, v in nums["hops"].items():
+            hops.add_row(
+                hop, _n(v["rps"]), _n(v["hits"]), _n(v["retry"]), _n(v["gap"], "{:.1f}"), _n(v["fds"]),
+                _n(v["breaker"]),
+            )  # fmt: skip
+        return Panel(Group(head, bar, traffic, hops))
+
+
+def stderr_console() -> Console:
+    return Console(file=sys.stderr)

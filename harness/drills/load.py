@@ -1,0 +1,295 @@
+"""Load drivers behind one small interface: the in-runner aio driver and Locust (headless subprocess).
+
+A driver sends organic and drill users' calls to the edge on a fixed schedule
+for the plan's phases and exposes client-side metrics (`drill_client_*`) on a
+`/metrics` URL the scraper reads. Request ids are derived from the seed
+(`PLAN-SEED-USER-N`) and the drill tagging is chosen from each call's
+*scheduled* time, so two runs with the same seed send the same ids and the
+same ids carry the directive: the hit set is a pure function of the plan.
+
+`AioLoad` is open loop (a user does not slow down when the system does, up to
+`max_inflight` outstanding calls per user), bounded in count (rate × duration)
+and in time (every call has a deadline; stop() cancels what is left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import pathlib
+import shutil
+import socket
+import sys
+import time
+from typing import Protocol
+
+from grpc import aio
+
+from harness import headers as h
+from harness.faults import is_hit
+from harness.interceptors import DrillClientInterceptor, Tagging
+from harness.proto import drill_pb2, drill_pb2_grpc
+
+
+@dataclasses.dataclass
+class Traffic:
+    organic_users: int = 4
+    organic_rate: float = 10.0  # per user, req/s
+    drill_users: int = 1
+    drill_rate: float = 10.0
+    timeout_s: float = 2.0
+    method: str = "Call"
+    cancel_ms: float | None = None  # drill users cancel their calls after this
+    max_inflight: int = 64
+    driver: str = "aio"  # aio | locust
+    profile: str | None = None  # Locust profile name (loadtests/profiles/NAME.conf)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> Traffic:
+        data = dict(data or {})
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - fields
+        if unknown:
+            raise ValueError(f"unknown traffic keys: {sorted(unknown)}")
+        return cls(**data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    directive: str
+    ratio: int = 100
+    target: str | None = None
+    instances: int | None = None
+    tenant: str = h.DEFAULT_DRILL_TENANT
+
+    def tagging(self) -> Tagging:
+        return Tagging(
+            tenant=self.tenant, directive=self.directive, ratio=self.ratio, target=self.target,
+            instances=self.instances,
+        )  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Phases:
+    warmup: float
+    fault: float
+    recovery: float
+
+    @property
+    def total(self) -> float:
+        return self.warmup + self.fault + self.recovery
+
+    def at(self, t: float) -> str:
+        if t < self.warmup:
+            return "warmup"
+        if t < self.warmup + self.fault:
+            return "fault"
+        if t < self.total:
+            return "recovery"
+        return "done"
+
+
+class LoadDriver(Protocol):
+    """What the runner needs from a load generator."""
+
+    name: str
+
+    async def start(self, edge: list[str]) -> None: ...
+
+    def metrics_endpoints(self) -> list[tuple[str | None, str]]: ...
+
+    async def stop(self) -> None: ...
+
+    def expected_hits(self) -> list[str]: ...
+
+
+def request_id(plan: str, seed: int, user: str, n: int) -> str:
+    return f"{plan}-{seed}-{user}-{n}"
+
+
+def ids_digest(ids) -> str:
+    return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:16]
+
+
+class AioLoad:
+    """In-runner grpc.aio load: organic and drill users on a fixed open-loop schedule."""
+
+    name = "aio"
+
+    def __init__(
+        self,
+        *,
+        plan: str,
+        seed: int,
+        config_label: str,
+        traffic: Traffic,
+        fault: Fault,
+        phases: Phases,
+        metrics_url: str,
+    ) -> None:
+        self.plan, self.seed, self.config_label = plan, seed, config_label
+        self.traffic, self.fault, self.phases = traffic, fault, phases
+        self.metrics_url = metrics_url
+        self._tasks: list[asyncio.Task] = []
+        self._calls: set[asyncio.Task] = set()
+        self._channels: list[aio.Channel] = []
+        self._tagged: list[str] = []
+        self.t_start: float | None = None
+        self.sent = 0
+
+    def metrics_endpoints(self) -> list[tuple[str | None, str]]:
+        return [(None, self.metrics_url)]
+
+    async def start(self, edge: list[str]) -> None:
+        self.t_start = time.monotonic()
+        tr = self.traffic
+        users = [("organic", i, tr.organic_rate) for i in range(tr.organic_users)]
+        users += [("drill", i, tr.drill_rate) for i in range(tr.drill_users)]
+        for k, (kind, i, rate) in enumerate(users):
+            addr = edge[k % len(edge)]
+            drill = kind == "drill"
+            taggings = [Tagging(tenant=self.fault.tenant), self.fault.tagging()] if drill else [Tagging()]
+            stubs = []
+            for tagging in taggings:  # one channel per tagging: no swap races at phase edges
+                icpt = DrillClientInterceptor(
+                    tagging,
+                    service="loadgen",
+                    config=self.config_label,
+                    target=addr,
+                    cancel_after_ms=tr.cancel_ms if drill else None,
+                )
+                channel = aio.insecure_channel(addr, interceptors=[icpt])
+                self._channels.append(channel)
+                stubs.append(getattr(drill_pb2_grpc.DemoStub(channel), tr.method))
+            offset = k / max(1, len(users)) / max(rate, 1e-6)
+            self._tasks.append(asyncio.create_task(self._user(f"{kind}{i}", rate, offset, stubs)))
+
+    async def _user(self, user: str, rate: float, offset: float, stubs: list) -> None:
+        slots = asyncio.Semaphore(self.traffic.max_inflight)
+        count = int(self.phases.total * rate)
+        for n in range(count):
+            at = offset + n / rate
+            delay = self.t_start + at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            rid = request_id(self.plan, self.seed, user, n)
+            stub = stubs[0]
+            if len(stubs) > 1 and self.phases.at(at) == "fault":
+                stub = stubs[1]
+                self._tagged.append(rid)
+            await slots.acquire()
+            task = asyncio.create_task(self._one(stub, rid, slots))
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
+            self.sent += 1
+
+    async def _one(self, stub, rid: str, slots: asyncio.Semaphore) -> None:
+        try:
+            await stub(
+                drill_pb2.CallRequest(payload=rid), timeout=self.traffic.timeout_s, metadata=((h.REQUEST_ID, rid),)
+            )
+        except aio.AioRpcError:
+            pass  # counted by the interceptor
+        except asyncio.CancelledError:
+            pass
+        finally:
+            slots.release()
+
+    def expected_hits(self) -> list[str]:
+        f = self.fault
+        return [r for r in self._tagged if is_hit(self.seed, r, f.directive, f.ratio)]
+
+    async def wait(self, timeout_s: float) -> None:
+        """Wait for the schedule to finish and outstanding calls to end (bounded)."""
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=timeout_s)
+        if self._calls:
+            await asyncio.wait(list(self._calls), timeout=self.traffic.timeout_s + 0.5)
+
+    async def stop(self) -> None:
+        for t in [*self._tasks, *self._calls]:
+            t.cancel()
+        await asyncio.gather(*self._tasks, *self._calls, return_exceptions=True)
+        for c in self._channels:
+            await c.close(grace=None)
+        self._channels.clear()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def locust_profile(name: str) -> pathlib.Path | None:
+    root = pathlib.Path(__file__).resolve().parents[2]
+    path = root / "loadtests" / "profiles" / f"{name}.conf"
+    return path if path.exists() else None
+
+
+class LocustLoad:
+    """Locust headless as a subprocess, from a profile in loadtests/profiles, with the drill flags.
+
+    Locust runs the phases itself (`--drill-phases`); its client metrics are on
+    `--drill-metrics-port`. Expected hits are not known here (Locust derives the
+    request ids), so `expected_hits` is empty and the audit logs are the record.
+    """
+
+    name = "locust"
+
+    def __init__(
+        self, *, plan: str, seed: int, config_label: str, traffic: Traffic, fault: Fault, phases: Phases,
+        workdir: pathlib.Path,
+    ) -> None:  # fmt: skip
+        self.plan, self.seed, self.config_label = plan, seed, config_label
+        self.traffic, self.fault, self.phases = traffic, fault, phases
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc = None
+
+    @staticmethod
+    def available(profile: str | None) -> bool:
+        return bool(profile and locust_profile(profile) and (shutil.which("locust") or _venv_locust()))
+
+    def metrics_endpoints(self) -> list[tuple[str | None, str]]:
+        return [("loadgen", f"http://127.0.0.1:{self.port}/metrics")]
+
+    async def start(self, edge: list[str]) -> None:
+        from harness.drills.topology import python_env, spawn
+
+        tr, f, ph = self.traffic, self.fault, self.phases
+        users = tr.organic_users + tr.drill_users
+        argv = [
+            _venv_locust() or shutil.which("locust") or "locust",
+            "--config", str(locust_profile(tr.profile or "")), "--host", edge[0], "--headless",
+            "-u", str(users), "-r", str(users), "-t", f"{int(ph.total + 2)}s", "--stop-timeout", "2",
+            "--drill-tenant", f.tenant, "--drill-directive", f.directive, "--drill-ratio", str(f.ratio),
+            "--drill-config", self.config_label, "--drill-plan", self.plan,
+            "--drill-phases", f"warmup={ph.warmup:g},fault={ph.fault:g},recovery={ph.recovery:g}",
+            "--drill-users", str(users), "--drill-weights", f"organic={tr.organic_users},drill={tr.drill_users}",
+            "--drill-rate", f"{tr.organic_rate:g}", "--drill-timeout", f"{tr.timeout_s:g}",
+            "--drill-metrics-port", str(self.port),
+        ]  # fmt: skip
+        if f.target:
+            argv += ["--drill-target", f.target]
+        if f.instances is not None:
+            argv += ["--drill-instances", str(f.instances)]
+        if tr.cancel_ms:
+            argv += ["--drill-cancel-ms", f"{tr.cancel_ms:g}"]
+        env = python_env({"DRILL_FAULT_SEED": str(self.seed)})
+        self.proc = spawn(argv, self.workdir / "locust.log", env)
+
+    def expected_hits(self) -> list[str]:
+        return []
+
+    async def stop(self) -> None:
+        from harness.drills.topology import stop_processes
+
+        if self.proc is not None:
+            stop_processes([self.proc])
+
+
+def _venv_locust() -> str | None:
+    cand = pathlib.Path(sys.executable).with_name("locust")
+    return str(cand) if cand.exists() else None

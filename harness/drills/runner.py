@@ -1,0 +1,217 @@
+"""`drill run`: for each configuration, start the topology and the load, scrape, analyse; write the outputs.
+
+One configuration at a time, all under the plan's seed: start the chain
+(topology.py), start the load (load.py), scrape every endpoint each second
+(scraper.py) through warm-up, fault and recovery, stop everything, turn the
+samples into series (series.py) and numbers (analysis.py). Cleanup is in
+`finally` blocks and an atexit sweep; SIGTERM is turned into cancellation so
+the same path runs; a crashed service aborts the run with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import signal
+import time
+from collections.abc import Callable
+
+from prometheus_client import start_http_server
+
+from harness import metrics as m
+from harness.drills import analysis, report
+from harness.drills.load import AioLoad, LocustLoad, ids_digest
+from harness.drills.plan import Plan
+from harness.drills.scraper import Scraper
+from harness.drills.series import RunSeries, build_series
+from harness.drills.topology import Topology
+
+
+class DrillError(RuntimeError):
+    pass
+
+
+_METRICS_URL: str | None = None
+
+
+def runner_metrics_url() -> str:
+    """The runner's own /metrics (client-side series of the aio load, drill timeline gauges)."""
+    global _METRICS_URL
+    if _METRICS_URL is None:
+        server, _thread = start_http_server(0, addr="127.0.0.1")
+        _METRICS_URL = f"http://127.0.0.1:{server.server_port}/metrics"
+    return _METRICS_URL
+
+
+def audit_hit_ids(workdir: pathlib.Path) -> set[str]:
+    """Request ids of every `fault_hit` audit line in the topology's logs."""
+    ids: set[str] = set()
+    for log in workdir.glob("*.log"):
+        with open(log, errors="replace") as fh:
+            for line in fh:
+                if '"fault_hit"' not in line:
+                    continue
+                start = line.find("{")
+                try:
+                    ids.add(json.loads(line[start:])["request_id"])
+                except (ValueError, KeyError):
+                    continue
+    return ids
+
+
+class Runner:
+    def __init__(
+        self,
+        plan: Plan,
+        out: pathlib.Path,
+        *,
+        on_sample: Callable[[dict], None] | None = None,
+        log: Callable[[str], None] = print,
+        prometheus: object | None = None,
+    ) -> None:
+        self.plan = plan
+        self.out = out
+        self.on_sample = on_sample
+        self.log = log
+        self.prometheus = prometheus
+        self.series: dict[str, RunSeries] = {}
+        self.extras: dict[str, dict] = {}
+        self.topology: Topology | None = None
+
+    # -- one configuration -----------------------------------------------------------------
+    async def run_config(self, config: str | None, index: int) -> RunSeries:
+        plan = self.plan
+        label = config or "plain"
+        workdir = self.out / "logs" / label
+        if workdir.exists():
+            for f in workdir.glob("*"):
+                f.unlink()
+        topo = Topology(
+            plan.hops, config=config, seed=plan.seed, workdir=workdir, tenants=plan.fault.tenant,
+            timeout_s=plan.timeout_s,
+        )  # fmt: skip
+        self.topology = topo
+        load = None
+        phase_gauges = {p: m.PHASE.labels(plan.name, p) for p in ("warmup", "fault", "recovery")}
+        fault_gauge = m.FAULT_ACTIVE.labels(plan.name)
+        try:
+            await asyncio.to_thread(topo.start)
+            self.log(f"[{label}] topology up: {' → '.join(f'{h.name}×{h.replicas}' for h in plan.hops)}")
+            if plan.traffic.driver == "locust" and LocustLoad.available(plan.traffic.profile):
+                load = LocustLoad(
+                    plan=plan.name, seed=plan.seed, config_label=label, traffic=plan.traffic, fault=plan.fault,
+                    phases=plan.phases, workdir=workdir,
+                )  # fmt: skip
+            else:
+                load = AioLoad(
+                    plan=plan.name, seed=plan.seed, config_label=label, traffic=plan.traffic, fault=plan.fault,
+                    phases=plan.phases, metrics_url=runner_metrics_url(),
+                )  # fmt: skip
+            if self.prometheus is not None:
+                self.prometheus.set_targets(topo.endpoints() + load.metrics_endpoints())
+            scraper = Scraper(lambda: topo.endpoints() + load.metrics_endpoints(), config=label)
+            await scraper.scrape_once()  # baseline
+            t_load = time.monotonic() - scraper.t0
+            await load.start(topo.edge)
+            ph = plan.phases
+            end_at = scraper.t0 + t_load + ph.total + 1.0
+            state = {"phase": None}
+
+            def tick() -> None:
+                crashed = topo.crashed()
+                if crashed:
+                    raise DrillError(f"service crashed during the drill: {', '.join(crashed)}")
+                elapsed = time.monotonic() - scraper.t0 - t_load
+                phase = ph.at(elapsed)
+                if phase != state["phase"]:
+                    state["phase"] = phase
+                    for p, g in phase_gauges.items():
+                        g.set(1 if p == phase else 0)
+                    fault_gauge.set(1 if phase == "fault" else 0)
+                if self.on_sample is not None:
+                    self.on_sample(
+                        {
+                            "config": label, "index": index, "count": len(plan.configs), "phase": phase,
+                            "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
+                            "hops": [h.name for h in plan.hops],
+                        }
+                    )  # fmt: skip
+
+            await scraper.run(lambda: time.monotonic() >= end_at, tick)
+            if isinstance(load, AioLoad):
+                await load.wait(timeout_s=plan.traffic.timeout_s + 1.0)
+            await scraper.scrape_once()
+        finally:
+            for g in phase_gauges.values():
+                g.set(0)
+            fault_gauge.set(0)
+            if load is not None:
+                await load.stop()
+            await asyncio.to_thread(topo.stop)
+            self.topology = None
+        series = build_series(label, scraper.samples, t_load + ph.warmup, t_load + ph.warmup + ph.fault)
+        expected = set(load.expected_hits())
+        observed = audit_hit_ids(workdir)
+        self.extras[label] = {
+            "driver": load.name,
+            "scrape_errors": scraper.errors,
+            "hits": {
+                "expected": len(expected),
+                "expected_digest": ids_digest(expected),
+                "observed": len(observed),
+                "observed_digest": ids_digest(observed),
+                "observed_subset_of_expected": observed <= expected if expected else None,
+            },
+        }
+        return series
+
+    # -- the whole plan --------------------------------------------------------------------
+    async def run(self) -> dict:
+        plan = self.plan
+        self.out.mkdir(parents=True, exist_ok=True)
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        started = time.time()
+        try:
+            for i, config in enumerate(plan.configs):
+                label = config or "plain"
+                self.series[label] = await self.run_config(config, i)
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+        results = self.results(started)
+        report.write_outputs(self.out, results, self.series)
+        return results
+
+    def results(self, started: float) -> dict:
+        plan = self.plan
+        hops = [h.name for h in plan.hops]
+        configs = {
+            name: {**analysis.analyze_run(s, plan.slo, hops), **self.extras.get(name, {})}
+            for name, s in self.series.items()
+        }
+        ranking = analysis.rank(configs)
+        text, _ok = report.verdict({"configs": configs})
+        return {
+            "plan": plan.name,
+            "seed": plan.seed,
+            "fault": {
+                "directive": plan.fault.directive, "ratio": plan.fault.ratio, "target": plan.fault.target,
+                "instances": plan.fault.instances, "tenant": plan.fault.tenant,
+            },  # fmt: skip
+            "phases": {"warmup": plan.phases.warmup, "fault": plan.phases.fault, "recovery": plan.phases.recovery},
+            "slo": {
+                "max_error_rate": plan.slo.max_error_rate, "max_p99_s": plan.slo.max_p99_s,
+                "hold_s": plan.slo.hold_s, "traffic": plan.slo.traffic,
+            },  # fmt: skip
+            "hops": hops,
+            "configs": configs,
+            "ranking": ranking,
+            "verdict": text.replace("<b>", "").replace("</b>", ""),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "duration_s": round(time.time() - started, 1),
+            "plan_spec": plan.to_dict(),
+            "notes": [],
+        }
