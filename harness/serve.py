@@ -155,7 +155,13 @@ async def _serve(args: argparse.Namespace) -> int:
         options += [("grpc.keepalive_time_ms", args.keepalive_ms), ("grpc.keepalive_timeout_ms", 1000)]
     if args.max_idle_ms:
         options.append(("grpc.max_connection_idle_ms", args.max_idle_ms))
+    tracer = None
+    if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() != "none":
+        from harness.tracing import setup_tracing
+
+        tracer = setup_tracing(settings.service)  # exporter from the standard OTEL_* variables
     server, port, _ = await start_server(
+        tracer=tracer,
         port=args.port,
         host=args.host,
         settings=settings,
