@@ -53,7 +53,7 @@ $rows
 </tbody>
 </table>
 <p class="notes">MTTR: first SLO breach → SLO restored for good; "never" = not restored before the run ended;
-"no breach" = the SLO held throughout. Amplification: peak requests/s at the deepest hop ÷ ingress
+"no breach" = the SLO held throughout (MTTR 0). Amplification: peak requests/s at the deepest hop ÷ ingress
 requests/s (what users sent, before retries), fault window. Blast radius: organic error rate during the
 fault. Error rates exclude CANCELLED. Times are seconds; the shaded band is the fault window.</p>
 <h2>Over time</h2>

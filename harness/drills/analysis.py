@@ -13,8 +13,9 @@ Pure functions over a `RunSeries`; no I/O, no clocks. Definitions:
 - **TTR** = fault-off → first held point at or after fault-off (0 when the
   system was already holding the SLO when the fault went off).
 - **MTTR** = first breach → the held point after the last bad second (restored
-  for good). `None` when never restored, and `None` (with `breached: False`)
-  when never breached: there was nothing to restore, which is not "0".
+  for good). `None` when never restored (never "0" for that). A run that never
+  breached has MTTR 0 with `breached: False` (the SLO was never lost, so there
+  was nothing to restore); TTD, TTM and TTR are `None` then.
 - **amplification** per hop = peak, over the fault window, of the hop's
   requests ÷ ingress requests in a 5-s window. Ingress is every call the users
   sent to the edge, organic and drill alike: the load the system is offered
@@ -46,6 +47,8 @@ class Slo:
     traffic: str = "all"
     #: seconds with fewer calls than this are unknown (neither good nor bad)
     min_calls: float = 3.0
+    #: the error rate of second t is taken over the `window_s` seconds ending at t (1 = that second)
+    window_s: int = 1
 
     @classmethod
     def from_dict(cls, data: dict | None) -> Slo:
@@ -68,10 +71,17 @@ def status_counts(series: RunSeries, i: int, traffic: str = "all") -> dict[str, 
     return counts
 
 
-def error_rate_series(series: RunSeries, traffic: str = "all", min_calls: float = 0.0) -> list[float | None]:
+def error_rate_series(
+    series: RunSeries, traffic: str = "all", min_calls: float = 0.0, window: int = 1
+) -> list[float | None]:
+    """Per second: error rate over the `window` seconds ending there (None below `min_calls` calls)."""
+    per_second = [status_counts(series, i, traffic) for i in range(len(series.t))]
     out: list[float | None] = []
     for i in range(len(series.t)):
-        counts = status_counts(series, i, traffic)
+        counts: dict[str, float] = {}
+        for c in per_second[max(0, i - max(1, window) + 1) : i + 1]:
+            for k, v in c.items():
+                counts[k] = counts.get(k, 0.0) + v
         total = sum(v for k, v in counts.items() if k != "CANCELLED")
         out.append(error_rate(counts) if total >= max(min_calls, 1e-9) else None)
     return out
@@ -140,7 +150,7 @@ GOOD, BAD, UNKNOWN = 1, -1, 0
 
 def slo_states(series: RunSeries, slo: Slo) -> list[int]:
     """Per second: GOOD, BAD or UNKNOWN against the SLO."""
-    rates = error_rate_series(series, slo.traffic, slo.min_calls)
+    rates = error_rate_series(series, slo.traffic, slo.min_calls, slo.window_s)
     p99s = p99_series(series, slo.traffic) if slo.max_p99_s is not None else [None] * len(series.t)
     states = []
     for rate, p99 in zip(rates, p99s, strict=True):
@@ -192,7 +202,7 @@ def recovery(series: RunSeries, slo: Slo) -> Recovery:
     off = _index_at(t, series.fault_off)
     bad = [i for i in range(on, len(states)) if states[i] == BAD]
     if not bad:
-        return Recovery(False, None, None, None, None, None, None, 0)
+        return Recovery(False, None, None, None, 0.0, None, None, 0)
     first = bad[0]
     first_t = t[first]
     ttd = first_t - series.fault_on

@@ -23,7 +23,7 @@ COLORS = ("#d1495b", "#2e86ab", "#2e8b57", "#edae49", "#7b4b94", "#00798c", "#66
 
 def _fmt_s(x: float | None, *, breached: bool = True) -> str:
     if not breached:
-        return "no breach"
+        return "0 s (no breach)"
     return "never" if x is None else f"{x:.1f} s"
 
 
@@ -45,8 +45,20 @@ def verdict(results: dict) -> tuple[str, bool]:
         return f"{only}: MTTR {_fmt_s(c.get('mttr_s'), breached=c.get('breached', True))}", True
     best, worst = order[0], order[-1]
     b, w = configs[best], configs[worst]
+    if not w.get("breached"):
+        return "No configuration breached the SLO: the drill did not tell them apart.", True
     if not b.get("breached"):
-        return f"<b>{best}</b> held the SLO throughout; <b>{worst}</b> MTTR {_fmt_s(w.get('mttr_s'))}.", True
+        held = [n for n in order if not configs[n].get("breached")]
+        names = ", ".join(f"<b>{n}</b>" for n in held)
+        return (
+            f"{names} held the SLO throughout (MTTR 0 s); <b>{worst}</b> "
+            + (
+                f"took {w['mttr_s']:.1f} s to restore it."
+                if w.get("mttr_s") is not None
+                else "never restored it within the run."
+            ),
+            True,
+        )
     if b.get("mttr_s") is None:
         return "No configuration recovered before the run ended.", False
     if w.get("mttr_s") is None:

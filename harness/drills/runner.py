@@ -96,7 +96,7 @@ class Runner:
         phase_gauges = {p: m.PHASE.labels(plan.name, p) for p in ("warmup", "fault", "recovery")}
         fault_gauge = m.FAULT_ACTIVE.labels(plan.name)
         try:
-            await asyncio.to_thread(topo.start)
+            topo.start()  # in the main thread: PR_SET_PDEATHSIG is tied to the forking thread
             self.log(f"[{label}] topology up: {' → '.join(f'{h.name}×{h.replicas}' for h in plan.hops)}")
             if plan.traffic.driver == "locust" and LocustLoad.available(plan.traffic.profile):
                 load = LocustLoad(

@@ -20,10 +20,11 @@ def rates(spec: dict[tuple[int, int], float], n: int = 40) -> list[float]:
     return out
 
 
-def test_never_breached_has_no_mttr_and_says_so():
+def test_never_breached_has_zero_mttr_and_says_so():
     res = a.analyze_run(make_series(rates({(10, 19): 0.01})), SLO)
     assert res["breached"] is False
-    assert res["ttd_s"] is None and res["mttr_s"] is None and res["ttr_s"] is None
+    assert res["mttr_s"] == 0.0
+    assert res["ttd_s"] is None and res["ttm_s"] is None and res["ttr_s"] is None
 
 
 def test_never_restored_gives_null_mttr_not_zero():
@@ -140,6 +141,12 @@ def test_rank_puts_unrestored_last_and_unbreached_first():
         "naive": {"breached": True, "mttr_s": None},
         "budget": {"breached": True, "mttr_s": 9.0},
         "resilient": {"breached": True, "mttr_s": 3.0},
-        "calm": {"breached": False, "mttr_s": None},
+        "calm": {"breached": False, "mttr_s": 0.0},
     }
     assert a.rank(configs) == ["calm", "resilient", "budget", "naive"]
+
+
+def test_a_window_smooths_single_second_noise():
+    r = rates({(15, 15): 0.06})  # one marginal second
+    assert a.analyze_run(make_series(r), SLO)["breached"] is True
+    assert a.analyze_run(make_series(r), a.Slo(window_s=2))["breached"] is False
