@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="drill-out", help="output directory (results.json, report.html, logs/)")
     p.add_argument("--seed", type=int, default=None, help="override the plan's seed")
-    p.add_argument("--configs", default=None, help="comma-separated configurations to compare (override)")
+    p.add_argument("--configs", default=None, help="comma-separated configurations (or variant names) to run, in order")
     p.add_argument("--quick", action="store_true", help="apply the plan's quick: overrides (shorter phases)")
     p.add_argument(
         "--prometheus",
@@ -33,8 +33,6 @@ def overrides_from(args: argparse.Namespace) -> dict:
     over: dict = {}
     if args.seed is not None:
         over["seed"] = args.seed
-    if args.configs:
-        over["configs"] = [c.strip() for c in args.configs.split(",") if c.strip()]
     return over
 
 
@@ -43,7 +41,8 @@ def execute(plan_name: str, args: argparse.Namespace) -> int:
     from harness.drills.runner import DrillError, Runner
 
     try:
-        plan = load_plan(plan_name, quick=args.quick, overrides=overrides_from(args))
+        only = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else None
+        plan = load_plan(plan_name, quick=args.quick, overrides=overrides_from(args), only=only)
     except PlanError as exc:
         print(f"drill: {exc}", file=sys.stderr)
         return 2

@@ -149,7 +149,9 @@ class AioLoad:
         for k, (kind, i, rate) in enumerate(users):
             addr = edge[k % len(edge)]
             drill = kind == "drill"
-            taggings = [Tagging(tenant=self.fault.tenant), self.fault.tagging()] if drill else [Tagging()]
+            taggings = [Tagging(tenant=self.fault.tenant)] if drill else [Tagging()]
+            if drill and self.fault.directive:
+                taggings.append(self.fault.tagging())
             stubs = []
             for tagging in taggings:  # one channel per tagging: no swap races at phase edges
                 icpt = DrillClientInterceptor(

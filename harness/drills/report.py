@@ -139,9 +139,7 @@ def line_chart(
         y = y1 * frac
         label = f"{100 * y:.0f}%" if unit == "%" else (f"{y:.2g}" if y < 100 else f"{y:.0f}")
         parts.append(f'<text x="{left - 4}" y="{sy(y) + 4:.1f}" text-anchor="end">{label}</text>')
-        parts.append(
-            f'<line x1="{left}" y1="{sy(y):.1f}" x2="{left + pw}" y2="{sy(y):.1f}" stroke="#eceef2"/>'
-        )
+        parts.append(f'<line x1="{left}" y1="{sy(y):.1f}" x2="{left + pw}" y2="{sy(y):.1f}" stroke="#eceef2"/>')
     step = 10 if (x1 - x0) > 40 else 5
     tick = int(x0 // step) * step
     while tick <= x1:
@@ -166,8 +164,7 @@ def line_chart(
                 )
     parts.append("</svg>")
     legend = " ".join(
-        f'<span><span class="swatch" style="background:{colors[n]}"></span>{html.escape(n)}</span>'
-        for n in lines
+        f'<span><span class="swatch" style="background:{colors[n]}"></span>{html.escape(n)}</span>' for n in lines
     )
     caption = f"<figcaption>{html.escape(title)}</figcaption>"
     return f"<figure>{caption}{''.join(parts)}<div>{legend}</div></figure>"
@@ -218,6 +215,18 @@ def plots(series: dict[str, RunSeries], colors: dict[str, str], hops: Sequence[s
         return [sum(s.values[k][i] or 0.0 for k in keys) if keys else None for i in range(len(s.t))]
 
     chart("Open file descriptors, all services", fds, "", "fds")
+    if any(s.keys("tcp|") for s in series.values()):
+
+        def close_wait(s: RunSeries):
+            keys = [k for k in s.keys("tcp|") if k.endswith(("CLOSE_WAIT", "close_wait"))]
+            return [sum(s.values[k][i] or 0.0 for k in keys) for i in range(len(s.t))]
+
+        def established(s: RunSeries):
+            keys = [k for k in s.keys("tcp|") if k.endswith(("ESTABLISHED", "established"))]
+            return [sum(s.values[k][i] or 0.0 for k in keys) for i in range(len(s.t))]
+
+        chart("TCP connections ESTABLISHED (server ports)", established, "", "tcp-established")
+        chart("TCP connections CLOSE_WAIT (server ports)", close_wait, "", "tcp-close-wait")
     chart("Edge requests/s (all traffic)", lambda s: a.rps_series(s, "all"), "", "rps")
     return "\n".join(charts)
 
@@ -240,12 +249,30 @@ def _hop_table(results: dict) -> str:
         gap = sum(g.get("count", 0) for g in gaps.values())
         fdp = c.get("fd_peaks", {})
         fd = max(fdp.values()) if fdp else None
-        rows.append(
-            f"<tr><td>{html.escape(name)}</td>{cells}<td>{gap:,.0f}</td><td>{_fmt(fd, '', 0)}</td></tr>"
-        )
+        rows.append(f"<tr><td>{html.escape(name)}</td>{cells}<td>{gap:,.0f}</td><td>{_fmt(fd, '', 0)}</td></tr>")
     return (
         f"<table id='hop-table'><thead><tr><th>configuration (peak req/s ÷ ingress)</th>{head}"
         f"<th>deadline-gap calls</th><th>fd peak</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _probe_table(results: dict) -> str:
+    rows = []
+    for name in a.rank(results["configs"]):
+        p = results["configs"][name].get("probe")
+        if not p:
+            continue
+        rows.append(
+            f"<tr><td>{html.escape(name)}</td><td>{p.get('connections', 0)}</td><td>{p.get('eof', 0)}</td>"
+            f"<td>{p.get('reset', 0)}</td><td>{p.get('open', 0)}</td><td>{p.get('refused', 0)}</td>"
+            f"<td>{_fmt(p.get('closed_after_s_max'), ' s', 3)}</td></tr>"
+        )
+    if not rows:
+        return ""
+    return (
+        "<h2>Half-open probe</h2><table id='probe-table'><thead><tr><th>configuration</th><th>connections</th>"
+        "<th>closed (eof)</th><th>reset</th><th>still open</th><th>refused</th><th>last closed after</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
 
@@ -273,7 +300,7 @@ def render(results: dict, series: dict[str, RunSeries]) -> str:
         verdict_class="" if good else "bad",
         rows=_rows(results, colors),
         plots=plots(series, colors, results.get("hops")),
-        hops=_hop_table(results),
+        hops=_hop_table(results) + _probe_table(results),
         notes=html.escape(" ".join(results.get("notes", []))),
     )
 

@@ -14,6 +14,7 @@ import asyncio
 import json
 import pathlib
 import signal
+import sys
 import time
 from collections.abc import Callable
 
@@ -22,10 +23,10 @@ from prometheus_client import start_http_server
 from harness import metrics as m
 from harness.drills import analysis, report
 from harness.drills.load import AioLoad, LocustLoad, ids_digest
-from harness.drills.plan import Plan
+from harness.drills.plan import Plan, Variant
 from harness.drills.scraper import Scraper
 from harness.drills.series import RunSeries, build_series
-from harness.drills.topology import Topology
+from harness.drills.topology import Topology, python_env, spawn, stop_processes
 
 
 class DrillError(RuntimeError):
@@ -60,6 +61,23 @@ def audit_hit_ids(workdir: pathlib.Path) -> set[str]:
     return ids
 
 
+def _probe_summary(path: pathlib.Path) -> dict | None:
+    """The probe's JSON summary line (the first JSON object with a `connections` key)."""
+    try:
+        for line in path.read_text(errors="replace").splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    data = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(data, dict) and "summary" in data:
+                    return data["summary"]
+    except OSError:
+        pass
+    return None
+
+
 class Runner:
     def __init__(
         self,
@@ -80,32 +98,36 @@ class Runner:
         self.topology: Topology | None = None
 
     # -- one configuration -----------------------------------------------------------------
-    async def run_config(self, config: str | None, index: int) -> RunSeries:
+    async def run_config(self, variant: Variant, index: int) -> RunSeries:
         plan = self.plan
-        label = config or "plain"
+        label, config = variant.name, variant.config
         workdir = self.out / "logs" / label
         if workdir.exists():
             for f in workdir.glob("*"):
                 f.unlink()
         topo = Topology(
-            plan.hops, config=config, seed=plan.seed, workdir=workdir, tenants=plan.fault.tenant,
+            variant.hops, config=config, seed=plan.seed, workdir=workdir, tenants=variant.fault.tenant,
             timeout_s=plan.timeout_s,
         )  # fmt: skip
         self.topology = topo
         load = None
+        probe = None
         phase_gauges = {p: m.PHASE.labels(plan.name, p) for p in ("warmup", "fault", "recovery")}
         fault_gauge = m.FAULT_ACTIVE.labels(plan.name)
         try:
             topo.start()  # in the main thread: PR_SET_PDEATHSIG is tied to the forking thread
-            self.log(f"[{label}] topology up: {' → '.join(f'{h.name}×{h.replicas}' for h in plan.hops)}")
-            if plan.traffic.driver == "locust" and LocustLoad.available(plan.traffic.profile):
+            self.log(f"[{label}] topology up: {' → '.join(f'{h.name}×{h.replicas}' for h in variant.hops)}")
+            tr, fault = variant.traffic, variant.fault
+            if tr.driver == "locust" and LocustLoad.available(tr.profile):
                 load = LocustLoad(
-                    plan=plan.name, seed=plan.seed, config_label=label, traffic=plan.traffic, fault=plan.fault,
+                    plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault,
                     phases=plan.phases, workdir=workdir,
                 )  # fmt: skip
             else:
+                if tr.driver == "locust":
+                    self.log(f"[{label}] Locust profile {tr.profile!r} not found: using the in-runner aio load")
                 load = AioLoad(
-                    plan=plan.name, seed=plan.seed, config_label=label, traffic=plan.traffic, fault=plan.fault,
+                    plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault,
                     phases=plan.phases, metrics_url=runner_metrics_url(),
                 )  # fmt: skip
             if self.prometheus is not None:
@@ -126,17 +148,23 @@ class Runner:
                 phase = ph.at(elapsed)
                 if phase != state["phase"]:
                     state["phase"] = phase
+                    if phase == "fault" and variant.probe and probe is None:
+                        start_probe()
                     for p, g in phase_gauges.items():
                         g.set(1 if p == phase else 0)
                     fault_gauge.set(1 if phase == "fault" else 0)
                 if self.on_sample is not None:
                     self.on_sample(
                         {
-                            "config": label, "index": index, "count": len(plan.configs), "phase": phase,
+                            "config": label, "index": index, "count": len(plan.variants), "phase": phase,
                             "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
-                            "hops": [h.name for h in plan.hops],
+                            "hops": [h.name for h in variant.hops],
                         }
                     )  # fmt: skip
+
+            def start_probe() -> None:
+                nonlocal probe
+                probe = self._start_probe(variant.probe, topo, workdir)
 
             await scraper.run(lambda: time.monotonic() >= end_at, tick)
             if isinstance(load, AioLoad):
@@ -148,12 +176,15 @@ class Runner:
             fault_gauge.set(0)
             if load is not None:
                 await load.stop()
+            if probe is not None:
+                await asyncio.to_thread(stop_processes, [probe])
             await asyncio.to_thread(topo.stop)
             self.topology = None
         series = build_series(label, scraper.samples, t_load + ph.warmup, t_load + ph.warmup + ph.fault)
         expected = set(load.expected_hits())
         observed = audit_hit_ids(workdir)
         self.extras[label] = {
+            "config": config or "plain",
             "driver": load.name,
             "scrape_errors": scraper.errors,
             "hits": {
@@ -164,7 +195,21 @@ class Runner:
                 "observed_subset_of_expected": observed <= expected if expected else None,
             },
         }
+        if probe is not None:
+            self.extras[label]["probe"] = _probe_summary(workdir / "probe.out")
         return series
+
+    def _start_probe(self, spec: dict, topo: Topology, workdir: pathlib.Path):
+        """`drill probe half-open EDGE` as a child process (bounded by its own --timeout)."""
+        edge = topo.edge[0]
+        argv = [
+            sys.executable, "-m", "harness.cli", "probe", spec.get("kind", "half-open"), edge,
+            "--count", str(int(spec.get("count", 100))), "--timeout", str(float(spec.get("timeout_s", 8))), "--json",
+        ]  # fmt: skip
+        if spec.get("preface") is False:
+            argv.append("--no-preface")
+        self.log(f"probe: {' '.join(argv[3:])}")
+        return spawn(argv, workdir / "probe.out", python_env())
 
     # -- the whole plan --------------------------------------------------------------------
     async def run(self) -> dict:
@@ -175,9 +220,8 @@ class Runner:
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
         started = time.time()
         try:
-            for i, config in enumerate(plan.configs):
-                label = config or "plain"
-                self.series[label] = await self.run_config(config, i)
+            for i, variant in enumerate(plan.variants):
+                self.series[variant.name] = await self.run_config(variant, i)
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
         results = self.results(started)
@@ -197,13 +241,19 @@ class Runner:
             "plan": plan.name,
             "seed": plan.seed,
             "fault": {
-                "directive": plan.fault.directive, "ratio": plan.fault.ratio, "target": plan.fault.target,
-                "instances": plan.fault.instances, "tenant": plan.fault.tenant,
+                "directive": plan.fault.directive,
+                "ratio": plan.fault.ratio,
+                "target": plan.fault.target,
+                "instances": plan.fault.instances,
+                "tenant": plan.fault.tenant,
             },  # fmt: skip
+            "probe": plan.probe,
             "phases": {"warmup": plan.phases.warmup, "fault": plan.phases.fault, "recovery": plan.phases.recovery},
             "slo": {
-                "max_error_rate": plan.slo.max_error_rate, "max_p99_s": plan.slo.max_p99_s,
-                "hold_s": plan.slo.hold_s, "traffic": plan.slo.traffic,
+                "max_error_rate": plan.slo.max_error_rate,
+                "max_p99_s": plan.slo.max_p99_s,
+                "hold_s": plan.slo.hold_s,
+                "traffic": plan.slo.traffic,
             },  # fmt: skip
             "hops": hops,
             "configs": configs,

@@ -30,9 +30,7 @@ def _results_and_series():
         storm[t - 1] = 500.0
     series = {
         "naive": make_series(naive_r, config="naive", hops={"gateway": [100.0] * n, "ledger": storm}),
-        "resilient": make_series(
-            res_r, config="resilient", hops={"gateway": [100.0] * n, "ledger": [105.0] * n}
-        ),
+        "resilient": make_series(res_r, config="resilient", hops={"gateway": [100.0] * n, "ledger": [105.0] * n}),
     }
     results = {
         "plan": "retry-storm",
@@ -125,9 +123,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
         "--window-size=1280,2000",
     ]
     shot = tmp_path / "shot.png"
-    subprocess.run(
-        [*common, f"--screenshot={shot}", page.as_uri()], check=True, timeout=90, capture_output=True
-    )
+    subprocess.run([*common, f"--screenshot={shot}", page.as_uri()], check=True, timeout=90, capture_output=True)
     dom = subprocess.run(
         [*common, "--dump-dom", page.as_uri()], check=True, timeout=90, capture_output=True, text=True
     ).stdout
