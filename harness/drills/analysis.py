@@ -298,7 +298,10 @@ def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) 
     """Every number results.json carries for one configuration."""
     rec = recovery(series, slo)
     amp = amplification(series, hops)
-    deepest = (list(hops)[-1] if hops else (sorted(amp)[-1] if amp else None)) if amp else None
+    if hops:
+        deepest = list(hops)[-1]
+    else:  # order unknown (e.g. read from Prometheus): in a chain the deepest hop is the busiest
+        deepest = max((h for h in amp if amp[h] is not None), key=lambda h: amp[h], default=None)
 
     on, off = series.fault_on, series.fault_off
 
@@ -313,6 +316,7 @@ def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) 
         "mttr_s": r(rec.mttr_s),
         "flaps": rec.flaps,
         "amplification": amp.get(deepest) if deepest else None,
+        "deepest_hop": deepest,
         "amplification_by_hop": amp,
         "blast_radius": r(aggregate_error_rate(series, on, off, "organic")),
         "error_rate_during_fault": r(aggregate_error_rate(series, on, off, "all")),

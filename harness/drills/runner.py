@@ -225,8 +225,28 @@ class Runner:
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
         results = self.results(started)
+        if self.prometheus is not None:
+            results["prometheus"] = await asyncio.to_thread(self._from_prometheus, started, time.time())
         report.write_outputs(self.out, results, self.series)
         return results
+
+    def _from_prometheus(self, start: float, end: float) -> dict:
+        """The same analysis from the local Prometheus' samples: a cross-check of the scraper."""
+        from harness.drills.prom import PrometheusError, read_drill
+
+        time.sleep(2.0)  # let the last scrapes land
+        out: dict = {"url": self.prometheus.url, "start": round(start, 3), "end": round(end, 3)}
+        try:
+            series = read_drill(self.prometheus.url, start, end)
+        except PrometheusError as exc:
+            out["error"] = str(exc)
+            return out
+        hops = [h.name for h in self.plan.hops]
+        out["configs"] = {}
+        for name, s in series.items():
+            res = analysis.analyze_run(s, self.plan.slo, hops)
+            out["configs"][name] = {k: res[k] for k in ("breached", "ttd_s", "ttr_s", "mttr_s", "amplification")}
+        return out
 
     def results(self, started: float) -> dict:
         plan = self.plan
