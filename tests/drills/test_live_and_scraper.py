@@ -1,0 +1,75 @@
+"""The live view renders the numbers it promises; the scraper reduces exposition text and survives a miss."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from rich.console import Console
+
+from harness.drills.live import LiveView, last_second
+from harness.drills.scraper import Scraper, reduce_text
+
+
+def _update(samples):
+    return {
+        "config": "naive", "index": 0, "count": 2, "phase": "fault", "elapsed": 12.0, "total": 30.0,
+        "samples": samples, "hops": ["gateway", "ledger"],
+    }  # fmt: skip
+
+
+def test_live_view_shows_phase_rates_errors_p99_hits_gap_and_fds():
+    s0 = {"calls|organic|OK|none": 0.0, "lat|organic|none|0.1": 0.0, "lat|organic|none|+Inf": 0.0,
+          "srv|ledger": 0.0, "hits|ledger": 0.0, "gap|ledger": 0.0, "fds|ledger": 20.0}  # fmt: skip
+    s1 = {"calls|organic|OK|none": 90.0, "calls|organic|UNAVAILABLE|none": 10.0,
+          "lat|organic|none|0.1": 90.0, "lat|organic|none|+Inf": 100.0,
+          "srv|ledger": 400.0, "hits|ledger": 64.0, "gap|ledger": 3.0, "fds|ledger": 23.0}  # fmt: skip
+    console = Console(record=True, width=140)
+    view = LiveView("retry-storm", console=console, enabled=True)
+    update = _update([(0.0, s0), (1.0, s1)])
+    console.print(view.render(update, last_second(update)))
+    text = console.export_text()
+    for needle in ("retry-storm", "naive", "fault", "organic", "10.0%", "ledger", "400", "64", "23"):
+        assert needle in text, needle
+
+
+def test_reduce_text_keys_edge_calls_and_hop_calls():
+    reg = CollectorRegistry()
+    labels = ["service", "grpc_method", "grpc_status", "fault_mode", "traffic", "config"]
+    calls = Counter("drill_client_calls", "", labels, registry=reg)
+    srv = Counter("drill_server_calls", "", ["service", "grpc_method", "grpc_status", "traffic", "fault_mode"],
+                  registry=reg)  # fmt: skip
+    fds = Gauge("process_open_fds", "", registry=reg)
+    calls.labels("loadgen", "m", "OK", "none", "organic", "naive").inc(5)
+    calls.labels("loadgen", "m", "OK", "none", "organic", "resilient").inc(7)
+    srv.labels("ledger", "m", "OK", "organic", "none").inc(3)
+    fds.set(12)
+    text = generate_latest(reg).decode()
+    snap = reduce_text(text, config="naive", service="ledger", edge=True)
+    assert snap["calls|organic|OK|none"] == 5.0
+    assert snap["srv|ledger"] == 3.0 and snap["fds|ledger"] == 12.0
+    assert "calls|organic|OK|none" not in reduce_text(text, config="naive", service="ledger", edge=False)
+
+
+def test_a_missed_scrape_repeats_the_last_values_instead_of_a_reset(monkeypatch):
+    from harness.drills import scraper as sc
+
+    answers = iter(['drill_server_calls_total{service="a"} 10\n', OSError("down"),
+                    'drill_server_calls_total{service="a"} 30\n'])  # fmt: skip
+
+    async def fake_fetch(url, timeout_s=2.0):
+        ans = next(answers)
+        if isinstance(ans, BaseException):
+            raise ans
+        return ans
+
+    monkeypatch.setattr(sc, "fetch", fake_fetch)
+    s = Scraper(lambda: [("a", "http://x/metrics")], config=None)
+
+    async def go():
+        for _ in range(3):
+            await s.scrape_once()
+
+    asyncio.run(go())
+    assert [snap["srv|a"] for _, snap in s.samples] == [10.0, 10.0, 30.0]
+    assert s.errors == 1

@@ -1,0 +1,71 @@
+"""Shipped plans load, their configurations exist, and plan validation refuses what it cannot run."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from harness.drills.plan import PlanError, from_dict, load_plan, shipped_plans
+from harness.faults import instance_selected
+
+SHIPPED = {"retry-storm", "slow-half", "basics", "half-open"}
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "harness" / "configs"
+
+
+def test_the_four_plans_are_shipped():
+    assert SHIPPED <= set(shipped_plans())
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+@pytest.mark.parametrize("quick", [False, True])
+def test_shipped_plan_loads_and_names_real_configurations(name, quick):
+    plan = load_plan(name, quick=quick)
+    assert plan.variants
+    for v in plan.variants:
+        if v.config is None:
+            continue
+        if v.config.endswith(".yaml"):
+            assert pathlib.Path(v.config).is_file()
+        else:
+            assert (CONFIGS / f"{v.config}.yaml").is_file(), v.config
+    assert plan.phases.fault > 0
+
+
+def test_retry_storm_compares_naive_budget_resilient_and_quick_is_short():
+    full = load_plan("retry-storm")
+    quick = load_plan("retry-storm", quick=True)
+    assert [v.name for v in full.variants] == ["naive", "budget", "resilient"]
+    assert [h.name for h in full.hops] == ["gateway", "order", "account", "ledger"]
+    assert {"naive", "resilient"} <= {v.name for v in quick.variants}
+    # the demo's time budgets: 3 min full, 60 s quick (plus a few seconds per run to start)
+    assert len(full.variants) * (full.phases.total + 5) <= 180
+    assert len(quick.variants) * (quick.phases.total + 5) <= 60
+
+
+def test_slow_half_selects_exactly_half_of_the_ledgers():
+    plan = load_plan("slow-half")
+    ledger = next(h for h in plan.hops if h.name == "ledger")
+    chosen = [i for i in range(ledger.replicas) if instance_selected(plan.seed, f"ledger-{i}", 50)]
+    assert len(chosen) * 2 == ledger.replicas
+
+
+def test_only_keeps_the_named_configurations_in_order():
+    plan = load_plan("retry-storm", only=["resilient", "naive"])
+    assert [v.name for v in plan.variants] == ["resilient", "naive"]
+    with pytest.raises(PlanError):
+        load_plan("basics", only=["nope"])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"fault": {"directive": "abort:UNAVAILABLE", "target": "nowhere"}},
+        {"fault": {"directive": "x"}, "traffic": {"organic_users": 1, "bogus": 1}},
+        {"fault": {"directive": "x"}, "topology": {"hops": [{"name": "a", "colour": "red"}]}},
+        {"fault": {"directive": "x"}, "variants": [{"name": "a"}, {"name": "a"}]},
+    ],
+)
+def test_invalid_plans_are_refused_with_a_reason(bad):
+    with pytest.raises(PlanError):
+        from_dict(bad)
