@@ -180,7 +180,12 @@ class Runner:
                 await asyncio.to_thread(stop_processes, [probe])
             await asyncio.to_thread(topo.stop)
             self.topology = None
-        series = build_series(label, scraper.samples, t_load + ph.warmup, t_load + ph.warmup + ph.fault)
+        on, off = t_load + ph.warmup, t_load + ph.warmup + ph.fault
+        if isinstance(load, LocustLoad):  # Locust runs its own phase clock: take its fault window
+            active = [t for t, snap in scraper.samples if snap.get("active", 0) >= 1]
+            if active:
+                on, off = active[0], active[-1] + 1.0
+        series = build_series(label, scraper.samples, on, off)
         expected = set(load.expected_hits())
         observed = audit_hit_ids(workdir)
         self.extras[label] = {

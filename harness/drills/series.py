@@ -15,6 +15,7 @@ Keys (`|`-separated, label values never contain `|`):
 - `fds|SERVICE`                open fds, summed over the hop's replicas (gauge)
 - `breaker|SERVICE`            worst breaker state of the hop (gauge, max)
 - `tcp|STATE`                  TCP connections by state (gauge)
+- `active`                     the load driver's drill_fault_active (gauge, max)
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 
-GAUGE_PREFIXES = ("fds|", "breaker|", "tcp|")
-MAX_PREFIXES = ("breaker|",)
+GAUGE_PREFIXES = ("fds|", "breaker|", "tcp|", "active")
+MAX_PREFIXES = ("breaker|", "active")
 
 
 def is_gauge(key: str) -> bool:
@@ -80,6 +81,8 @@ def reduce_families(
                 add(f"breaker|{lb.get('service', '')}", v, use_max=True)
             elif name == "drill_tcp_connections":
                 add(f"tcp|{lb.get('state', '')}", v)
+            elif name == "drill_fault_active" and edge:
+                add("active", v, use_max=True)
     return out
 
 
