@@ -91,6 +91,8 @@ def print_summary(results: dict, out: pathlib.Path) -> None:
             _pct(c["error_rate_during_fault"]),
         )  # fmt: skip
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=140)
     console.print(table)
     console.print(results["verdict"], highlight=False)
     console.print(f"wrote {out / 'results.json'} and {out / 'report.html'}", highlight=False)
