@@ -27,12 +27,26 @@ def add_common(p: argparse.ArgumentParser) -> None:
         "record it; 'off' (default) = own scraper only",
     )
     p.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
+    p.add_argument(
+        "--driver",
+        choices=("aio", "locust"),
+        default=None,
+        help="load driver: the in-runner aio load (reproducible request ids) or Locust headless (plan default)",
+    )
+    p.add_argument("--profile", default=None, help="Locust profile (loadtests/profiles/NAME.conf) for --driver locust")
 
 
 def overrides_from(args: argparse.Namespace) -> dict:
     over: dict = {}
     if args.seed is not None:
         over["seed"] = args.seed
+    traffic = {}
+    if getattr(args, "driver", None):
+        traffic["driver"] = args.driver
+    if getattr(args, "profile", None):
+        traffic["profile"] = args.profile
+    if traffic:
+        over["traffic"] = traffic
     return over
 
 
