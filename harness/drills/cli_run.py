@@ -23,9 +23,11 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prometheus",
         default="off",
-        help="'auto' = start the prometheus on PATH to watch the run too; a URL = push targets nowhere, just "
-        "record it; 'off' (default) = own scraper only",
+        help="also watch the run with Prometheus: 'auto' = start the prometheus on PATH (1-s scrapes, fresh "
+        "TSDB in OUT/prometheus); a URL = a Prometheus that scrapes the targets written to --prometheus-sd; "
+        "'off' (default) = the runner's own scraper only. results.json gets a cross-check from it",
     )
+    p.add_argument("--prometheus-sd", default=None, help="file_sd targets file to keep current (with a URL)")
     p.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
     p.add_argument(
         "--driver",
@@ -69,7 +71,18 @@ def execute(plan_name: str, args: argparse.Namespace) -> int:
 
                 prom = LocalPrometheus.start_if_available(out / "prometheus")
                 if prom is not None:
-                    view.log(f"prometheus watching the run at {prom.url}")
+                    from harness.drills.runner import runner_metrics_url
+
+                    prom.set_targets([(None, runner_metrics_url())])
+                    ready = prom.wait_first_sample()
+                    view.log(f"prometheus watching the run at {prom.url}" + ("" if ready else " (no sample yet)"))
+                else:
+                    view.log("no prometheus on PATH: the runner's own scraper only")
+            elif args.prometheus not in ("off", "", None):
+                from harness.drills.prom import ExternalPrometheus
+
+                sd = pathlib.Path(args.prometheus_sd) if args.prometheus_sd else None
+                prom = ExternalPrometheus(args.prometheus, sd)
             runner = Runner(plan, out, on_sample=view.update, log=view.log, prometheus=prom)
             results = asyncio.run(runner.run())
         except KeyboardInterrupt:

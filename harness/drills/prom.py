@@ -86,19 +86,54 @@ class LocalPrometheus:
         return cls(workdir) if shutil.which("prometheus") else None
 
     def set_targets(self, endpoints: list[tuple[str | None, str]]) -> None:
-        groups = []
-        for service, url in endpoints:
-            u = urllib.parse.urlsplit(url)
-            labels = {"service": service or "loadgen", "__metrics_path__": u.path or "/metrics"}
-            groups.append({"targets": [u.netloc], "labels": labels})
-        tmp = self.targets.with_suffix(".tmp")
-        tmp.write_text(json.dumps(groups))
-        tmp.replace(self.targets)
+        write_targets(self.targets, endpoints)
+
+    def wait_first_sample(self, timeout_s: float = 20.0) -> bool:
+        """Block until Prometheus has scraped something (its first scrape comes ~5 s after start)."""
+        deadline = time.monotonic() + timeout_s
+        qs = urllib.parse.urlencode({"query": "up"})
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/v1/query?{qs}", timeout=2) as r:
+                    if json.loads(r.read())["data"]["result"]:
+                        return True
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.25)
+        return False
 
     def stop(self) -> None:
         from harness.drills.topology import stop_processes
 
         stop_processes([self.proc])
+
+
+def write_targets(path: pathlib.Path, endpoints: list[tuple[str | None, str]]) -> None:
+    """A Prometheus file_sd targets file for the run's endpoints (atomically replaced)."""
+    groups = []
+    for service, url in endpoints:
+        u = urllib.parse.urlsplit(url)
+        labels = {"service": service or "loadgen", "__metrics_path__": u.path or "/metrics"}
+        groups.append({"targets": [u.netloc], "labels": labels})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(groups))
+    tmp.replace(path)
+
+
+class ExternalPrometheus:
+    """A Prometheus given by URL: the runner writes its targets to `sd_file` (file_sd) if given,
+    and reads the run back from it at the end, as `LocalPrometheus` does."""
+
+    def __init__(self, url: str, sd_file: pathlib.Path | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.sd_file = sd_file
+
+    def set_targets(self, endpoints: list[tuple[str | None, str]]) -> None:
+        if self.sd_file is not None:
+            write_targets(self.sd_file, endpoints)
+
+    def stop(self) -> None:
+        pass
 
 
 # --- reading a drill back ---------------------------------------------------------------------
@@ -141,8 +176,13 @@ def read_drill(
     *,
     edge: str = EDGE_SERVICES,
     fault: tuple[float, float] | None = None,
+    faults: dict[str, tuple[float, float]] | None = None,
 ) -> dict[str, RunSeries]:
-    """One RunSeries per `config` label seen on the edge client's calls between start and end."""
+    """One RunSeries per `config` label seen on the edge client's calls between start and end.
+
+    The fault window (unix seconds) is `faults[config]`, else `fault`, else where
+    `drill_fault_active` is 1 in that configuration's run.
+    """
     grid: dict[float, dict[str, float]] = {}
     per_config: dict[str, dict[float, dict[str, float]]] = {}
     for prefix, expr, labels in _queries(edge):
@@ -171,7 +211,9 @@ def read_drill(
         for t in times:
             if t0 <= t <= t1:
                 samples.append((t - t0, {**grid.get(t, {}), **client[t]}))
-        if fault is not None:
+        if faults and config in faults:
+            on, off = faults[config]
+        elif fault is not None:
             on, off = fault
         else:
             on_points = [t for t, v in active_points if v >= 1 and t0 <= t <= t1]

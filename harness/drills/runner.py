@@ -96,6 +96,8 @@ class Runner:
         self.series: dict[str, RunSeries] = {}
         self.extras: dict[str, dict] = {}
         self.topology: Topology | None = None
+        #: per configuration: the fault window in unix seconds (for reading the run back from Prometheus)
+        self.windows: dict[str, tuple[float, float]] = {}
 
     # -- one configuration -----------------------------------------------------------------
     async def run_config(self, variant: Variant, index: int) -> RunSeries:
@@ -133,6 +135,7 @@ class Runner:
             if self.prometheus is not None:
                 self.prometheus.set_targets(topo.endpoints() + load.metrics_endpoints())
             scraper = Scraper(lambda: topo.endpoints() + load.metrics_endpoints(), config=label)
+            wall0 = time.time() - (time.monotonic() - scraper.t0)
             await scraper.scrape_once()  # baseline
             t_load = time.monotonic() - scraper.t0
             await load.start(topo.edge)
@@ -186,6 +189,7 @@ class Runner:
             if active:
                 on, off = active[0], active[-1] + 1.0
         series = build_series(label, scraper.samples, on, off)
+        self.windows[label] = (wall0 + on, wall0 + off)
         expected = set(load.expected_hits())
         observed = audit_hit_ids(workdir)
         self.extras[label] = {
@@ -242,7 +246,7 @@ class Runner:
         time.sleep(2.0)  # let the last scrapes land
         out: dict = {"url": self.prometheus.url, "start": round(start, 3), "end": round(end, 3)}
         try:
-            series = read_drill(self.prometheus.url, start, end)
+            series = read_drill(self.prometheus.url, start, end, faults=self.windows)
         except PrometheusError as exc:
             out["error"] = str(exc)
             return out

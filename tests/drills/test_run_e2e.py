@@ -68,10 +68,12 @@ def test_two_runs_with_the_same_seed_hit_the_same_request_ids(tmp_path):
 def test_analyze_from_prometheus_agrees_with_the_runner(tmp_path):
     from harness.drills import cli_analyze
     from harness.drills.prom import LocalPrometheus
-    from harness.drills.runner import Runner
+    from harness.drills.runner import Runner, runner_metrics_url
 
     prom = LocalPrometheus(tmp_path / "prom")
     try:
+        prom.set_targets([(None, runner_metrics_url())])
+        assert prom.wait_first_sample()
         plan = from_dict(TINY)
         results = asyncio.run(Runner(plan, tmp_path / "run", prometheus=prom, log=lambda _: None).run())
         cross = results["prometheus"]
