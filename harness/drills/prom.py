@@ -222,7 +222,7 @@ def read_drill(
                     f"config {config}: no drill_fault_active in range; pass --fault-start/--fault-end"
                 )
             on, off = on_points[0], on_points[-1] + 1
-        out[config] = build_series(config, samples, on - t0, off - t0)
+        out[config] = build_series(config, samples, on - t0, off - t0, baseline_on_first=True)
     if not out:
         raise PrometheusError(f"no edge client calls (service=~{edge!r}) between {start} and {end}")
     return out

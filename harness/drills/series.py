@@ -125,11 +125,16 @@ def build_series(
     samples: list[tuple[float, Mapping[str, float]]],
     fault_on: float,
     fault_off: float,
+    *,
+    baseline_on_first: bool = False,
 ) -> RunSeries:
     """Turn cumulative snapshots `(t, snapshot)` into per-second rates (counters) and values (gauges).
 
     The first sample only sets the baseline. A counter that goes down (a
-    restarted process) counts its new value as the increase.
+    restarted process) counts its new value as the increase. A counter that
+    first appears mid-run counts from 0, unless `baseline_on_first` (a
+    Prometheus that started scraping a target late: its first value is a
+    baseline, not one second's increase).
     """
     samples = sorted(samples, key=lambda s: s[0])
     keys = sorted({k for _, snap in samples for k in snap})
@@ -150,7 +155,12 @@ def build_series(
             if v is None:
                 values[k].append(None)
                 continue
-            p = prev.get(k, 0.0)
+            p = prev.get(k)
+            if p is None:
+                if baseline_on_first:
+                    values[k].append(None)
+                    continue
+                p = 0.0
             inc = v - p if v >= p else v
             values[k].append(inc / dt)
     return RunSeries(config=config, t=t, fault_on=fault_on, fault_off=fault_off, values=values)
