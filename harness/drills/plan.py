@@ -113,7 +113,9 @@ def _config_ref(config, base_dir: pathlib.Path) -> str | None:
 def _label(config: str | None) -> str:
     if config is None:
         return "plain"
-    return pathlib.Path(config).stem if config.endswith((".yaml", ".yml")) else config
+    if config.endswith((".yaml", ".yml")):
+        return pathlib.Path(config).stem.removesuffix(".config")
+    return config
 
 
 def resolve(name_or_path: str) -> pathlib.Path:
@@ -127,7 +129,8 @@ def resolve(name_or_path: str) -> pathlib.Path:
 
 
 def shipped_plans() -> list[str]:
-    return sorted(p.stem for p in PLANS_DIR.glob("*.yaml"))
+    """Plan names in harness/plans (`*.config.yaml` there are resilience configurations plans use)."""
+    return sorted(p.stem for p in PLANS_DIR.glob("*.yaml") if not p.name.endswith(".config.yaml"))
 
 
 def load_plan(
