@@ -54,7 +54,9 @@ def overrides_from(args: argparse.Namespace) -> dict:
 
 def execute(plan_name: str, args: argparse.Namespace) -> int:
     from harness.drills.live import LiveView
+    from harness.drills.prom import PrometheusError
     from harness.drills.runner import DrillError, Runner
+    from harness.drills.topology import TopologyError
 
     try:
         only = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else None
@@ -91,7 +93,7 @@ def execute(plan_name: str, args: argparse.Namespace) -> int:
         except asyncio.CancelledError:
             view.log("drill: terminated; every process stopped")
             return 143
-        except DrillError as exc:
+        except (DrillError, TopologyError, PrometheusError) as exc:
             view.log(f"drill: {exc}")
             return 1
         finally:
