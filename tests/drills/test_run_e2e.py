@@ -100,6 +100,12 @@ def test_analyze_from_prometheus_agrees_with_the_runner(tmp_path):
 
 @pytest.mark.slow
 def test_demo_quick_meets_the_done_criteria(tmp_path):
+    # The demo measures timing-sensitive behaviour (the resilient config's p99-derived timeouts
+    # have a 250 ms floor): on a box already saturated by something else the numbers are not the
+    # system's. Refuse to judge rather than flake.
+    load1 = os.getloadavg()[0]
+    if load1 > 1.5 * (os.cpu_count() or 1):
+        pytest.skip(f"machine busy (load {load1:.1f} on {os.cpu_count()} cores): demo numbers not meaningful")
     out = tmp_path / "demo"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.monotonic()
