@@ -93,7 +93,8 @@ def test_analyze_from_prometheus_agrees_with_the_runner(tmp_path):
     ours = results["configs"]["plain"]
     theirs = json.loads((tmp_path / "analyzed" / "results.json").read_text())["configs"]["plain"]
     assert theirs["breached"] is ours["breached"] is True
-    assert theirs["mttr_s"] is not None and abs(theirs["mttr_s"] - ours["mttr_s"]) <= 2.0
+    # two scrapers a second apart each: up to 2 s apart, plus their few ms of timestamp skew
+    assert theirs["mttr_s"] is not None and abs(theirs["mttr_s"] - ours["mttr_s"]) <= 2.05
     # no retries in a plain topology: ~1.0 from the runner's scraper; Prometheus scrapes each target
     # at its own offset, so over a 5-s fault its 5-s windows are only roughly aligned
     assert math.isclose(ours["amplification"], 1.0, rel_tol=0.15)

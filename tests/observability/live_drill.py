@@ -58,15 +58,20 @@ class DrillRun:
 
     def client_counts(self, traffic: str | None = None) -> dict[str, float]:
         """Final `drill_client_calls_total` of loadgen by status (the runner's own numbers)."""
-        counts: dict[str, float] = {}
-        for metric in REGISTRY.collect():
-            for s in metric.samples:
-                if s.name != "drill_client_calls_total" or s.labels.get("service") != SERVICE:
-                    continue
-                if traffic is not None and s.labels.get("traffic") != traffic:
-                    continue
-                counts[s.labels["grpc_status"]] = counts.get(s.labels["grpc_status"], 0.0) + s.value
-        return counts
+        return client_counts(traffic)
+
+
+def client_counts(traffic: str | None = None) -> dict[str, float]:
+    """`drill_client_calls_total` of loadgen by status, from this process's registry."""
+    counts: dict[str, float] = {}
+    for metric in REGISTRY.collect():
+        for s in metric.samples:
+            if s.name != "drill_client_calls_total" or s.labels.get("service") != SERVICE:
+                continue
+            if traffic is not None and s.labels.get("traffic") != traffic:
+                continue
+            counts[s.labels["grpc_status"]] = counts.get(s.labels["grpc_status"], 0.0) + s.value
+    return counts
 
 
 def _method_label() -> str:
@@ -212,9 +217,30 @@ class LiveDrill:
         self.prom.wait_for_up(4, timeout_s=40)
         time.sleep(1.5)  # one more scrape of the zeroed series before the first call
         start, end = asyncio.run(main())
-        # Wait for a scrape after the last call and a rule evaluation after that scrape.
-        time.sleep(3.5)
-        return DrillRun(self.prom, start, end, time.time(), topology)
+        return DrillRun(self.prom, start, end, self._wait_until_recorded(), topology)
+
+    def _wait_until_recorded(self, timeout_s: float = 30.0) -> float:
+        """Poll until Prometheus holds the final client counts and a rule evaluation has seen them.
+
+        A fixed sleep is not enough on a loaded machine: a late scrape or rule evaluation
+        would compare the panel with counts it has not seen yet.
+        """
+        total = sum(client_counts().values())
+        deadline = time.time() + timeout_s
+        seen_at = None
+        while time.time() < deadline:
+            got = self.prom.query(f'sum(drill_client_calls_total{{service="{SERVICE}"}})')
+            if got and float(got[0]["value"][1]) >= total:
+                seen_at = time.time()
+                break
+            time.sleep(0.25)
+        assert seen_at is not None, f"Prometheus never scraped the final {total:.0f} client calls"
+        while time.time() < deadline:
+            got = self.prom.query(f'timestamp(drill:client_calls:rate30s{{service="{SERVICE}"}})')
+            if got and min(float(s["value"][1]) for s in got) > seen_at:
+                return time.time()
+            time.sleep(0.25)
+        raise AssertionError("no rule evaluation after the final scrape")
 
     def stop(self) -> None:
         if self.prom is not None:
