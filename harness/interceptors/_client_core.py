@@ -128,3 +128,31 @@ class ClientRecorder:
         self._calls(self.service, method, status, fault_mode, traffic, self.config).inc()
         self._latency(self.service, method, fault_mode, traffic, self.config).observe(elapsed)
         self._call_duration(method, self.target, status).observe(elapsed)
+
+
+class ClientInterceptorBase:
+    """State both client interceptors share: what to tag, when to cancel, where to record.
+
+    `tagging` may be swapped at any time (`interceptor.tagging = Tagging(...)`),
+    e.g. when a drill enters its fault phase. `record_calls=False` records only
+    attempts, for callers (the retry layer) that count logical calls themselves.
+    """
+
+    def __init__(
+        self,
+        tagging: Tagging = ORGANIC,
+        *,
+        service: str = "client",
+        config: str = "none",
+        target: str = "",
+        cancel_after_ms: float | None = None,
+        drill_tenants: frozenset[str] = frozenset({h.DEFAULT_DRILL_TENANT}),
+        record_calls: bool = True,
+        tracer=None,
+    ) -> None:
+        self.tagging = tagging
+        self.cancel_after_ms = cancel_after_ms
+        self.drill_tenants = drill_tenants
+        self.record_calls = record_calls
+        self.tracer = tracer
+        self.recorder = ClientRecorder(service, config, target)

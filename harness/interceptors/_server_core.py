@@ -124,6 +124,19 @@ class ServerCore:
                 },
             )
 
+    def begin(self, plan: CallPlan, time_remaining: float | None, metadata) -> tuple[float, object]:
+        """Handler entry for both flavours: bookkeeping, audit line of a hit, scope. Returns (t0, token)."""
+        t0 = time.perf_counter()
+        self.start(plan, time_remaining, metadata)
+        if plan.decision.outcome is Outcome.HIT:
+            self.audit_hit(plan)
+        return t0, scope.enter(plan.scope)
+
+    def end(self, plan: CallPlan, token, code, t0: float) -> None:
+        """Handler exit for both flavours: leave the scope, record the call."""
+        scope.leave(token)
+        self.finish(plan, code, time.perf_counter() - t0)
+
     def _count_decision(self, plan: CallPlan, metadata) -> None:
         d = plan.decision
         if d.outcome is Outcome.HIT:

@@ -12,38 +12,18 @@ import time
 import grpc
 from grpc import aio
 
-from harness.headers import DEFAULT_DRILL_TENANT
-from harness.interceptors._client_core import ORGANIC, ClientRecorder, Tagging, outgoing_metadata, traffic_of
+from harness.interceptors._client_core import ClientInterceptorBase, outgoing_metadata, traffic_of
 from harness.interceptors._server_core import method_label
 from harness.tracing import client_span_metadata, end_client_span, start_client_span
 
 
-class DrillClientInterceptor(aio.UnaryUnaryClientInterceptor):
+class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientInterceptor):
     """Tags calls, optionally cancels them after `cancel_after_ms`, records client metrics.
 
     `tagging` may be swapped at any time (`interceptor.tagging = Tagging(...)`),
     e.g. when a drill enters its fault phase. `record_calls=False` records only
     attempts, for callers (the retry layer) that count logical calls themselves.
     """
-
-    def __init__(
-        self,
-        tagging: Tagging = ORGANIC,
-        *,
-        service: str = "client",
-        config: str = "none",
-        target: str = "",
-        cancel_after_ms: float | None = None,
-        drill_tenants: frozenset[str] = frozenset({DEFAULT_DRILL_TENANT}),
-        record_calls: bool = True,
-        tracer=None,
-    ) -> None:
-        self.tracer = tracer
-        self.tagging = tagging
-        self.cancel_after_ms = cancel_after_ms
-        self.drill_tenants = drill_tenants
-        self.record_calls = record_calls
-        self.recorder = ClientRecorder(service, config, target)
 
     def _prepare(self, client_call_details, span=None):
         tagging = self.tagging

@@ -12,8 +12,7 @@ import time
 
 import grpc
 
-from harness.headers import DEFAULT_DRILL_TENANT
-from harness.interceptors._client_core import ORGANIC, ClientRecorder, Tagging, outgoing_metadata, traffic_of
+from harness.interceptors._client_core import ClientInterceptorBase, outgoing_metadata, traffic_of
 from harness.interceptors._server_core import method_label
 
 
@@ -27,25 +26,10 @@ class _Details(grpc.ClientCallDetails):
         self.compression = compression
 
 
-class SyncDrillClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+class SyncDrillClientInterceptor(
+    ClientInterceptorBase, grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor
+):
     """Tags calls and records client metrics; cancels `.future()` calls after `cancel_after_ms`."""
-
-    def __init__(
-        self,
-        tagging: Tagging = ORGANIC,
-        *,
-        service: str = "client",
-        config: str = "none",
-        target: str = "",
-        cancel_after_ms: float | None = None,
-        drill_tenants: frozenset[str] = frozenset({DEFAULT_DRILL_TENANT}),
-        record_calls: bool = True,
-    ) -> None:
-        self.tagging = tagging
-        self.cancel_after_ms = cancel_after_ms
-        self.drill_tenants = drill_tenants
-        self.record_calls = record_calls
-        self.recorder = ClientRecorder(service, config, target)
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
         tagging = self.tagging

@@ -14,7 +14,6 @@ import time
 import grpc
 from grpc import aio
 
-from harness import scope
 from harness.faults import Mode
 from harness.gate import Outcome
 from harness.interceptors._server_core import CallPlan, ServerCore, abort_details
@@ -87,11 +86,7 @@ class FaultServerInterceptor(aio.ServerInterceptor):
         hit = plan.decision.outcome is Outcome.HIT
 
         async def unary(request, context):
-            start = time.perf_counter()
-            core.start(plan, context.time_remaining(), metadata)
-            if hit:
-                core.audit_hit(plan)
-            token = scope.enter(plan.scope)
+            t0, token = core.begin(plan, context.time_remaining(), metadata)
             exc: BaseException | None = None
             try:
                 if hit:
@@ -101,15 +96,14 @@ class FaultServerInterceptor(aio.ServerInterceptor):
                     response = await response
                 if hit and plan.decision.mode is Mode.DELAY:
                     await self._delay(plan)
-                    if context.cancelled():
-                        return None  # caller is gone: drop silently
+                    # A caller that left meanwhile has cancelled this task inside the sleep (dropped
+                    # silently); should only the call be marked cancelled, grpc drops the send.
                 return response
             except BaseException as e:
                 exc = e
                 raise
             finally:
-                scope.leave(token)
-                core.finish(plan, self._end_code(plan, context, exc), time.perf_counter() - start)
+                core.end(plan, token, self._end_code(plan, context, exc), t0)
 
         return unary
 
@@ -118,11 +112,7 @@ class FaultServerInterceptor(aio.ServerInterceptor):
         hit = plan.decision.outcome is Outcome.HIT
 
         async def stream(request, context):
-            start = time.perf_counter()
-            core.start(plan, context.time_remaining(), metadata)
-            if hit:
-                core.audit_hit(plan)
-            token = scope.enter(plan.scope)
+            t0, token = core.begin(plan, context.time_remaining(), metadata)
             exc: BaseException | None = None
             try:
                 if hit:
@@ -139,7 +129,6 @@ class FaultServerInterceptor(aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
-                scope.leave(token)
-                core.finish(plan, self._end_code(plan, context, exc), time.perf_counter() - start)
+                core.end(plan, token, self._end_code(plan, context, exc), t0)
 
         return stream

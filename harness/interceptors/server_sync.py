@@ -12,7 +12,6 @@ import time
 
 import grpc
 
-from harness import scope
 from harness.faults import Mode
 from harness.gate import Outcome
 from harness.interceptors._server_core import CallPlan, ServerCore, abort_details
@@ -89,11 +88,7 @@ class SyncFaultServerInterceptor(grpc.ServerInterceptor):
         hit = plan.decision.outcome is Outcome.HIT
 
         def unary(request, context):
-            start = time.perf_counter()
-            core.start(plan, context.time_remaining(), metadata)
-            if hit:
-                core.audit_hit(plan)
-            token = scope.enter(plan.scope)
+            t0, token = core.begin(plan, context.time_remaining(), metadata)
             failed = False
             try:
                 if hit:
@@ -106,8 +101,7 @@ class SyncFaultServerInterceptor(grpc.ServerInterceptor):
                 failed = True
                 raise
             finally:
-                scope.leave(token)
-                core.finish(plan, self._end_code(context, failed), time.perf_counter() - start)
+                core.end(plan, token, self._end_code(context, failed), t0)
 
         return unary
 
@@ -116,11 +110,7 @@ class SyncFaultServerInterceptor(grpc.ServerInterceptor):
         hit = plan.decision.outcome is Outcome.HIT
 
         def stream(request, context):
-            start = time.perf_counter()
-            core.start(plan, context.time_remaining(), metadata)
-            if hit:
-                core.audit_hit(plan)
-            token = scope.enter(plan.scope)
+            t0, token = core.begin(plan, context.time_remaining(), metadata)
             failed = False
             try:
                 if hit:
@@ -132,7 +122,6 @@ class SyncFaultServerInterceptor(grpc.ServerInterceptor):
                 failed = True
                 raise
             finally:
-                scope.leave(token)
-                core.finish(plan, self._end_code(context, failed), time.perf_counter() - start)
+                core.end(plan, token, self._end_code(context, failed), t0)
 
         return stream
