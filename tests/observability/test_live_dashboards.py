@@ -71,6 +71,15 @@ def _naive_rate(counts: dict[str, float]) -> float:
 def test_error_rate_panel_excludes_cancelled_and_matches_counters(drill: DrillRun) -> None:
     # The recorded 30 s rates must span the whole drill (plus the zeroed scrape before it).
     assert drill.eval_at - drill.start < 28, "drill too long for the 30 s window of the recorded rates"
+    # The premise of comparing a 30 s rate with whole-run counts: the window starts before the first call.
+    window = drill.prom.query_range(
+        f'sum(drill_client_calls_total{{service="{SERVICE}",config="{CONFIG}"}})',
+        drill.eval_at - 29,
+        drill.eval_at,
+        step="1s",
+    )
+    first = float(window[0]["values"][0][1]) if window else None
+    assert first == 0, f"the 30 s window starts after calls were made (first sample {first})"
     expr = substitute(_panel_expr("drill-overview", "Client error rate (CANCELLED excluded)"), VARIABLES)
     result = drill.prom.query(expr, at=drill.eval_at)
     panel = {
