@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from tests.conftest import free_port
-from tests.loadtests.conftest import LOCUST, ROOT, kill_group, run_locust, total
+from tests.loadtests.conftest import LOCUST, ROOT, kill_group, run_locust, total, unexpected_tracebacks
 
 DRILL = (
     "--drill-phases", "warmup=3,fault=4,recovery=3",
@@ -29,7 +29,7 @@ DRILL = (
 
 def _check(run, base: int) -> None:
     assert run.rc == 0, run.log[-3000:]
-    assert "Traceback" not in run.log, run.log[-3000:]
+    assert not unexpected_tracebacks(run.log), run.log[-3000:]
     workers = [base + 1, base + 2]
     for port in workers:
         assert port in run.scraped, f"worker /metrics on {port} never answered"
