@@ -21,6 +21,7 @@ import urllib.request
 from grpc import aio
 
 from harness.interceptors import DrillClientInterceptor, Tagging
+from harness.ports import free_port
 from harness.proto import drill_pb2, drill_pb2_grpc
 from harness.status import StatusClass, classify, error_rate, status_name
 
@@ -30,9 +31,7 @@ DEFAULT_DIRECTIVES = ("delay:250", "abort:UNAVAILABLE", "drop:300")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--target", metavar="HOST:PORT", help="a running service (demo proto)")
-    where.add_argument(
-        "--spawn", action="store_true", help="start a local `drill serve` with faults on, then stop it"
-    )
+    where.add_argument("--spawn", action="store_true", help="start a local `drill serve` with faults on, then stop it")
     p.add_argument("--calls", type=int, default=600, help="calls per traffic class (default 600, max 100000)")
     p.add_argument("--concurrency", type=int, default=32, help="calls in flight (default 32)")
     p.add_argument(
@@ -42,23 +41,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--ratio", type=int, default=50, help="x-fault-ratio for drill calls (default 50)")
     p.add_argument("--timeout", type=float, default=2.0, help="per-call deadline in seconds (default 2)")
-    p.add_argument(
-        "--cancel-ms", type=float, default=100.0, help="cancel delayed drill calls after this many ms"
-    )
+    p.add_argument("--cancel-ms", type=float, default=100.0, help="cancel delayed drill calls after this many ms")
     p.add_argument("--metrics", metavar="URL", help="server /metrics URL to read hits from (set by --spawn)")
     p.add_argument("--seed", type=int, default=7, help="seed for --spawn (default 7)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
 def spawned_server(seed: int):
     """A `drill serve` subprocess on free loopback ports, stopped (by PID) on exit."""
-    port, mport = _free_port(), _free_port()
+    port, mport = free_port(), free_port()
     cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--metrics-port", str(mport)]
     cmd += ["--enable-faults", "--seed", str(seed), "--service", "demo"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -135,9 +126,7 @@ def _report(results: dict, hits: dict | None, elapsed: float) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(
-        title=f"drill client: {sum(sum(c.values()) for c in results.values())} calls in {elapsed:.1f}s"
-    )
+    table = Table(title=f"drill client: {sum(sum(c.values()) for c in results.values())} calls in {elapsed:.1f}s")
     for col in ("traffic", "fault mode", "calls", "OK", "CANCELLED", "errors (server-fault)", "error rate*"):
         table.add_column(col, justify="right" if col not in ("traffic", "fault mode") else "left")
     for (traffic, mode), counts in sorted(results.items()):
@@ -150,9 +139,7 @@ def _report(results: dict, hits: dict | None, elapsed: float) -> None:
     console.print(table)
     console.print("* error rate = server-fault / (all − CANCELLED); CANCELLED is never an error.")
     if hits is not None:
-        console.print(
-            "server-side hits by mode: " + ", ".join(f"{m}={int(n)}" for m, n in sorted(hits.items()))
-        )
+        console.print("server-side hits by mode: " + ", ".join(f"{m}={int(n)}" for m, n in sorted(hits.items())))
 
 
 def run(args: argparse.Namespace) -> int:

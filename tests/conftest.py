@@ -7,10 +7,11 @@ live on prometheus_client's process-wide registry, so tests compare deltas.
 from __future__ import annotations
 
 import pathlib
-import socket
 
 import pytest
 from prometheus_client import REGISTRY
+
+from harness.ports import free_port  # noqa: F401 - re-exported for the suites
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -29,12 +30,6 @@ def sample_sum(name: str, **labels: str) -> float:
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
                 total += s.value
     return total
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

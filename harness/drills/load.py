@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import pathlib
 import shutil
-import socket
 import sys
 import time
 from typing import Protocol
@@ -29,6 +28,7 @@ from grpc import aio
 from harness import headers as h
 from harness.faults import is_hit
 from harness.interceptors import DrillClientInterceptor, Tagging
+from harness.ports import free_port
 from harness.proto import drill_pb2, drill_pb2_grpc
 
 
@@ -216,12 +216,6 @@ class AioLoad:
         for c in self._channels:
             await c.close(grace=None)
         self._channels.clear()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def locust_profile(name: str) -> pathlib.Path | None:

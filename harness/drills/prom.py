@@ -17,12 +17,12 @@ import json
 import math
 import pathlib
 import shutil
-import socket
 import time
 import urllib.parse
 import urllib.request
 
 from harness.drills.series import RunSeries, build_series
+from harness.ports import free_port
 
 #: The edge client's `service` label: the in-runner load ("loadgen") or Locust ("locust").
 EDGE_SERVICES = "loadgen|locust"
@@ -30,12 +30,6 @@ EDGE_SERVICES = "loadgen|locust"
 
 class PrometheusError(RuntimeError):
     pass
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LocalPrometheus:
@@ -61,7 +55,7 @@ class LocalPrometheus:
             ],
         }
         (workdir / "prometheus.yml").write_text(json.dumps(config))
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         argv = [
             binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from harness.ports import free_port
+
 #: every live child's process group, for the atexit sweep
 _LIVE: dict[int, subprocess.Popen] = {}
 
@@ -137,14 +139,6 @@ class Replica:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class TopologyError(RuntimeError):
     pass
 
@@ -177,7 +171,7 @@ class Topology:
         """Start every replica at once (ports chosen up front), then wait until all serve."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            ports = {h.name: [_free_port() for _ in range(h.replicas)] for h in self.hops}
+            ports = {h.name: [free_port() for _ in range(h.replicas)] for h in self.hops}
             for depth in range(len(self.hops) - 1, -1, -1):
                 hop = self.hops[depth]
                 nxt = self.hops[depth + 1].name if depth + 1 < len(self.hops) else None
