@@ -12,6 +12,8 @@ import logging
 import math
 import time
 
+from opentelemetry.trace import SpanKind
+
 from harness import audit, scope
 from harness import headers as h
 from harness import metrics as m
@@ -115,7 +117,7 @@ class ServerCore:
             plan.span = self.tracer.start_span(
                 plan.method,
                 context=extract_context(metadata),
-                kind=_server_kind(),
+                kind=SpanKind.SERVER,
                 attributes={
                     ATTR_TENANT: d.tenant,
                     ATTR_MODE: d.mode.value,
@@ -207,12 +209,6 @@ class ServerCore:
                 span.end()
         except Exception:  # noqa: BLE001 - observability must never fail a call
             pass
-
-
-def _server_kind():
-    from opentelemetry.trace import SpanKind
-
-    return SpanKind.SERVER
 
 
 def abort_details(decision: Decision) -> tuple[str, str]:
