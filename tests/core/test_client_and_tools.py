@@ -138,7 +138,9 @@ def test_half_open_probe_reports_what_the_server_did_and_tcp_states_are_counted(
 
     summary, states, port = asyncio.run(main())
     assert summary["connections"] == 5 and summary["refused"] == 0
-    assert summary["eof"] + summary["reset"] + summary["open"] == 5
+    # grpc reads the client's EOF and closes: every half-open connection is reclaimed, quickly.
+    assert summary["eof"] + summary["reset"] == 5, summary
+    assert summary["closed_after_s_max"] < 2.0, summary
     assert states.get((port, "LISTEN"), 0) >= 1
 
 
