@@ -13,9 +13,9 @@ from concurrent import futures
 import grpc
 from grpc import aio
 
+from harness.core.settings import FaultSettings
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import FaultServerInterceptor, SyncFaultServerInterceptor
-from harness.proto import drill_pb2, drill_pb2_grpc
-from harness.settings import FaultSettings
 
 
 class Aio(drill_pb2_grpc.DemoServicer):
@@ -36,7 +36,7 @@ def interceptors(mode: str, sync: bool) -> list:
         return [cls(FaultSettings(enabled=False, service="bench"))]
     tracer = None
     if mode == "on-trace":
-        from harness.tracing import setup_tracing
+        from harness.core.tracing import setup_tracing
 
         tracer = setup_tracing("bench", exporter="none")
     return [cls(FaultSettings(enabled=True, seed=1, service="bench"), tracer=tracer)]

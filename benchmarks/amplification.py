@@ -24,8 +24,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness.resilience import bench  # noqa: E402
 from harness.resilience import config as rconfig  # noqa: E402
+from harness.testing import resilience_bench as bench  # noqa: E402
 
 
 def _fmt(values: list[float]) -> str:

@@ -22,8 +22,8 @@ from grpc import aio
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.demo.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
 from harness.interceptors import DrillClientInterceptor, Tagging  # noqa: E402
-from harness.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -25,7 +25,7 @@ from grpc import aio
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
+from harness.demo.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
 
 MODES = ("baseline", "off", "on", "on-trace")
 TICKS = os.sysconf("SC_CLK_TCK")

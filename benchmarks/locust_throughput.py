@@ -100,7 +100,7 @@ import sys, time, resource
 from gevent import monkey; monkey.patch_all()
 import grpc.experimental.gevent as g; g.init_gevent()
 import gevent, grpc
-from harness.proto import drill_pb2, drill_pb2_grpc
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import SyncDrillClientInterceptor
 host, users, seconds, icpt = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
 gevent.get_hub().threadpool.maxsize = users + 8
@@ -124,7 +124,7 @@ print(count[0] / el, cpu / max(count[0], 1) * 1e6)
 RAW_THREADS = r"""
 import sys, time, resource, threading
 import grpc
-from harness.proto import drill_pb2, drill_pb2_grpc
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
 host, users, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 count = [0]
 lock = threading.Lock()

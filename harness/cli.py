@@ -21,11 +21,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "harness.drills.cli_analyze",
         "compute MTTR and the report from a Prometheus that watched a drill",
     ),
-    "serve": ("harness.serve", "serve one demo hop with the fault interceptor"),
-    "hits": ("harness.hits_cli", "preview which request ids (stdin) a directive would hit"),
-    "client": ("harness.client_cli", "send tagged and untagged calls to a service and summarise"),
-    "probe": ("harness.probe", "socket-level probes (half-open connections)"),
-    "dashboards": ("harness.dashboards_cli", "build or push the Grafana dashboards"),
+    "serve": ("harness.demo.serve", "serve one demo hop with the fault interceptor"),
+    "hits": ("harness.drills.cli_hits", "preview which request ids (stdin) a directive would hit"),
+    "client": ("harness.demo.client_cli", "send tagged and untagged calls to a service and summarise"),
+    "probe": ("harness.demo.probe", "socket-level probes (half-open connections)"),
+    "dashboards": ("harness.dashboards.cli", "build or push the Grafana dashboards"),
 }
 
 

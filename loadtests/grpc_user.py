@@ -28,8 +28,8 @@ grpc_gevent.init_gevent()  # before any channel exists (Locust's recipe)
 import gevent  # noqa: E402
 from locust import User, constant, constant_throughput  # noqa: E402
 
+from harness.core.status import classify, status_name  # noqa: E402
 from harness.interceptors import ORGANIC, SyncDrillClientInterceptor, Tagging, call_with_cancel  # noqa: E402
-from harness.status import classify, status_name  # noqa: E402
 from loadtests import options as drill_options  # noqa: E402
 
 #: Request type of calls that ended CANCELLED: their own row in Locust's stats, never failures.

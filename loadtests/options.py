@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from harness.headers import DEFAULT_DRILL_TENANT
+from harness.core.headers import DEFAULT_DRILL_TENANT
 
 #: The phase whose name turns the directive on; any other phase sends none.
 FAULT_PHASE = "fault"

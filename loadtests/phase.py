@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from harness import metrics as m
+from harness.core import metrics as m
 from loadtests.options import DONE_PHASE, STEADY_FAULT_PHASE, STEADY_PHASE, DrillOptions
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from locust import task
 
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import Tagging
-from harness.proto import drill_pb2, drill_pb2_grpc
 from loadtests import options as drill_options
 from loadtests.grpc_user import GrpcUser
 from loadtests.phase import STATE

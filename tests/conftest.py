@@ -11,7 +11,7 @@ import pathlib
 import pytest
 from prometheus_client import REGISTRY
 
-from harness.ports import free_port  # noqa: F401 - re-exported for the suites
+from harness.procs.ports import free_port  # noqa: F401 - re-exported for the suites
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"

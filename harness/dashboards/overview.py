@@ -234,7 +234,7 @@ def build() -> db.Dashboard:
     d = d.with_panel(
         series(
             "TCP connections by state per instance",
-            "drill_tcp_connections{port,state} from harness.conntrack.",
+            "drill_tcp_connections{port,state} from harness.demo.conntrack.",
             [("sum by (instance, port, state) (drill_tcp_connections)", "{{instance}} :{{port}} {{state}}")],
         )
     )

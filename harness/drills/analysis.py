@@ -3,7 +3,7 @@
 Pure functions over a `RunSeries`; no I/O, no clocks. Definitions:
 
 - a second is **bad** when its error rate (server-fault / (all − CANCELLED),
-  `harness.status.error_rate`) on the SLO's traffic exceeds the SLO, or its
+  `harness.core.status.error_rate`) on the SLO's traffic exceeds the SLO, or its
   p99 exceeds the latency SLO when one is set; **good** when it has at least
   `min_calls` calls and is not bad; otherwise it is *unknown* (neither).
 - **held** at t: the `hold_s` seconds starting at t are all good.
@@ -31,8 +31,8 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+from harness.core.status import error_rate
 from harness.drills.series import RunSeries
-from harness.status import error_rate
 
 
 @dataclasses.dataclass(frozen=True)

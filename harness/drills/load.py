@@ -25,11 +25,11 @@ from typing import Protocol
 
 from grpc import aio
 
-from harness import headers as h
-from harness.faults import is_hit
+from harness.core import headers as h
+from harness.core.faults import is_hit
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import DrillClientInterceptor, Tagging
-from harness.ports import free_port
-from harness.proto import drill_pb2, drill_pb2_grpc
+from harness.procs.ports import free_port
 
 
 @dataclasses.dataclass

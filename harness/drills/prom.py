@@ -22,7 +22,7 @@ import urllib.parse
 import urllib.request
 
 from harness.drills.series import RunSeries, build_series
-from harness.ports import free_port
+from harness.procs.ports import free_port
 
 #: The edge client's `service` label: the in-runner load ("loadgen") or Locust ("locust").
 EDGE_SERVICES = "loadgen|locust"

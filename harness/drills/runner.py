@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from prometheus_client import start_http_server
 
-from harness import metrics as m
+from harness.core import metrics as m
 from harness.drills import analysis, report
 from harness.drills.load import AioLoad, LocustLoad, ids_digest
 from harness.drills.plan import Plan, Variant

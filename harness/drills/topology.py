@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from harness.ports import free_port
+from harness.procs.ports import free_port
 
 #: every live child's process group, for the atexit sweep
 _LIVE: dict[int, subprocess.Popen] = {}
@@ -106,9 +106,9 @@ class HopSpec:
     concurrency: int = 16
     queue: int = 64
     shed_code: str = "RESOURCE_EXHAUSTED"
-    #: every attempt pays capacity, even one the fault aborts (see harness.demo_service)
+    #: every attempt pays capacity, even one the fault aborts (see harness.demo.service)
     admission: bool = True
-    #: admitted work goes on after the caller is gone (see harness.demo_service)
+    #: admitted work goes on after the caller is gone (see harness.demo.service)
     orphan_work: bool = False
     keepalive_ms: int | None = None
     max_idle_ms: int | None = None

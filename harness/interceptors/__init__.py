@@ -25,7 +25,7 @@ def server_interceptors(settings=None, *, metrics: bool | None = None, tracer=No
     The recommended way to add drill harness to a service: with the process
     switch off (the default) the server runs with no interceptor at all.
     """
-    from harness.settings import FaultSettings
+    from harness.core.settings import FaultSettings
 
     settings = settings or FaultSettings.from_env()
     if not settings.enabled and not metrics and tracer is None:

@@ -12,11 +12,11 @@ import dataclasses
 import time
 import uuid
 
-from harness import headers as h
-from harness import metrics as m
-from harness import scope, token
-from harness.faults import Mode
-from harness.status import status_name
+from harness.core import headers as h
+from harness.core import metrics as m
+from harness.core import scope, token
+from harness.core.faults import Mode
+from harness.core.status import status_name
 
 
 @dataclasses.dataclass(frozen=True)

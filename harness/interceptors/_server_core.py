@@ -14,14 +14,14 @@ import time
 
 from opentelemetry.trace import SpanKind
 
-from harness import audit, scope
-from harness import headers as h
-from harness import metrics as m
-from harness.faults import Mode
-from harness.gate import Decision, FaultGate, Outcome
-from harness.settings import FaultSettings
-from harness.status import status_name
-from harness.tracing import ATTR_HIT, ATTR_MODE, ATTR_REQUEST_ID, ATTR_TENANT, extract_context, trace_id_hex
+from harness.core import audit, scope
+from harness.core import headers as h
+from harness.core import metrics as m
+from harness.core.faults import Mode
+from harness.core.gate import Decision, FaultGate, Outcome
+from harness.core.settings import FaultSettings
+from harness.core.status import status_name
+from harness.core.tracing import ATTR_HIT, ATTR_MODE, ATTR_REQUEST_ID, ATTR_TENANT, extract_context, trace_id_hex
 
 _LABELS: dict[str, str] = {}
 

@@ -12,10 +12,10 @@ import time
 
 import grpc
 
-from harness.faults import Mode
-from harness.gate import Outcome
+from harness.core.faults import Mode
+from harness.core.gate import Outcome
+from harness.core.settings import FaultSettings
 from harness.interceptors._server_core import CallPlan, ServerCore, abort_details
-from harness.settings import FaultSettings
 
 
 def _wait(context, seconds: float) -> bool:

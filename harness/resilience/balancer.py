@@ -19,7 +19,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
-from harness.status import StatusClass, classify
+from harness.core.status import StatusClass, classify
 
 #: Cost of a backend with calls in flight and no latency measured yet (Finagle's penalty idea).
 PENALTY_S = 1e3

@@ -1,6 +1,6 @@
 """Circuit breaker: closed → open on a failure rate, open → half-open after a wait, probes decide.
 
-Outcomes are classified by `harness.status`: server-fault codes are failures, OK is a
+Outcomes are classified by `harness.core.status`: server-fault codes are failures, OK is a
 success, CANCELLED and client-fault codes are ignored (they say nothing about the
 backend's health). The failure rate is computed over a count-based window (last N
 calls) or a time-based window (last N seconds), only once `min_calls` calls are
@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from harness.status import StatusClass, classify
+from harness.core.status import StatusClass, classify
 
 
 class State(enum.IntEnum):

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from harness.core.status import STATUS_NAMES
 from harness.resilience import backoff as _backoff
 from harness.resilience.balancer import Balancer, Ejection, PowerOfTwoChoices, RoundRobin
 from harness.resilience.breaker import BreakerSet, CircuitBreaker, CountWindow, TimeWindow, Transition
@@ -24,7 +25,6 @@ from harness.resilience.budget import RetryBudget, Unlimited
 from harness.resilience.deadline import DeadlinePolicy
 from harness.resilience.retry import RetryPolicy
 from harness.resilience.timeouts import MethodTimeouts
-from harness.status import STATUS_NAMES
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
 NAMES: tuple[str, ...] = ("naive", "jitter", "budget", "resilient", "resilient-p2c")

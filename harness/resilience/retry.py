@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness import headers as h
-from harness.status import status_name
+from harness.core import headers as h
+from harness.core.status import status_name
 
 #: gRFC A6: maxAttempts above 5 is treated as 5.
 MAX_ATTEMPTS_CAP = 5

@@ -8,6 +8,8 @@ from concurrent import futures
 import grpc
 from grpc import aio
 
+from harness.core.settings import FaultSettings
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import (
     DrillClientInterceptor,
     FaultServerInterceptor,
@@ -15,8 +17,6 @@ from harness.interceptors import (
     SyncFaultServerInterceptor,
     Tagging,
 )
-from harness.proto import drill_pb2, drill_pb2_grpc
-from harness.settings import FaultSettings
 
 
 class CountingAioServicer(drill_pb2_grpc.DemoServicer):

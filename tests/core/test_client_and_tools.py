@@ -15,13 +15,13 @@ import pytest
 from grpc import aio
 from prometheus_client import start_http_server
 
-from harness import headers as h
-from harness.conntrack import count_states, watch_port
+from harness.core import headers as h
+from harness.core.settings import FaultSettings
+from harness.demo.conntrack import count_states, watch_port
+from harness.demo.probe import half_open, summarize
+from harness.demo.proto import drill_pb2
 from harness.interceptors import Tagging
 from harness.interceptors._client_core import outgoing_metadata
-from harness.probe import half_open, summarize
-from harness.proto import drill_pb2
-from harness.settings import FaultSettings
 from tests.conftest import ROOT, free_port, sample
 from tests.core.servers import aio_server, aio_stub
 
@@ -166,7 +166,7 @@ def test_client_spans_parent_the_server_span_across_the_wire():
         async with aio_server(FaultSettings(enabled=True, service="traced2"), tracer=tracer) as (port, _):
             ic = DrillClientInterceptor(Tagging(tenant="tenant-drill", directive="delay:1"), tracer=tracer)
             async with aio.insecure_channel(f"127.0.0.1:{port}", interceptors=[ic]) as ch:
-                from harness.proto import drill_pb2_grpc
+                from harness.demo.proto import drill_pb2_grpc
 
                 await drill_pb2_grpc.DemoStub(ch).Call(drill_pb2.CallRequest())
 

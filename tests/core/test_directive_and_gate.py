@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import headers as h
-from harness import token
-from harness.faults import DirectiveError, Mode, RejectReason, parse_directive, range_value
-from harness.gate import FaultGate, Outcome, SkipReason
-from harness.settings import FaultSettings, SettingsError
+from harness.core import headers as h
+from harness.core import token
+from harness.core.faults import DirectiveError, Mode, RejectReason, parse_directive, range_value
+from harness.core.gate import FaultGate, Outcome, SkipReason
+from harness.core.settings import FaultSettings, SettingsError
 
 ON = FaultSettings(enabled=True, seed=7, service="ledger", instance_id="ledger-0")
 

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from harness.faults import hit_bucket, is_hit, jhash, seed_from_drill_id
+from harness.core.faults import hit_bucket, is_hit, jhash, seed_from_drill_id
 
 
 def _vector_rows(shared_dir):

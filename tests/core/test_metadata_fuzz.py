@@ -9,10 +9,10 @@ from grpc import aio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import headers as h
+from harness.core import headers as h
+from harness.core.settings import FaultSettings
+from harness.demo.proto import drill_pb2
 from harness.interceptors import FaultServerInterceptor
-from harness.proto import drill_pb2
-from harness.settings import FaultSettings
 from tests.core.servers import aio_server, aio_stub
 
 KEYS = [h.TENANT, h.FAULT, h.FAULT_RATIO, h.FAULT_TARGET, h.FAULT_INSTANCES, h.REQUEST_ID, h.DRILL_TOKEN,

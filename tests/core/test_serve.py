@@ -15,8 +15,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import SyncDrillClientInterceptor, Tagging
-from harness.proto import drill_pb2, drill_pb2_grpc
 from tests.conftest import ROOT
 
 

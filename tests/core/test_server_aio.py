@@ -10,9 +10,9 @@ import grpc
 import pytest
 from grpc import aio
 
+from harness.core.settings import FaultSettings
+from harness.demo.proto import drill_pb2
 from harness.interceptors import FaultServerInterceptor, Tagging
-from harness.proto import drill_pb2
-from harness.settings import FaultSettings
 from tests.conftest import sample, sample_sum
 from tests.core.servers import aio_server, aio_stub
 
@@ -193,7 +193,7 @@ def test_ratio_hits_follow_the_request_id(caplog):
                         out[rid] = err.code() is grpc.StatusCode.INTERNAL
                 return out
 
-    from harness.faults import is_hit
+    from harness.core.faults import is_hit
 
     observed = asyncio.run(main())
     expected = {rid: is_hit(11, rid, "abort:INTERNAL", 25) for rid in ids}

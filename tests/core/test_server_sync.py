@@ -8,9 +8,9 @@ import time
 import grpc
 import pytest
 
+from harness.core.settings import FaultSettings
+from harness.demo.proto import drill_pb2
 from harness.interceptors import SyncFaultServerInterceptor, Tagging, call_with_cancel
-from harness.proto import drill_pb2
-from harness.settings import FaultSettings
 from tests.conftest import sample
 from tests.core.servers import sync_server, sync_stub
 

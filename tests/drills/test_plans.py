@@ -6,8 +6,8 @@ import pathlib
 
 import pytest
 
+from harness.core.faults import instance_selected
 from harness.drills.plan import PlanError, from_dict, load_plan, shipped_plans
-from harness.faults import instance_selected
 
 SHIPPED = {"retry-storm", "slow-half", "basics", "half-open"}
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "harness" / "configs"

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
+from harness.core.faults import is_hit
 from harness.drills.load import ids_digest
 from harness.drills.plan import from_dict
-from harness.faults import is_hit
 from tests.conftest import ROOT
 
 TINY = {

@@ -28,11 +28,11 @@ import grpc
 from grpc import aio
 from prometheus_client import REGISTRY, start_http_server
 
-from harness import metrics as m
-from harness.faults import Mode
+from harness.core import metrics as m
+from harness.core.faults import Mode
+from harness.core.status import STATUS_NAMES
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import ORGANIC, DrillClientInterceptor, Tagging
-from harness.proto import drill_pb2, drill_pb2_grpc
-from harness.status import STATUS_NAMES
 from tests.observability.promserver import PromServer, free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.core.status import SERVER_FAULT_CODES, error_rate
 from harness.dashboards import build_all, iter_queries, substitute
-from harness.status import SERVER_FAULT_CODES, error_rate
 from tests.observability.live_drill import CONFIG, SERVICE, DrillRun, LiveDrill
 from tests.observability.promserver import finite_values
 

@@ -1,4 +1,4 @@
-"""The committed observability files: rules mirror harness.status, generated files are fresh,
+"""The committed observability files: rules mirror harness.core.status, generated files are fresh,
 dashboard JSON is classic and wired to the provisioned datasource, the compose file is valid
 and mounts only files that exist, and promtool accepts the config and the rule tests.
 """
@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from harness import cli
+from harness.core.status import CLIENT_FAULT_CODES, SERVER_FAULT_CODES, STATUS_NAMES, StatusClass, classify
 from harness.dashboards import DATASOURCE_UID
-from harness.status import CLIENT_FAULT_CODES, SERVER_FAULT_CODES, STATUS_NAMES, StatusClass, classify
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
@@ -39,7 +39,7 @@ def _promtool() -> str:
     return tool
 
 
-# --- rules <-> harness.status ------------------------------------------------------------------
+# --- rules <-> harness.core.status ------------------------------------------------------------------
 def _class_rules() -> list[dict]:
     groups = _yaml(PROM_DIR / "rules/drill-recording.yml")["groups"]
     return [r for g in groups for r in g["rules"] if "status_class" in r.get("labels", {})]

@@ -10,12 +10,12 @@ import grpc
 import pytest
 from grpc import aio
 
-from harness import scope
-from harness.proto import drill_pb2, drill_pb2_grpc
-from harness.resilience import bench
+from harness.core import scope
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.resilience import caller as rcaller
 from harness.resilience import config as rconfig
 from harness.resilience.caller import ResilientCaller, downstream_for
+from harness.testing import resilience_bench as bench
 from tests.conftest import sample, sample_sum
 
 REQ = drill_pb2.CallRequest(payload="p")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from harness.resilience import bench
 from harness.resilience import config as rconfig
+from harness.testing import resilience_bench as bench
 
 
 def run(coro, limit: float = 60.0):

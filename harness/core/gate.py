@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from harness import headers as h
-from harness import token
-from harness.faults import (
+from harness.core import headers as h
+from harness.core import token
+from harness.core.faults import (
     Directive,
     DirectiveError,
     Mode,
@@ -22,7 +22,7 @@ from harness.faults import (
     parse_directive,
     parse_percent,
 )
-from harness.settings import FaultSettings
+from harness.core.settings import FaultSettings
 
 
 class Outcome(str, enum.Enum):

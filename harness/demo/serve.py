@@ -3,7 +3,7 @@
 The drill runner starts each replica of each hop as its own `drill serve`
 process: `--port 0 --metrics-port -1 --ready-file F` picks free ports and
 writes them (JSON) once serving; `--admission` makes every attempt pay for
-capacity (see harness.demo_service); `--downstream A,B` lists the next hop's
+capacity (see harness.demo.service); `--downstream A,B` lists the next hop's
 replicas.
 """
 
@@ -21,11 +21,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from harness.conntrack import watch_port
-from harness.demo_service import AdmissionInterceptor, Capacity, DemoServicer, Downstream, plain_downstream
+from harness.core.settings import FaultSettings
+from harness.demo.conntrack import watch_port
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
+from harness.demo.service import AdmissionInterceptor, Capacity, DemoServicer, Downstream, plain_downstream
 from harness.interceptors import DrillClientInterceptor, FaultServerInterceptor
-from harness.proto import drill_pb2, drill_pb2_grpc
-from harness.settings import FaultSettings
 
 log = logging.getLogger("drill.serve")
 
@@ -157,7 +157,7 @@ async def _serve(args: argparse.Namespace) -> int:
         options.append(("grpc.max_connection_idle_ms", args.max_idle_ms))
     tracer = None
     if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() != "none":
-        from harness.tracing import setup_tracing
+        from harness.core.tracing import setup_tracing
 
         tracer = setup_tracing(settings.service)  # exporter from the standard OTEL_* variables
     server, port, _ = await start_server(

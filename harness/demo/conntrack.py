@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from harness.metrics import TCP_CONNECTIONS_NAME
+from harness.core.metrics import TCP_CONNECTIONS_NAME
 
 #: Kernel state codes (include/net/tcp_states.h).
 TCP_STATES = {

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import enum
 
-import grpc
-
 SERVER_FAULT_CODES: frozenset[str] = frozenset(
     {
         "UNKNOWN",
@@ -34,11 +32,14 @@ CLIENT_FAULT_CODES: frozenset[str] = frozenset(
     }
 )
 
-#: Every gRPC status name except OK, for parsing `abort:CODE`.
-STATUS_NAMES: frozenset[str] = frozenset(c.name for c in grpc.StatusCode)
+#: Every gRPC status name (spelled here so that importing the contracts loads no grpc;
+#: a test checks the set against `grpc.StatusCode`).
+STATUS_NAMES: frozenset[str] = frozenset(
+    {"OK", "CANCELLED", *SERVER_FAULT_CODES, *CLIENT_FAULT_CODES}
+)
 
-
-_NAMES: dict[grpc.StatusCode, str] = {c: c.name for c in grpc.StatusCode}
+#: grpc.StatusCode member -> name, filled on first sight (17 members at most).
+_NAMES: dict[object, str] = {}
 
 
 class StatusClass(str, enum.Enum):
@@ -48,17 +49,24 @@ class StatusClass(str, enum.Enum):
     CANCELLED = "cancelled"
 
 
-def status_name(code: grpc.StatusCode | str | None) -> str:
-    """Upper-case status name as metrics carry it (`OK`, `CANCELLED`, ...)."""
+def status_name(code) -> str:
+    """Upper-case status name as metrics carry it (`OK`, `CANCELLED`, ...), from a
+    `grpc.StatusCode`, a name or None (= OK)."""
     name = _NAMES.get(code)  # hot path: a dict hit instead of enum attribute machinery
     if name is not None:
         return name
     if code is None:
         return "OK"
+    if isinstance(code, str):
+        return code.upper()
+    name = getattr(code, "name", None)
+    if isinstance(name, str) and name in STATUS_NAMES:
+        _NAMES[code] = name
+        return name
     return str(code).upper()
 
 
-def classify(code: grpc.StatusCode | str | None) -> StatusClass:
+def classify(code) -> StatusClass:
     """Classify a final status. CANCELLED is its own class: never an error, never in the denominator."""
     name = status_name(code)
     if name == "OK":
@@ -68,11 +76,6 @@ def classify(code: grpc.StatusCode | str | None) -> StatusClass:
     if name in SERVER_FAULT_CODES:
         return StatusClass.SERVER_FAULT
     return StatusClass.CLIENT_FAULT
-
-
-def is_error(code: grpc.StatusCode | str | None) -> bool:
-    """True for server-fault statuses: the numerator of the error rate."""
-    return classify(code) is StatusClass.SERVER_FAULT
 
 
 def error_rate(counts: dict[str, float]) -> float | None:

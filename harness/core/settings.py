@@ -10,8 +10,8 @@ import dataclasses
 import os
 import socket
 
-from harness.faults import ABSOLUTE_MAX_DELAY_MS, seed_from_drill_id
-from harness.headers import DEFAULT_DRILL_TENANT
+from harness.core.faults import ABSOLUTE_MAX_DELAY_MS, seed_from_drill_id
+from harness.core.headers import DEFAULT_DRILL_TENANT
 
 _TRUE = {"1", "true", "yes", "on"}
 

@@ -20,12 +20,12 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from harness import headers as h
+from harness.core import headers as h
+from harness.core.settings import FaultSettings
+from harness.demo.proto import drill_pb2
 from harness.interceptors import Tagging
-from harness.proto import drill_pb2
 from harness.resilience import config as _config
 from harness.resilience.caller import ResilientCaller, as_downstream
-from harness.settings import FaultSettings
 
 DRILL_TENANT = "tenant-drill"
 
@@ -107,7 +107,7 @@ class Topology:
 
 
 async def start_hop(service: str, *, faults: bool = True, seed: int = 7, downstream=None, instance: str = "") -> Hop:
-    from harness.serve import start_server  # late: serve imports the resilience layer lazily too
+    from harness.demo.serve import start_server  # late: serve imports the resilience layer lazily too
 
     rec = HopRecorder()
     settings = FaultSettings(enabled=faults, service=service, seed=seed, instance_id=instance or service)

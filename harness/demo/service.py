@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable, Sequence
 import grpc
 from grpc import aio
 
-from harness import metrics as m
-from harness.proto import drill_pb2, drill_pb2_grpc
+from harness.core import metrics as m
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
 
 #: A downstream caller: (method name, request, context) -> reply. The resilience layer provides richer ones.
 Downstream = Callable[[str, drill_pb2.CallRequest, aio.ServicerContext], Awaitable[drill_pb2.CallReply]]

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from harness.proto import drill_pb2 as drill__pb2
+from harness.demo.proto import drill_pb2 as drill__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -124,7 +124,7 @@ FAIL_FAST = Counter(
 )
 
 # --- connections and drill timeline -------------------------------------------------------
-TCP_CONNECTIONS_NAME = "drill_tcp_connections"  # collected by harness.conntrack, labels port, state
+TCP_CONNECTIONS_NAME = "drill_tcp_connections"  # collected by harness.demo.conntrack, labels port, state
 FAULT_ACTIVE = Gauge("drill_fault_active", "1 while a drill's fault phase is on.", ["plan"])
 PHASE = Gauge("drill_phase", "1 for the drill's current phase.", ["plan", "phase"])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.faults import DirectiveError, is_hit, parse_directive, seed_from_drill_id
+from harness.core.faults import DirectiveError, is_hit, parse_directive, seed_from_drill_id
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -20,10 +20,10 @@ import urllib.request
 
 from grpc import aio
 
+from harness.core.status import StatusClass, classify, error_rate, status_name
+from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import DrillClientInterceptor, Tagging
-from harness.ports import free_port
-from harness.proto import drill_pb2, drill_pb2_grpc
-from harness.status import StatusClass, classify, error_rate, status_name
+from harness.procs.ports import free_port
 
 DEFAULT_DIRECTIVES = ("delay:250", "abort:UNAVAILABLE", "drop:300")
 
