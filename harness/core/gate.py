@@ -72,7 +72,7 @@ class FaultGate:
         self.settings = settings
 
     def traffic_class(self, tenant: str | None) -> str:
-        return "drill" if tenant and tenant in self.settings.tenants else "organic"
+        return h.traffic_of(tenant, self.settings.tenants)
 
     def decide(self, md: dict[str, str]) -> Decision:
         try:

@@ -45,6 +45,11 @@ MAX_VALUE_LEN = 256
 DEFAULT_DRILL_TENANT = "tenant-drill"
 
 
+def traffic_of(tenant: str | None, drill_tenants: frozenset[str]) -> str:
+    """The `traffic` label (DESIGN §7): `drill` for an allowlisted drill tenant, else `organic`."""
+    return "drill" if tenant and tenant in drill_tenants else "organic"
+
+
 def metadata_dict(metadata) -> dict[str, str]:
     """Return the drill keys of a gRPC metadata sequence as a dict (first value wins).
 

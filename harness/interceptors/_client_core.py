@@ -44,10 +44,6 @@ class Tagging:
 ORGANIC = Tagging()
 
 
-def traffic_of(tenant: str | None, drill_tenants: frozenset[str]) -> str:
-    return "drill" if tenant and tenant in drill_tenants else "organic"
-
-
 def outgoing_metadata(
     existing, tagging: Tagging, timeout: float | None
 ) -> tuple[list[tuple[str, str]], str, str | None]:

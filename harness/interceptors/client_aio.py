@@ -12,8 +12,9 @@ import time
 import grpc
 from grpc import aio
 
+from harness.core.headers import traffic_of
 from harness.core.tracing import client_span_metadata, end_client_span, start_client_span
-from harness.interceptors._client_core import ClientInterceptorBase, outgoing_metadata, traffic_of
+from harness.interceptors._client_core import ClientInterceptorBase, outgoing_metadata
 from harness.interceptors._server_core import method_label
 
 

@@ -12,7 +12,8 @@ import time
 
 import grpc
 
-from harness.interceptors._client_core import ClientInterceptorBase, outgoing_metadata, traffic_of
+from harness.core.headers import traffic_of
+from harness.interceptors._client_core import ClientInterceptorBase, outgoing_metadata
 from harness.interceptors._server_core import method_label
 
 

@@ -24,11 +24,10 @@ from grpc import aio
 from harness.core import headers as h
 from harness.core import metrics as m
 from harness.core import scope
-from harness.core.headers import DEFAULT_DRILL_TENANT
+from harness.core.headers import DEFAULT_DRILL_TENANT, traffic_of
 from harness.demo.proto import drill_pb2_grpc
 from harness.demo.service import Downstream
 from harness.interceptors import ORGANIC, ClientRecorder, DrillClientInterceptor, Tagging
-from harness.interceptors._client_core import traffic_of
 from harness.resilience import config as _config
 from harness.resilience.balancer import Backend
 from harness.resilience.breaker import CircuitBreaker, State
