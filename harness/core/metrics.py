@@ -9,7 +9,7 @@ costs ~1 µs, four times an increment).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
@@ -154,6 +154,14 @@ class ChildCache:
         return child
 
 
-def cached(metric: Any) -> Callable[..., Any]:
-    """A ChildCache for `metric` (a new cache per caller keeps lookups lock-free on the hot path)."""
-    return ChildCache(metric)
+_METHOD_LABELS: dict[str, str] = {}
+
+
+def method_label(full_method: str) -> str:
+    """`/pkg.Service/Method` -> `pkg.Service/Method` (gRFC A66 `grpc.method`), memoised per method."""
+    label = _METHOD_LABELS.get(full_method)
+    if label is None:
+        label = full_method[1:] if full_method.startswith("/") else full_method
+        if len(_METHOD_LABELS) < 10_000:  # methods are a bounded set; never let odd input grow this
+            _METHOD_LABELS[full_method] = label
+    return label

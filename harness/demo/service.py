@@ -135,7 +135,7 @@ class AdmissionInterceptor(aio.ServerInterceptor):
         self.orphan_work = orphan_work
         self._slots = asyncio.Semaphore(capacity.concurrency)
         self._waiting = 0
-        self._shed = m.cached(m.SERVER_SHED)
+        self._shed = m.ChildCache(m.SERVER_SHED)
         self._code = grpc.StatusCode[capacity.shed_code]
         self._orphans: set[asyncio.Task] = set()
 

@@ -107,11 +107,11 @@ class ClientRecorder:
         self.service = service
         self.config = config
         self.target = target
-        self._calls = m.cached(m.CLIENT_CALLS)
-        self._latency = m.cached(m.CLIENT_LATENCY)
-        self._call_duration = m.cached(m.GRPC_CLIENT_CALL_DURATION)
-        self._attempt_started = m.cached(m.GRPC_CLIENT_ATTEMPT_STARTED)
-        self._attempt_duration = m.cached(m.GRPC_CLIENT_ATTEMPT_DURATION)
+        self._calls = m.ChildCache(m.CLIENT_CALLS)
+        self._latency = m.ChildCache(m.CLIENT_LATENCY)
+        self._call_duration = m.ChildCache(m.GRPC_CLIENT_CALL_DURATION)
+        self._attempt_started = m.ChildCache(m.GRPC_CLIENT_ATTEMPT_STARTED)
+        self._attempt_duration = m.ChildCache(m.GRPC_CLIENT_ATTEMPT_DURATION)
 
     def attempt_started(self, method: str) -> None:
         self._attempt_started(method, self.target).inc()
@@ -144,11 +144,9 @@ class ClientInterceptorBase:
         cancel_after_ms: float | None = None,
         drill_tenants: frozenset[str] = frozenset({h.DEFAULT_DRILL_TENANT}),
         record_calls: bool = True,
-        tracer=None,
     ) -> None:
         self.tagging = tagging
         self.cancel_after_ms = cancel_after_ms
         self.drill_tenants = drill_tenants
         self.record_calls = record_calls
-        self.tracer = tracer
         self.recorder = ClientRecorder(service, config, target)

@@ -13,9 +13,9 @@ import grpc
 from grpc import aio
 
 from harness.core.headers import traffic_of
+from harness.core.metrics import method_label
 from harness.core.tracing import client_span_metadata, end_client_span, start_client_span
 from harness.interceptors._client_core import ClientInterceptorBase, outgoing_metadata
-from harness.interceptors._server_core import method_label
 
 
 class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientInterceptor):
@@ -25,6 +25,11 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
     e.g. when a drill enters its fault phase. `record_calls=False` records only
     attempts, for callers (the retry layer) that count logical calls themselves.
     """
+
+    def __init__(self, *args, tracer=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        #: OpenTelemetry tracer for CLIENT spans (the sync flavour has none: Locust measures there).
+        self.tracer = tracer
 
     def _prepare(self, client_call_details, span=None):
         tagging = self.tagging

@@ -13,8 +13,8 @@ import time
 import grpc
 
 from harness.core.headers import traffic_of
+from harness.core.metrics import method_label
 from harness.interceptors._client_core import ClientInterceptorBase, outgoing_metadata
-from harness.interceptors._server_core import method_label
 
 
 class _Details(grpc.ClientCallDetails):

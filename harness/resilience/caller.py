@@ -89,12 +89,12 @@ class ResilientCaller:
         self.budget = config.build_budget()
         self.backoff = config.build_backoff(rng)
         self.timeouts = config.build_timeouts()
-        self._picks = m.cached(m.BALANCER_PICKS)
-        self._retries = m.cached(m.RETRY_ATTEMPTS)
-        self._exhausted = m.cached(m.RETRY_BUDGET_EXHAUSTED)
-        self._fail_fast = m.cached(m.FAIL_FAST)
-        self._state = m.cached(m.BREAKER_STATE)
-        self._transitions = m.cached(m.BREAKER_TRANSITIONS)
+        self._picks = m.ChildCache(m.BALANCER_PICKS)
+        self._retries = m.ChildCache(m.RETRY_ATTEMPTS)
+        self._exhausted = m.ChildCache(m.RETRY_BUDGET_EXHAUSTED)
+        self._fail_fast = m.ChildCache(m.FAIL_FAST)
+        self._state = m.ChildCache(m.BREAKER_STATE)
+        self._transitions = m.ChildCache(m.BREAKER_TRANSITIONS)
         if self.breakers is not None:
             for addr in self.addresses:
                 self._state(service, self.breakers.key(addr), name).set(State.CLOSED.value)

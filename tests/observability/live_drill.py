@@ -79,7 +79,7 @@ def client_counts(traffic: str | None = None) -> dict[str, float]:
 
 
 def _method_label() -> str:
-    from harness.interceptors._server_core import method_label
+    from harness.core.metrics import method_label
 
     return method_label("/" + METHOD)
 

@@ -1,0 +1,280 @@
+"""The one per-call pipeline of the server interceptors, for `grpc.aio` and sync `grpc`.
+
+A call goes: `plan` (gate decision, counted) -> `begin` (deadline, span, audit
+line of a hit, scope) -> the `steps` of the fault (abort, wait, run the handler)
+-> `end` (scope left, call recorded). The flavour modules (`server_aio`,
+`server_sync`) only say how to wait, how to abort and how to tell the final
+status; they walk the same `steps`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import math
+import time
+
+import grpc
+from opentelemetry.trace import SpanKind
+
+from harness.core import audit, scope
+from harness.core import headers as h
+from harness.core import metrics as m
+from harness.core.faults import Mode
+from harness.core.gate import Decision, FaultGate, Outcome
+from harness.core.metrics import method_label
+from harness.core.settings import FaultSettings
+from harness.core.status import status_name
+from harness.core.tracing import ATTR_HIT, ATTR_MODE, ATTR_REQUEST_ID, ATTR_TENANT, extract_context, trace_id_hex
+
+
+def _origin_deadline(md: dict[str, str]) -> float | None:
+    raw = md.get(h.ORIGIN_DEADLINE)
+    if not raw or len(raw) > 32:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+@dataclasses.dataclass(slots=True)
+class CallPlan:
+    method: str
+    decision: Decision
+    scope: scope.CallScope
+    #: Wall-clock deadline the gap is measured against (origin deadline, else our own).
+    deadline_wall: float | None = None
+    #: Wall-clock time an injected sleep would have ended (kept when the sleep is cut short).
+    planned_end_wall: float | None = None
+    span: object = None
+
+
+#: A caller whose deadline is this close (or past) when its call ends left because of the
+#: deadline: the outcome is DEADLINE_EXCEEDED, not CANCELLED.
+DEADLINE_SLACK_S = 0.002
+
+
+def ended_by_deadline(time_remaining: float | None) -> bool:
+    return time_remaining is not None and time_remaining <= DEADLINE_SLACK_S
+
+
+class Step(enum.Enum):
+    """What a flavour does next for a call: wait (`CallPlan.wait_s`), abort, or run the handler."""
+
+    WAIT = "wait"
+    ABORT = "abort"
+    RUN = "run"
+
+
+_PASS_STEPS = (Step.RUN,)
+_ABORT_STEPS = (Step.ABORT,)
+_DROP_STEPS = (Step.WAIT, Step.ABORT)
+_DELAY_UNARY_STEPS = (Step.RUN, Step.WAIT)  # DESIGN §3: the handler runs, the response is late
+_DELAY_STREAM_STEPS = (Step.WAIT, Step.RUN)  # a stream's first message is late
+
+
+class ServerCore:
+    """Per-server state (gate, cached metric children, optional tracer) and the call pipeline."""
+
+    def __init__(self, settings: FaultSettings, *, metrics: bool = True, tracer=None) -> None:
+        self.settings = settings
+        self.service = settings.service
+        self.gate = FaultGate(settings)
+        self.metrics = metrics
+        self.tracer = tracer
+        self._hits = m.ChildCache(m.FAULT_HITS)
+        self._skipped = m.ChildCache(m.FAULT_SKIPPED)
+        self._rejected = m.ChildCache(m.FAULT_REJECTED)
+        self._latency = m.ChildCache(m.SERVER_LATENCY)
+        self._calls = m.ChildCache(m.SERVER_CALLS)
+        self._gap = m.ChildCache(m.DEADLINE_GAP)
+        self._started = m.ChildCache(m.GRPC_SERVER_CALL_STARTED)
+        self._duration = m.ChildCache(m.GRPC_SERVER_CALL_DURATION)
+
+    # -- 1. plan: once per call, when grpc hands us the handler ------------------------------
+    def plan(self, full_method: str, metadata) -> CallPlan:
+        method = method_label(full_method)
+        md = h.metadata_dict(metadata)
+        decision = self.gate.decide(md)
+        origin = _origin_deadline(md)
+        sc = scope.CallScope(
+            service=self.service,
+            method=method,
+            request_id=decision.request_id or md.get(h.REQUEST_ID, "")[: h.MAX_VALUE_LEN],
+            tenant=decision.tenant,
+            traffic=decision.traffic,
+            origin_deadline=origin,
+            propagate=decision.propagate,
+        )
+        plan = CallPlan(method, decision, sc, deadline_wall=origin)
+        if decision.outcome is not Outcome.PASS:
+            self._count_decision(plan)
+        return plan
+
+    @staticmethod
+    def steps(plan: CallPlan, *, streaming: bool = False) -> tuple[Step, ...]:
+        """The fault as steps; the flavour performs them in order."""
+        d = plan.decision
+        if d.outcome is not Outcome.HIT:
+            return _PASS_STEPS
+        if d.mode is Mode.ABORT:
+            return _ABORT_STEPS
+        if d.mode is Mode.DROP:
+            return _DROP_STEPS
+        return _DELAY_STREAM_STEPS if streaming else _DELAY_UNARY_STEPS
+
+    @staticmethod
+    def wait_s(plan: CallPlan) -> float:
+        """Seconds to wait for a WAIT step; remembers when the wait would end (for the deadline gap)."""
+        seconds = plan.decision.delay_ms / 1000.0
+        plan.planned_end_wall = time.time() + seconds
+        return seconds
+
+    # -- 2. begin: at handler entry ----------------------------------------------------------
+    def begin(self, plan: CallPlan, time_remaining: float | None, metadata) -> tuple[float, object]:
+        """Deadline bookkeeping, span, started counter, audit line of a hit, scope. Returns (t0, token)."""
+        t0 = time.perf_counter()
+        if time_remaining is not None:
+            plan.scope.deadline_monotonic = time.monotonic() + time_remaining
+            if plan.deadline_wall is None:
+                plan.deadline_wall = time.time() + time_remaining
+        if self.metrics:
+            self._started(plan.method).inc()
+        d = plan.decision
+        if self.tracer is not None:
+            plan.span = self.tracer.start_span(
+                plan.method,
+                context=extract_context(metadata),
+                kind=SpanKind.SERVER,
+                attributes={
+                    ATTR_TENANT: d.tenant,
+                    ATTR_MODE: d.mode.value,
+                    ATTR_HIT: d.outcome is Outcome.HIT,
+                    ATTR_REQUEST_ID: d.request_id,
+                },
+            )
+        if d.outcome is Outcome.HIT:
+            self._audit_hit(plan)  # here, not in plan(): the line carries the span's trace id
+        return t0, scope.enter(plan.scope)
+
+    # -- 3. end: at handler exit, whatever happened --------------------------------------------
+    def end(self, plan: CallPlan, token, code, t0: float) -> None:
+        """Leave the scope and record the call. Never raises."""
+        scope.leave(token)
+        elapsed = time.perf_counter() - t0
+        try:
+            status = status_name(code)
+            mode = plan.decision.mode.value
+            traffic = plan.decision.traffic
+            span = plan.span
+            if self.metrics:
+                exemplar = None
+                if span is not None:
+                    tid = trace_id_hex(span)
+                    exemplar = {"trace_id": tid} if tid else None
+                self._latency(self.service, plan.method, mode, traffic).observe(elapsed, exemplar)
+                self._duration(plan.method, status).observe(elapsed, exemplar)
+                self._calls(self.service, plan.method, status, traffic, mode).inc()
+                if plan.deadline_wall is not None:
+                    end = time.time()
+                    if plan.planned_end_wall is not None and status in ("CANCELLED", "DEADLINE_EXCEEDED"):
+                        end = max(end, plan.planned_end_wall)
+                    gap = end - plan.deadline_wall
+                    if gap >= 0:
+                        self._gap(self.service, plan.method, mode).observe(gap)
+            if span is not None:
+                span.set_attribute("rpc.grpc.status_code", status)
+                span.end()
+        except Exception:  # noqa: BLE001 - observability must never fail a call
+            pass
+
+    # -- counting and audit ------------------------------------------------------------------
+    def _count_decision(self, plan: CallPlan) -> None:
+        d = plan.decision
+        if d.outcome is Outcome.HIT:
+            if self.metrics:
+                self._hits(self.service, plan.method, d.mode.value).inc()
+        elif d.outcome is Outcome.SKIPPED:
+            if self.metrics:
+                self._skipped(self.service, plan.method, d.reason).inc()
+        elif d.outcome is Outcome.REJECTED:
+            if self.metrics:
+                self._rejected(self.service, plan.method, d.reason).inc()
+            audit.emit(
+                "fault_rejected",
+                logging.WARNING,
+                reason=d.reason,
+                request_id=d.request_id,
+                tenant=d.tenant,
+                service=self.service,
+                method=plan.method,
+                directive=d.raw_directive,
+                instance=self.settings.instance_id,
+            )
+
+    def _audit_hit(self, plan: CallPlan) -> None:
+        d = plan.decision
+        directive = d.directive
+        audit.emit(
+            "fault_hit",
+            logging.INFO,
+            request_id=d.request_id,
+            tenant=d.tenant,
+            service=self.service,
+            method=plan.method,
+            mode=d.mode.value,
+            argument=(str(d.delay_ms) if d.mode is not Mode.ABORT else directive.argument) if directive else "",
+            ratio=d.ratio,
+            seed=self.settings.seed,
+            instance=self.settings.instance_id,
+            trace_id=trace_id_hex(plan.span),
+        )
+
+
+def abort_details(decision: Decision) -> tuple[str, str]:
+    """(status name, description) for an injected abort or drop."""
+    if decision.mode is Mode.DROP:
+        return "UNAVAILABLE", "injected drop"
+    code = decision.directive.code if decision.directive else "UNAVAILABLE"
+    return code, f"injected fault: {code}"
+
+
+class ServerInterceptorBase:
+    """What both flavours do when grpc hands over a handler: decide whether to wrap it, plan the call.
+
+    Subclasses provide `_wrap_unary(behavior, plan, metadata)` and `_wrap_stream(...)`
+    for their flavour. With the switch off, no metrics and no tracer, the original
+    handler is returned: no wrap, no cost.
+    """
+
+    def __init__(self, settings: FaultSettings | None = None, *, metrics: bool | None = None, tracer=None) -> None:
+        self.settings = settings or FaultSettings.from_env()
+        metrics = self.settings.enabled if metrics is None else metrics  # metrics follow the switch by default
+        self.core = ServerCore(self.settings, metrics=metrics, tracer=tracer)
+        self._active = self.settings.enabled or metrics or tracer is not None
+
+    def _wrapped(self, handler, handler_call_details):
+        if not self._active or handler is None or handler.request_streaming:
+            return handler  # request-streaming methods pass through untouched
+        md = handler_call_details.invocation_metadata
+        plan = self.core.plan(handler_call_details.method, md)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(handler.unary_stream, plan, md),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return grpc.unary_unary_rpc_method_handler(
+            self._wrap_unary(handler.unary_unary, plan, md),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _wrap_unary(self, behavior, plan: CallPlan, metadata):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _wrap_stream(self, behavior, plan: CallPlan, metadata):  # pragma: no cover - abstract
+        raise NotImplementedError
