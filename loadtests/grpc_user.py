@@ -85,7 +85,10 @@ class GrpcUser(User):
     def __init__(self, environment) -> None:
         super().__init__(environment)
         self.opts = drill_options.from_namespace(environment.parsed_options)
-        self._wait = constant_throughput(self.opts.rate) if self.opts.rate > 0 else constant(0)
+        rate = self.opts.rate
+        if self.traffic == "organic" and self.opts.organic_rate is not None:
+            rate = self.opts.organic_rate
+        self._wait = constant_throughput(rate) if rate > 0 else constant(0)
         self.interceptor: SyncDrillClientInterceptor | None = None
         self._channel: grpc.Channel | None = None
         self.stub: Any = None

@@ -51,6 +51,8 @@ class DrillOptions:
     users: int = 20
     weights: dict[str, int] = dataclasses.field(default_factory=lambda: {"organic": 1, "drill": 1})
     rate: float = 0.0
+    #: requests/s per organic user; None = `rate` (one rate for every user)
+    organic_rate: float | None = None
     timeout: float = 2.0
     cancel_ms: float | None = None
     cancel_share: int = 0
@@ -137,6 +139,9 @@ def from_namespace(ns: Any) -> DrillOptions:
     rate = float(getattr(ns, "drill_rate", 0.0) or 0.0)
     if rate < 0:
         raise ValueError("--drill-rate must be >= 0")
+    organic_rate = _optional_float(getattr(ns, "drill_organic_rate", None))
+    if organic_rate is not None and organic_rate < 0:
+        raise ValueError("--drill-organic-rate must be >= 0")
     return DrillOptions(
         tenant=getattr(ns, "drill_tenant", None) or DEFAULT_DRILL_TENANT,
         directive=(getattr(ns, "drill_directive", "") or "").strip() or None,
@@ -149,6 +154,7 @@ def from_namespace(ns: Any) -> DrillOptions:
         users=int(getattr(ns, "drill_users", 20)),
         weights=parse_weights(getattr(ns, "drill_weights", "")),
         rate=rate,
+        organic_rate=organic_rate,
         timeout=timeout,
         cancel_ms=cancel_ms,
         cancel_share=share,
@@ -206,6 +212,7 @@ def add_arguments(parser: Any) -> None:
     weights_help = "user class weights, e.g. organic=3,drill=1 (0 leaves a class out)"
     arg("--drill-weights", type=_validated(parse_weights), default="organic=1,drill=1", help=weights_help)
     arg("--drill-rate", type=float, default=0.0, help="requests/s per user (0 = as fast as possible)")
+    arg("--drill-organic-rate", default="", help="requests/s per organic user (default: --drill-rate)")
     arg("--drill-timeout", type=float, default=2.0, help="per-call timeout, seconds")
     arg("--drill-cancel-ms", default="", help="actively cancel a share of drill calls after N ms")
     arg(

@@ -129,6 +129,15 @@ FAULT_ACTIVE = Gauge("drill_fault_active", "1 while a drill's fault phase is on.
 PHASE = Gauge("drill_phase", "1 for the drill's current phase.", ["plan", "phase"])
 
 
+#: ProcessCollector's gauge (prometheus_client), read by the drills and dashboards.
+PROCESS_OPEN_FDS = "process_open_fds"
+
+
+def sample_name(metric: Any, suffix: str = "") -> str:
+    """The name a sample of `metric` carries in the exposition: `sample_name(CLIENT_CALLS, "_total")`."""
+    return metric.describe()[0].name + suffix
+
+
 class ChildCache:
     """Keeps `.labels()` children of one metric keyed by label values. Thread-safe, never evicts.
 

@@ -10,13 +10,14 @@ import dataclasses
 import os
 import socket
 
+from harness.core.errors import BadInput
 from harness.core.faults import ABSOLUTE_MAX_DELAY_MS, seed_from_drill_id
 from harness.core.headers import DEFAULT_DRILL_TENANT
 
 _TRUE = {"1", "true", "yes", "on"}
 
 
-class SettingsError(ValueError):
+class SettingsError(BadInput):
     """A switch value that cannot be honoured (refuse to start rather than guess)."""
 
 

@@ -32,42 +32,20 @@ import math
 from collections.abc import Sequence
 
 from harness.core.status import error_rate
+from harness.drills.model import SeriesKey, Slo
 from harness.drills.series import RunSeries
-
-
-@dataclasses.dataclass(frozen=True)
-class Slo:
-    """Service-level objective the drill holds the run against."""
-
-    max_error_rate: float = 0.05
-    #: p99 latency bound in seconds; None = error rate only.
-    max_p99_s: float | None = None
-    hold_s: int = 3
-    #: which traffic the SLO is measured on: organic | drill | all
-    traffic: str = "all"
-    #: seconds with fewer calls than this are unknown (neither good nor bad)
-    min_calls: float = 3.0
-    #: the error rate of second t is taken over the `window_s` seconds ending at t (1 = that second)
-    window_s: int = 1
-
-    @classmethod
-    def from_dict(cls, data: dict | None) -> Slo:
-        data = dict(data or {})
-        fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in fields})
 
 
 # --- per-second series -------------------------------------------------------------------
 def status_counts(series: RunSeries, i: int, traffic: str = "all") -> dict[str, float]:
     """Client calls in second i by status name, for one traffic class (or all)."""
     counts: dict[str, float] = {}
-    for key in series.keys("calls|"):
-        _, tr, status, _mode = key.split("|")
-        if traffic != "all" and tr != traffic:
+    for key in series.select("calls"):
+        if traffic != "all" and key.traffic != traffic:
             continue
         v = series.values[key][i]
         if v:
-            counts[status] = counts.get(status, 0.0) + v
+            counts[key.status] = counts.get(key.status, 0.0) + v
     return counts
 
 
@@ -97,7 +75,7 @@ def rps_series(series: RunSeries, traffic: str = "all") -> list[float]:
 
 def hop_series(series: RunSeries) -> dict[str, list[float]]:
     """Server calls/s per hop (every replica, every status)."""
-    return {k.split("|", 1)[1]: [v or 0.0 for v in series.values[k]] for k in series.keys("srv|")}
+    return {k.service: [v or 0.0 for v in series.values[k]] for k in series.select("srv")}
 
 
 def quantile_from_buckets(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
@@ -121,14 +99,13 @@ def quantile_from_buckets(q: float, buckets: Sequence[tuple[float, float]]) -> f
 
 def p99_series(series: RunSeries, traffic: str = "all", mode: str | None = None) -> list[float | None]:
     """Per-second p99 of edge client latency for a traffic class (and fault mode, None = any)."""
-    groups: dict[float, list[str]] = {}
-    for key in series.keys("lat|"):
-        _, tr, md, le = key.split("|")
-        if traffic != "all" and tr != traffic:
+    groups: dict[float, list[SeriesKey]] = {}
+    for key in series.select("lat"):
+        if traffic != "all" and key.traffic != traffic:
             continue
-        if mode is not None and md != mode:
+        if mode is not None and key.mode != mode:
             continue
-        groups.setdefault(float(le), []).append(key)
+        groups.setdefault(float(key.le), []).append(key)
     out: list[float | None] = []
     for i in range(len(series.t)):
         buckets = [(le, sum(series.values[k][i] or 0.0 for k in keys)) for le, keys in groups.items()]
@@ -269,19 +246,18 @@ def amplification(series: RunSeries, hops: Sequence[str] | None = None, width: i
 def deadline_gaps(series: RunSeries) -> dict[str, dict[str, float]]:
     """Per hop: calls finished after the edge deadline, and their mean gap (s), over the run."""
     out = {}
-    for key in series.keys("gap|"):
-        hop = key.split("|", 1)[1]
+    for key in series.select("gap"):
+        hop = key.service
         dt = _dts(series.t)
         count = sum((v or 0.0) * d for v, d in zip(series.values[key], dt, strict=True))
-        total = sum((v or 0.0) * d for v, d in zip(series.values.get(f"gapsum|{hop}", []), dt, strict=False))
+        total = sum((v or 0.0) * d for v, d in zip(series.get(SeriesKey("gapsum", hop)), dt, strict=True))
         out[hop] = {"count": round(count, 1), "mean_s": round(total / count, 4) if count else 0.0}
     return out
 
 
 def fd_peaks(series: RunSeries) -> dict[str, float]:
     return {
-        k.split("|", 1)[1]: max((v for v in series.values[k] if v is not None), default=0.0)
-        for k in series.keys("fds|")
+        k.service: max((v for v in series.values[k] if v is not None), default=0.0) for k in series.select("fds")
     }
 
 

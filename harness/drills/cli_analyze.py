@@ -12,15 +12,20 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import pathlib
-import sys
 import time
+
+from harness.core.errors import BadInput
 
 
 def _when(text: str) -> float:
     try:
         return float(text)
     except ValueError:
+        pass
+    try:
         return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not unix seconds or ISO 8601: {text!r}") from None
 
 
 def _duration(text: str) -> float:
@@ -49,50 +54,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.drills import analysis, report
-    from harness.drills.prom import EDGE_SERVICES, PrometheusError, read_drill
+    from harness.drills.cli_run import print_summary
+    from harness.drills.model import Slo
+    from harness.drills.prom import EDGE_SERVICES, read_drill
+    from harness.drills.report import write_outputs
+    from harness.drills.results import assemble
 
     end = args.end or time.time()
     start = end - args.last if args.last else args.start
     if start is None or start >= end:
-        print("drill analyze: give --start (before --end) or --last", file=sys.stderr)
-        return 2
+        raise BadInput("analyze: give --start (before --end) or --last")
     fault = None
     if args.fault_start is not None or args.fault_end is not None:
         if args.fault_start is None or args.fault_end is None:
-            print("drill analyze: --fault-start and --fault-end go together", file=sys.stderr)
-            return 2
+            raise BadInput("analyze: --fault-start and --fault-end go together")
         fault = (args.fault_start, args.fault_end)
-    slo = analysis.Slo(args.max_error_rate, args.max_p99, args.hold, args.slo_traffic, window_s=args.window)
-    try:
-        series = read_drill(args.prometheus, start, end, edge=args.edge or EDGE_SERVICES, fault=fault)
-    except PrometheusError as exc:
-        print(f"drill analyze: {exc}", file=sys.stderr)
-        return 1
-    hops = [h for h in args.hops.split(",")] if args.hops else None
-    configs = {name: analysis.analyze_run(s, slo, hops) for name, s in series.items()}
-    text, _ = report.verdict({"configs": configs})
-    results = {
-        "plan": args.plan,
-        "seed": None,
-        "source": {"prometheus": args.prometheus, "start": start, "end": end},
-        "fault": {"directive": "(from Prometheus)", "target": None},
-        "slo": {
-            "max_error_rate": slo.max_error_rate,
-            "max_p99_s": slo.max_p99_s,
-            "hold_s": slo.hold_s,
-            "traffic": slo.traffic,
-        },  # fmt: skip
-        "hops": hops or sorted({h for c in configs.values() for h in c["amplification_by_hop"]}),
-        "configs": configs,
-        "ranking": analysis.rank(configs),
-        "verdict": text.replace("<b>", "").replace("</b>", ""),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "notes": [],
-    }
+    slo = Slo(
+        max_error_rate=args.max_error_rate, max_p99_s=args.max_p99, hold_s=args.hold, traffic=args.slo_traffic,
+        window_s=args.window,
+    )
+    series = read_drill(args.prometheus, start, end, edge=args.edge or EDGE_SERVICES, fault=fault)
+    hops = args.hops.split(",") if args.hops else None
+    source = {"prometheus": args.prometheus, "start": start, "end": end}
+    results = assemble(series, slo, hops, plan_name=args.plan, source=source).model_dump()
     out = pathlib.Path(args.out)
-    report.write_outputs(out, results, series)
-    from harness.drills.cli_run import print_summary
-
+    write_outputs(out, results, series)
     print_summary(results, out)
     return 0

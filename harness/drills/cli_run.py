@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import pathlib
-import sys
 
-from harness.drills.plan import PlanError, load_plan, shipped_plans
+from harness.core.errors import BadInput
+from harness.drills.plan import load_plan, shipped_plans
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,39 +52,45 @@ def overrides_from(args: argparse.Namespace) -> dict:
     return over
 
 
-def execute(plan_name: str, args: argparse.Namespace) -> int:
-    from harness.drills.live import LiveView
-    from harness.drills.prom import PrometheusError
-    from harness.drills.runner import DrillError, Runner
-    from harness.drills.topology import TopologyError
+def _prometheus(args: argparse.Namespace, out: pathlib.Path, log):
+    """The Prometheus that watches the run (`--prometheus`), started; None for `off`."""
+    if args.prometheus == "auto":
+        import shutil
 
-    try:
-        only = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else None
-        plan = load_plan(plan_name, quick=args.quick, overrides=overrides_from(args), only=only)
-    except PlanError as exc:
-        print(f"drill: {exc}", file=sys.stderr)
-        return 2
+        from harness.procs.prometheus import PROMETHEUS, LocalPrometheus
+
+        if shutil.which(PROMETHEUS) is None:
+            log("no prometheus on PATH: the runner's own scraper only")
+            return None
+        from harness.drills.runner import runner_metrics_url
+
+        prom = LocalPrometheus(out / "prometheus").start()
+        prom.set_targets([(None, runner_metrics_url())])
+        ready = prom.wait_first_sample()
+        log(f"prometheus watching the run at {prom.url}" + ("" if ready else " (no sample yet)"))
+        return prom
+    if args.prometheus not in ("off", "", None):
+        from harness.drills.prom import ExternalPrometheus
+
+        if not args.prometheus.startswith(("http://", "https://")):
+            raise BadInput(f"--prometheus: 'auto', 'off' or an http:// URL, got {args.prometheus!r}")
+        sd = pathlib.Path(args.prometheus_sd) if args.prometheus_sd else None
+        return ExternalPrometheus(args.prometheus, sd)
+    return None
+
+
+def execute(plan_name: str, args: argparse.Namespace) -> int:
+    """Load the plan (every error before anything starts), run it, print the summary."""
+    from harness.drills.live import LiveView
+    from harness.drills.runner import Runner
+
+    only = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else None
+    plan = load_plan(plan_name, quick=args.quick, overrides=overrides_from(args), only=only)
     out = pathlib.Path(args.out)
     prom = None
     with LiveView(plan.name, enabled=False if args.no_live else None) as view:
         try:
-            if args.prometheus == "auto":
-                from harness.drills.prom import LocalPrometheus
-
-                prom = LocalPrometheus.start_if_available(out / "prometheus")
-                if prom is not None:
-                    from harness.drills.runner import runner_metrics_url
-
-                    prom.set_targets([(None, runner_metrics_url())])
-                    ready = prom.wait_first_sample()
-                    view.log(f"prometheus watching the run at {prom.url}" + ("" if ready else " (no sample yet)"))
-                else:
-                    view.log("no prometheus on PATH: the runner's own scraper only")
-            elif args.prometheus not in ("off", "", None):
-                from harness.drills.prom import ExternalPrometheus
-
-                sd = pathlib.Path(args.prometheus_sd) if args.prometheus_sd else None
-                prom = ExternalPrometheus(args.prometheus, sd)
+            prom = _prometheus(args, out, view.log)
             runner = Runner(plan, out, on_sample=view.update, log=view.log, prometheus=prom)
             results = asyncio.run(runner.run())
         except KeyboardInterrupt:
@@ -93,9 +99,6 @@ def execute(plan_name: str, args: argparse.Namespace) -> int:
         except asyncio.CancelledError:
             view.log("drill: terminated; every process stopped")
             return 143
-        except (DrillError, TopologyError, PrometheusError) as exc:
-            view.log(f"drill: {exc}")
-            return 1
         finally:
             if prom is not None:
                 prom.stop()

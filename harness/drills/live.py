@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.drills import analysis as a
+from harness.drills.model import SeriesKey
 from harness.drills.series import build_series
 
 PHASE_STYLE = {"warmup": "cyan", "fault": "bold red", "recovery": "green", "done": "dim"}
@@ -35,19 +36,15 @@ def last_second(update: dict) -> dict | None:
     for tr in ("organic", "drill"):
         out["rps"][tr] = a.rps_series(s, tr)[i]
         out["err"][tr] = a.error_rate_series(s, tr)[i]
-        modes = sorted({k.split("|")[2] for k in s.keys(f"lat|{tr}|")})
+        modes = sorted({k.mode for k in s.select("lat", traffic=tr)})
         for mode in modes:
             out["p99"][(tr, mode)] = a.p99_series(s, tr, mode)[i]
     for hop in update.get("hops", []):
-        v = s.values
         out["hops"][hop] = {
-            "rps": (v.get(f"srv|{hop}") or [None])[i],
-            "hits": (v.get(f"hits|{hop}") or [None])[i],
-            "gap": (v.get(f"gap|{hop}") or [None])[i],
-            "retry": (v.get(f"retry|{hop}") or [None])[i],
-            "fds": (v.get(f"fds|{hop}") or [None])[i],
-            "breaker": (v.get(f"breaker|{hop}") or [None])[i],
-        }
+            name: s.get(SeriesKey(kind, hop))[i]
+            for name, kind in (("rps", "srv"), ("hits", "hits"), ("gap", "gap"), ("retry", "retry"),
+                               ("fds", "fds"), ("breaker", "breaker"))
+        }  # fmt: skip
     return out
 
 

@@ -15,7 +15,6 @@ and in time (every call has a deadline; stop() cancels what is left).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import pathlib
 import shutil
@@ -28,66 +27,9 @@ from grpc import aio
 from harness.core import headers as h
 from harness.core.faults import is_hit
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
+from harness.drills.model import Fault, Phases, Traffic
 from harness.interceptors import DrillClientInterceptor, Tagging
 from harness.procs.ports import free_port
-
-
-@dataclasses.dataclass
-class Traffic:
-    organic_users: int = 4
-    organic_rate: float = 10.0  # per user, req/s
-    drill_users: int = 1
-    drill_rate: float = 10.0
-    timeout_s: float = 2.0
-    method: str = "Call"
-    cancel_ms: float | None = None  # drill users cancel their calls after this
-    max_inflight: int = 64
-    driver: str = "aio"  # aio | locust
-    profile: str | None = None  # Locust profile name (loadtests/profiles/NAME.conf)
-
-    @classmethod
-    def from_dict(cls, data: dict | None) -> Traffic:
-        data = dict(data or {})
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - fields
-        if unknown:
-            raise ValueError(f"unknown traffic keys: {sorted(unknown)}")
-        return cls(**data)
-
-
-@dataclasses.dataclass(frozen=True)
-class Fault:
-    directive: str
-    ratio: int = 100
-    target: str | None = None
-    instances: int | None = None
-    tenant: str = h.DEFAULT_DRILL_TENANT
-
-    def tagging(self) -> Tagging:
-        return Tagging(
-            tenant=self.tenant, directive=self.directive, ratio=self.ratio, target=self.target,
-            instances=self.instances,
-        )  # fmt: skip
-
-
-@dataclasses.dataclass(frozen=True)
-class Phases:
-    warmup: float
-    fault: float
-    recovery: float
-
-    @property
-    def total(self) -> float:
-        return self.warmup + self.fault + self.recovery
-
-    def at(self, t: float) -> str:
-        if t < self.warmup:
-            return "warmup"
-        if t < self.warmup + self.fault:
-            return "fault"
-        if t < self.total:
-            return "recovery"
-        return "done"
 
 
 class LoadDriver(Protocol):
@@ -252,7 +194,7 @@ class LocustLoad:
         return [("loadgen", f"http://127.0.0.1:{self.port}/metrics")]
 
     async def start(self, edge: list[str]) -> None:
-        from harness.drills.topology import python_env, spawn
+        from harness.procs.spawn import python_env, spawn
 
         tr, f, ph = self.traffic, self.fault, self.phases
         users = tr.organic_users + tr.drill_users
@@ -264,7 +206,8 @@ class LocustLoad:
             "--drill-config", self.config_label, "--drill-plan", self.plan,
             "--drill-phases", f"warmup={ph.warmup:g},fault={ph.fault:g},recovery={ph.recovery:g}",
             "--drill-users", str(users), "--drill-weights", f"organic={tr.organic_users},drill={tr.drill_users}",
-            "--drill-rate", f"{tr.organic_rate:g}", "--drill-timeout", f"{tr.timeout_s:g}",
+            "--drill-rate", f"{tr.drill_rate:g}", "--drill-organic-rate", f"{tr.organic_rate:g}",
+            "--drill-timeout", f"{tr.timeout_s:g}",
             "--drill-metrics-port", str(self.port),
         ]  # fmt: skip
         if f.target:
@@ -280,7 +223,7 @@ class LocustLoad:
         return []
 
     async def stop(self) -> None:
-        from harness.drills.topology import stop_processes
+        from harness.procs.spawn import stop_processes
 
         if self.proc is not None:
             stop_processes([self.proc])

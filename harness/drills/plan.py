@@ -1,7 +1,9 @@
-"""Drill plans (YAML): topology, traffic, fault, phases, SLO and the configurations to compare.
+"""Loading drill plans (YAML) into the typed model, with every error named by its key path.
 
-A plan is data; `load_plan` validates it and applies the `quick:` overrides
-when asked. Shipped plans live in harness/plans/NAME.yaml and can be named
+A plan is data (see `harness.drills.model.PlanFile` and docs/drills.md);
+`load_plan` parses it, applies the `quick:` block when asked, resolves each
+configuration or variant, and refuses anything it does not know before a single
+process starts. Shipped plans live in harness/plans/NAME.yaml and can be named
 without a path (`drill run retry-storm`).
 
 ```yaml
@@ -27,66 +29,27 @@ merged over the plan's own values. The variant name is the run's `config` label.
 from __future__ import annotations
 
 import copy
-import dataclasses
+import json
 import pathlib
 
+import pydantic
 import yaml
 
-from harness.drills.analysis import Slo
-from harness.drills.load import Fault, Phases, Traffic
-from harness.drills.topology import HopSpec
+from harness.core.errors import BadInput
+from harness.drills.model import Fault, HopSpec, Plan, PlanFile, Probe, Traffic, Variant
+from harness.resilience.config import NAMES as CONFIG_NAMES
 
 PLANS_DIR = pathlib.Path(__file__).resolve().parents[1] / "plans"
-
-DEFAULT_HOPS = ("gateway", "order", "account", "ledger")
-
-
-class PlanError(ValueError):
-    pass
+SCHEMA_PATH = pathlib.Path(__file__).resolve().parent / "plan.schema.json"
 
 
-@dataclasses.dataclass
-class Variant:
-    """One run of a plan: a name (the `config` label), the resilience config, and what differs."""
-
-    name: str
-    config: str | None
-    fault: Fault
-    traffic: Traffic
-    hops: list[HopSpec]
-    probe: dict | None = None
+class PlanError(BadInput):
+    """A plan that cannot run; the message names the file and the key path."""
 
 
-@dataclasses.dataclass
-class Plan:
-    name: str
-    seed: int
-    hops: list[HopSpec]
-    timeout_s: float | None
-    traffic: Traffic
-    fault: Fault
-    phases: Phases
-    slo: Slo
-    configs: list[str | None]
-    description: str = ""
-    probe: dict | None = None
-    source: str = ""
-    variants: list[Variant] = dataclasses.field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "seed": self.seed,
-            "description": self.description,
-            "hops": [dataclasses.asdict(h) for h in self.hops],
-            "traffic": dataclasses.asdict(self.traffic),
-            "fault": dataclasses.asdict(self.fault),
-            "phases": dataclasses.asdict(self.phases),
-            "slo": dataclasses.asdict(self.slo),
-            "configs": [c or "plain" for c in self.configs],
-            "variants": [v.name for v in self.variants],
-            "probe": self.probe,
-        }
+def schema() -> dict:
+    """JSON Schema of a plan file, for editors (kept in harness/drills/plan.schema.json)."""
+    return PlanFile.model_json_schema()
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -99,33 +62,54 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _config_ref(config, base_dir: pathlib.Path) -> str | None:
-    """None for no resilience layer; a shipped name as is; a `.yaml` path made absolute."""
+def _errors(exc: pydantic.ValidationError, source: str, prefix: str = "") -> PlanError:
+    """One line per problem: `FILE: key.path: message`."""
+    lines = []
+    for err in exc.errors():
+        parts = [*(prefix.split(".") if prefix else []), *err["loc"]]
+        loc = ".".join(str(p) for p in parts if p != "")
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"{loc}: {msg}" if loc else msg)
+    return PlanError(f"{source}: " + "; ".join(lines))
+
+
+def _config_ref(config, base_dir: pathlib.Path, where: str) -> str | None:
+    """None for no resilience layer; a shipped name as is; a `.yaml` path made absolute and checked."""
     if config in (None, "plain", "none"):
         return None
     config = str(config)
-    if config.endswith((".yaml", ".yml")):
+    if config.endswith((".yaml", ".yml", ".json")):
         path = pathlib.Path(config)
-        return str(path if path.is_absolute() else (base_dir / path).resolve())
+        path = path if path.is_absolute() else (base_dir / path).resolve()
+        if not path.is_file():
+            shipped = PLANS_DIR / path.name
+            if not shipped.is_file():
+                raise PlanError(f"{where}: no configuration file {config!r}")
+            path = shipped
+        return str(path)
+    if config not in CONFIG_NAMES:
+        raise PlanError(f"{where}: unknown configuration {config!r} (shipped: {', '.join(CONFIG_NAMES)}, plain)")
     return config
 
 
 def _label(config: str | None) -> str:
     if config is None:
         return "plain"
-    if config.endswith((".yaml", ".yml")):
+    if config.endswith((".yaml", ".yml", ".json")):
         return pathlib.Path(config).stem.removesuffix(".config")
     return config
 
 
 def resolve(name_or_path: str) -> pathlib.Path:
     path = pathlib.Path(name_or_path)
-    if path.exists():
+    if path.is_file():
         return path
     shipped = PLANS_DIR / f"{name_or_path.removesuffix('.yaml')}.yaml"
-    if shipped.exists():
+    if shipped.is_file():
         return shipped
-    raise PlanError(f"no plan {name_or_path!r} (not a file, not in {PLANS_DIR})")
+    raise PlanError(f"no plan {name_or_path!r} (not a file; shipped plans: {', '.join(shipped_plans())})")
 
 
 def shipped_plans() -> list[str]:
@@ -133,77 +117,99 @@ def shipped_plans() -> list[str]:
     return sorted(p.stem for p in PLANS_DIR.glob("*.yaml") if not p.name.endswith(".config.yaml"))
 
 
+def read_yaml(path: pathlib.Path) -> dict:
+    """A YAML mapping, or PlanError with the line and column of a syntax error."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise PlanError(f"{path}:{where}: YAML syntax error: {problem}") from None
+    except OSError as exc:
+        raise PlanError(f"{path}: {exc.strerror}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: a plan is a mapping of keys (name, fault, phases, ...)")
+    return data
+
+
 def load_plan(
     name_or_path: str, *, quick: bool = False, overrides: dict | None = None, only: list[str] | None = None
 ) -> Plan:
     """Load a plan; `quick` applies its `quick:` block; `only` keeps those configurations/variants."""
     path = resolve(name_or_path)
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise PlanError(f"{path}: a plan is a mapping")
-    if quick and isinstance(data.get("quick"), dict):
-        data = _merge(data, data["quick"])
+    data = read_yaml(path)
+    if isinstance(data.get("quick"), dict):
+        # validated whether or not --quick is given, so a typo in it shows up at once
+        from_dict(_merge(data, data["quick"]), source=f"{path} (quick)")
+        if quick:
+            data = _merge(data, data["quick"])
     if overrides:
         data = _merge(data, overrides)
+    plan = from_dict(data, source=str(path))
     if only:
-        if data.get("variants"):
-            known = [v.get("name") or _label(_config_ref(v.get("config"), path.parent)) for v in data["variants"]]
-            missing = set(only) - set(known)
-            if missing:
-                raise PlanError(f"no variant {sorted(missing)} in {path} (have {known})")
-            data["variants"] = [v for v, n in zip(data["variants"], known, strict=True) if n in only]
-        else:
-            data["configs"] = list(only)
-    return from_dict(data, source=str(path))
+        known = [v.name for v in plan.variants]
+        if plan.variants and not data.get("variants"):
+            # `configs:` plans: --config may name any configuration, not just the plan's own
+            data = {**data, "configs": list(only)}
+            return from_dict(data, source=str(path))
+        missing = sorted(set(only) - set(known))
+        if missing:
+            raise PlanError(f"no variant {missing} in {path} (have {known})")
+        plan = plan.model_copy(update={"variants": tuple(v for v in plan.variants if v.name in only)})
+    return plan
 
 
 def from_dict(data: dict, source: str = "") -> Plan:
+    """Validate a plan mapping (unknown keys, types, ranges, configuration names) into a `Plan`."""
+    where = source or "plan"
     try:
-        topo = data.get("topology") or {}
-        hops_raw = topo.get("hops") or [{"name": n} for n in DEFAULT_HOPS]
-        hops = [HopSpec.from_dict(h) for h in hops_raw]
-        fault = Fault(**(data.get("fault") or {"directive": ""}))
-        ph = data.get("phases") or {}
-        phases = Phases(float(ph.get("warmup", 8)), float(ph.get("fault", 15)), float(ph.get("recovery", 15)))
-        base_dir = pathlib.Path(source).parent if source else pathlib.Path.cwd()
-        configs = data.get("configs") or [None]
-        configs = [_config_ref(c, base_dir) for c in configs]
-        traffic = Traffic.from_dict(data.get("traffic"))
-        variants = []
-        for raw in data.get("variants") or [{"config": c} for c in configs]:
-            raw = dict(raw)
-            config = _config_ref(raw.pop("config", None), base_dir)
-            name = str(raw.pop("name", None) or _label(config))
-            v_fault = Fault(**{**dataclasses.asdict(fault), **(raw.pop("fault", None) or {})})
-            v_traffic = Traffic.from_dict({**dataclasses.asdict(traffic), **(raw.pop("traffic", None) or {})})
-            over = raw.pop("hops", None) or {}
-            v_probe = {**(data.get("probe") or {}), **(raw.pop("probe", None) or {})} or None
-            if raw:
-                raise PlanError(f"unknown variant keys: {sorted(raw)}")
-            v_hops = [HopSpec.from_dict({**dataclasses.asdict(h), **over.get(h.name, {})}) for h in hops]
-            variants.append(Variant(name, config, v_fault, v_traffic, v_hops, v_probe))
-        names = [v.name for v in variants]
-        if len(set(names)) != len(names):
-            raise PlanError(f"variant names must be unique: {names}")
-        for v in variants:
-            if v.fault.target and v.fault.target not in [h.name for h in hops]:
-                raise PlanError(f"fault.target {v.fault.target!r} is not a hop ({[h.name for h in hops]})")
-        return Plan(
-            name=str(data.get("name") or pathlib.Path(source).stem or "drill"),
-            seed=int(data.get("seed", 42)),
-            hops=hops,
-            timeout_s=topo.get("timeout_s"),
-            traffic=traffic,
-            fault=fault,
-            phases=phases,
-            slo=Slo.from_dict(data.get("slo")),
-            configs=configs,
-            description=str(data.get("description", "")),
-            probe=data.get("probe"),
-            source=source,
-            variants=variants,
-        )
-    except PlanError:
-        raise
-    except (TypeError, ValueError, KeyError) as exc:
-        raise PlanError(f"{source or 'plan'}: {exc}") from exc
+        spec = PlanFile.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise _errors(exc, where) from None
+    base_dir = pathlib.Path(source).parent if source else pathlib.Path.cwd()
+    hops = spec.topology.hops
+    variants: list[Variant] = []
+    raws = spec.variants or [None] * len(spec.configs)
+    for i, raw in enumerate(raws):
+        at = f"{where}: variants[{i}]" if spec.variants else f"{where}: configs[{i}]"
+        config = _config_ref(raw.config if raw else spec.configs[i], base_dir, at)
+        name = (raw.name if raw else None) or _label(config)
+        try:
+            fault = Fault.model_validate({**spec.fault.model_dump(), **(raw.fault if raw else {})})
+            traffic = Traffic.model_validate({**spec.traffic.model_dump(), **(raw.traffic if raw else {})})
+            over = raw.hops if raw else {}
+            unknown_hops = sorted(set(over) - {hop.name for hop in hops})
+            if unknown_hops:
+                raise PlanError(f"{at}.hops: no hop {unknown_hops} in the topology")
+            v_hops = tuple(HopSpec.model_validate({**hop.model_dump(), **over.get(hop.name, {})}) for hop in hops)
+            probe_raw = {**(spec.probe.model_dump() if spec.probe else {}), **((raw.probe or {}) if raw else {})}
+            probe = Probe.model_validate(probe_raw) if probe_raw else None
+        except pydantic.ValidationError as exc:
+            raise _errors(exc, where, f"variants.{i}") from None
+        if fault.target and fault.target not in [hop.name for hop in hops]:
+            raise PlanError(f"{at}.fault.target: {fault.target!r} is not a hop")
+        variants.append(Variant(name=name, config=config, fault=fault, traffic=traffic, hops=v_hops, probe=probe))
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise PlanError(f"{where}: variant names must be unique: {names}")
+    return Plan(
+        name=spec.name or (pathlib.Path(source).stem if source else "drill"),
+        seed=spec.seed,
+        hops=hops,
+        timeout_s=spec.topology.timeout_s,
+        traffic=spec.traffic,
+        fault=spec.fault,
+        phases=spec.phases,
+        slo=spec.slo,
+        variants=tuple(variants),
+        description=spec.description,
+        probe=spec.probe,
+        source=source,
+    )
+
+
+def write_schema(path: pathlib.Path = SCHEMA_PATH) -> None:
+    path.write_text(json.dumps(schema(), indent=2, sort_keys=True) + "\n")

@@ -8,9 +8,11 @@ report.html.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import pathlib
+import re
 import time
 from collections.abc import Sequence
 
@@ -35,46 +37,58 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
-def verdict(results: dict) -> tuple[str, bool]:
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The one-sentence verdict as plain text, whether it is good news, and the configuration
+    names it mentions (the HTML report emphasises those; terminals and JSON take `text`)."""
+
+    text: str
+    ok: bool
+    names: tuple[str, ...] = ()
+
+    def html(self) -> str:
+        """`text` escaped, with each configuration name in bold."""
+        out = html.escape(self.text)
+        for name in sorted(set(self.names), key=len, reverse=True):
+            esc = html.escape(name)
+            out = re.sub(rf"(?<![\w-]){re.escape(esc)}(?![\w-])", f"<b>{esc}</b>", out)
+        return out
+
+
+def verdict(results: dict) -> Verdict:
     """One sentence: which configuration recovers faster and by how much."""
     configs = results["configs"]
     order = a.rank(configs)
     if len(order) < 2:
         only = order[0] if order else "?"
         c = configs.get(only, {})
-        return f"{only}: MTTR {_fmt_s(c.get('mttr_s'), breached=c.get('breached', True))}", True
+        return Verdict(f"{only}: MTTR {_fmt_s(c.get('mttr_s'), breached=c.get('breached', True))}", True, (only,))
     best, worst = order[0], order[-1]
     b, w = configs[best], configs[worst]
     if not w.get("breached"):
-        return "No configuration breached the SLO: the drill did not tell them apart.", True
+        return Verdict("No configuration breached the SLO: the drill did not tell them apart.", True)
     if not b.get("breached"):
         held = [n for n in order if not configs[n].get("breached")]
-        names = ", ".join(f"<b>{n}</b>" for n in held)
-        return (
-            f"{names} held the SLO throughout (MTTR 0 s); <b>{worst}</b> "
-            + (
-                f"took {w['mttr_s']:.1f} s to restore it."
-                if w.get("mttr_s") is not None
-                else "never restored it within the run."
-            ),
-            True,
+        restored = f"took {w['mttr_s']:.1f} s to restore it." if w.get("mttr_s") is not None else (
+            "never restored it within the run."
         )
+        return Verdict(f"{', '.join(held)} held the SLO throughout (MTTR 0 s); {worst} {restored}", True,
+                       (*held, worst))  # fmt: skip
     if b.get("mttr_s") is None:
-        return "No configuration recovered before the run ended.", False
+        return Verdict("No configuration recovered before the run ended.", False)
     if w.get("mttr_s") is None:
-        return (
-            f"<b>{best}</b> recovers fastest (MTTR {b['mttr_s']:.1f} s); <b>{worst}</b> never recovered "
-            f"within the run.",
-            True,
-        )
+        return Verdict(
+            f"{best} recovers fastest (MTTR {b['mttr_s']:.1f} s); {worst} never recovered within the run.",
+            True, (best, worst),
+        )  # fmt: skip
     diff = w["mttr_s"] - b["mttr_s"]
     ratio = w["mttr_s"] / b["mttr_s"] if b["mttr_s"] > 0 else None
     times = f", {ratio:.1f}× faster" if ratio else ""
-    return (
-        f"<b>{best}</b> recovers fastest: MTTR {b['mttr_s']:.1f} s vs {w['mttr_s']:.1f} s for "
-        f"<b>{worst}</b> ({diff:.1f} s sooner{times}).",
-        True,
-    )
+    return Verdict(
+        f"{best} recovers fastest: MTTR {b['mttr_s']:.1f} s vs {w['mttr_s']:.1f} s for {worst} "
+        f"({diff:.1f} s sooner{times}).",
+        True, (best, worst),
+    )  # fmt: skip
 
 
 def _rows(results: dict, color: dict[str, str]) -> str:
@@ -211,18 +225,18 @@ def plots(series: dict[str, RunSeries], colors: dict[str, str], hops: Sequence[s
     chart("Amplification: deepest hop req/s ÷ ingress req/s", amp, "", "amplification")
 
     def fds(s: RunSeries):
-        keys = s.keys("fds|")
+        keys = s.select("fds")
         return [sum(s.values[k][i] or 0.0 for k in keys) if keys else None for i in range(len(s.t))]
 
     chart("Open file descriptors, all services", fds, "", "fds")
-    if any(s.keys("tcp|") for s in series.values()):
+    if any(s.select("tcp") for s in series.values()):
 
         def close_wait(s: RunSeries):
-            keys = [k for k in s.keys("tcp|") if k.endswith(("CLOSE_WAIT", "close_wait"))]
+            keys = [k for k in s.select("tcp") if k.status.upper() == "CLOSE_WAIT"]
             return [sum(s.values[k][i] or 0.0 for k in keys) for i in range(len(s.t))]
 
         def established(s: RunSeries):
-            keys = [k for k in s.keys("tcp|") if k.endswith(("ESTABLISHED", "established"))]
+            keys = [k for k in s.select("tcp") if k.status.upper() == "ESTABLISHED"]
             return [sum(s.values[k][i] or 0.0 for k in keys) for i in range(len(s.t))]
 
         chart("TCP connections ESTABLISHED (server ports)", established, "", "tcp-established")
@@ -282,7 +296,7 @@ def render(results: dict, series: dict[str, RunSeries]) -> str:
     colors = {n: COLORS[i % len(COLORS)] for i, n in enumerate(names)}
     for n in series:
         colors.setdefault(n, COLORS[len(colors) % len(COLORS)])
-    text, good = verdict(results)
+    v = verdict(results)
     slo = results.get("slo", {})
     limit = 100 * slo.get("max_error_rate", 0.05)
     slo_text = f"error rate ≤ {limit:.0f}% ({slo.get('traffic', 'all')} traffic)"
@@ -296,8 +310,8 @@ def render(results: dict, series: dict[str, RunSeries]) -> str:
         target=html.escape(str(results.get("fault", {}).get("target") or "first hop")),
         slo=html.escape(slo_text),
         when=html.escape(results.get("finished_at", time.strftime("%Y-%m-%d %H:%M:%S"))),
-        verdict=text,
-        verdict_class="" if good else "bad",
+        verdict=v.html(),
+        verdict_class="" if v.ok else "bad",
         rows=_rows(results, colors),
         plots=plots(series, colors, results.get("hops")),
         hops=_hop_table(results) + _probe_table(results),

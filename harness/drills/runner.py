@@ -21,16 +21,19 @@ from collections.abc import Callable
 from prometheus_client import start_http_server
 
 from harness.core import metrics as m
+from harness.core.errors import RunFailed
 from harness.drills import analysis, report
 from harness.drills.load import AioLoad, LocustLoad, ids_digest
-from harness.drills.plan import Plan, Variant
+from harness.drills.model import Plan, Probe, Results, SeriesKey, Variant
+from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
 from harness.drills.series import RunSeries, build_series
-from harness.drills.topology import Topology, python_env, spawn, stop_processes
+from harness.drills.topology import Topology
+from harness.procs.spawn import python_env, spawn, stop_processes
 
 
-class DrillError(RuntimeError):
-    pass
+class DrillError(RunFailed):
+    """The drill could not finish (a service crashed, the load failed)."""
 
 
 _METRICS_URL: str | None = None
@@ -185,7 +188,7 @@ class Runner:
             self.topology = None
         on, off = t_load + ph.warmup, t_load + ph.warmup + ph.fault
         if isinstance(load, LocustLoad):  # Locust runs its own phase clock: take its fault window
-            active = [t for t, snap in scraper.samples if snap.get("active", 0) >= 1]
+            active = [t for t, snap in scraper.samples if snap.get(SeriesKey("active"), 0) >= 1]
             if active:
                 on, off = active[0], active[-1] + 1.0
         series = build_series(label, scraper.samples, on, off)
@@ -208,14 +211,14 @@ class Runner:
             self.extras[label]["probe"] = _probe_summary(workdir / "probe.out")
         return series
 
-    def _start_probe(self, spec: dict, topo: Topology, workdir: pathlib.Path):
+    def _start_probe(self, spec: Probe, topo: Topology, workdir: pathlib.Path):
         """`drill probe half-open EDGE` as a child process (bounded by its own --timeout)."""
         edge = topo.edge[0]
         argv = [
-            sys.executable, "-m", "harness.cli", "probe", spec.get("kind", "half-open"), edge,
-            "--count", str(int(spec.get("count", 100))), "--timeout", str(float(spec.get("timeout_s", 8))), "--json",
+            sys.executable, "-m", "harness.cli", "probe", spec.kind, edge,
+            "--count", str(spec.count), "--timeout", str(spec.timeout_s), "--json",
         ]  # fmt: skip
-        if spec.get("preface") is False:
+        if not spec.preface:
             argv.append("--no-preface")
         self.log(f"probe: {' '.join(argv[3:])}")
         return spawn(argv, workdir / "probe.out", python_env())
@@ -235,9 +238,10 @@ class Runner:
             loop.remove_signal_handler(signal.SIGTERM)
         results = self.results(started)
         if self.prometheus is not None:
-            results["prometheus"] = await asyncio.to_thread(self._from_prometheus, started, time.time())
-        report.write_outputs(self.out, results, self.series)
-        return results
+            results.prometheus = await asyncio.to_thread(self._from_prometheus, started, time.time())
+        out = results.model_dump()
+        report.write_outputs(self.out, out, self.series)
+        return out
 
     def _from_prometheus(self, start: float, end: float) -> dict:
         """The same analysis from the local Prometheus' samples: a cross-check of the scraper."""
@@ -250,47 +254,13 @@ class Runner:
         except PrometheusError as exc:
             out["error"] = str(exc)
             return out
-        hops = [h.name for h in self.plan.hops]
+        hops = self.plan.hop_names
         out["configs"] = {}
         for name, s in series.items():
             res = analysis.analyze_run(s, self.plan.slo, hops)
             out["configs"][name] = {k: res[k] for k in ("breached", "ttd_s", "ttr_s", "mttr_s", "amplification")}
         return out
 
-    def results(self, started: float) -> dict:
-        plan = self.plan
-        hops = [h.name for h in plan.hops]
-        configs = {
-            name: {**analysis.analyze_run(s, plan.slo, hops), **self.extras.get(name, {})}
-            for name, s in self.series.items()
-        }
-        ranking = analysis.rank(configs)
-        text, _ok = report.verdict({"configs": configs})
-        return {
-            "plan": plan.name,
-            "seed": plan.seed,
-            "fault": {
-                "directive": plan.fault.directive,
-                "ratio": plan.fault.ratio,
-                "target": plan.fault.target,
-                "instances": plan.fault.instances,
-                "tenant": plan.fault.tenant,
-            },  # fmt: skip
-            "probe": plan.probe,
-            "phases": {"warmup": plan.phases.warmup, "fault": plan.phases.fault, "recovery": plan.phases.recovery},
-            "slo": {
-                "max_error_rate": plan.slo.max_error_rate,
-                "max_p99_s": plan.slo.max_p99_s,
-                "hold_s": plan.slo.hold_s,
-                "traffic": plan.slo.traffic,
-            },  # fmt: skip
-            "hops": hops,
-            "configs": configs,
-            "ranking": ranking,
-            "verdict": text.replace("<b>", "").replace("</b>", ""),
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "duration_s": round(time.time() - started, 1),
-            "plan_spec": plan.to_dict(),
-            "notes": [],
-        }
+    def results(self, started: float) -> Results:
+        return assemble(self.series, self.plan.slo, self.plan.hop_names, plan=self.plan, extras=self.extras,
+                        started=started)  # fmt: skip

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.drills.series import merge, reduce_families
+from harness.drills.series import Snapshot, merge, reduce_families
 
 MAX_BODY = 8 * 1024 * 1024
 
@@ -72,7 +72,7 @@ class Scraper:
         self.config = config
         self.t0 = time.monotonic() if t0 is None else t0
         self.interval_s = interval_s
-        self.samples: list[tuple[float, dict[str, float]]] = []
+        self.samples: list[tuple[float, Snapshot]] = []
         self.errors = 0
         self._last: dict[str, dict[str, float]] = {}
 

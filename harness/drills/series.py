@@ -1,21 +1,10 @@
 """Per-second drill series: what a scrape keeps, and how cumulative snapshots become rates.
 
-A *snapshot* is one scrape of every endpoint, reduced to a flat dict of
-`key -> value` (keys below). The runner's scraper and `drill analyze`'s
-Prometheus reader both produce snapshots, so the analysis never knows where
-the numbers came from. Everything here is pure.
-
-Keys (`|`-separated, label values never contain `|`):
-- `calls|TRAFFIC|STATUS|MODE`  edge client calls (counter, from drill_client_calls_total)
-- `lat|TRAFFIC|MODE|LE`        edge client latency buckets (counter)
-- `srv|SERVICE`                server calls per hop, all statuses, shed calls included (counter)
-- `gap|SERVICE` / `gapsum|SERVICE`  deadline-gap observations / seconds (counter)
-- `hits|SERVICE`               injected faults (counter)
-- `retry|SERVICE`              retry attempts (counter)
-- `fds|SERVICE`                open fds, summed over the hop's replicas (gauge)
-- `breaker|SERVICE`            worst breaker state of the hop (gauge, max)
-- `tcp|STATE`                  TCP connections by state (gauge)
-- `active`                     the load driver's drill_fault_active (gauge, max)
+A *snapshot* is one scrape of every endpoint, reduced to a flat
+`{SeriesKey: value}` (see `harness.drills.model.SeriesKey` for the kinds). The
+runner's scraper and `drill analyze`'s Prometheus reader both produce
+snapshots, so the analysis never knows where the numbers came from. Everything
+here is pure.
 """
 
 from __future__ import annotations
@@ -24,29 +13,40 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 
-GAUGE_PREFIXES = ("fds|", "breaker|", "tcp|", "active")
-MAX_PREFIXES = ("breaker|", "active")
+from harness.core import metrics as m
+from harness.drills.model import SeriesKey
 
+Snapshot = dict[SeriesKey, float]
 
-def is_gauge(key: str) -> bool:
-    return key.startswith(GAUGE_PREFIXES)
+# sample names, from the metrics' one home
+CLIENT_CALLS = m.sample_name(m.CLIENT_CALLS, "_total")
+CLIENT_LATENCY_BUCKET = m.sample_name(m.CLIENT_LATENCY, "_bucket")
+SERVER_CALLS = m.sample_name(m.SERVER_CALLS, "_total")
+SERVER_SHED = m.sample_name(m.SERVER_SHED, "_total")
+GAP_COUNT = m.sample_name(m.DEADLINE_GAP, "_count")
+GAP_SUM = m.sample_name(m.DEADLINE_GAP, "_sum")
+FAULT_HITS = m.sample_name(m.FAULT_HITS, "_total")
+RETRY_ATTEMPTS = m.sample_name(m.RETRY_ATTEMPTS, "_total")
+BREAKER_STATE = m.sample_name(m.BREAKER_STATE)
+FAULT_ACTIVE = m.sample_name(m.FAULT_ACTIVE)
+CLIENT_PREFIX = "drill_client_"
 
 
 def reduce_families(
     families: Iterable, *, config: str | None = None, service: str | None = None, edge: bool = True
-) -> dict[str, float]:
-    """Reduce prometheus_client metric families (one endpoint) to snapshot keys.
+) -> Snapshot:
+    """Reduce prometheus_client metric families (one endpoint) to a snapshot.
 
     `config` keeps only client series of that resilience configuration (None = all);
     `service` names the endpoint's process for `process_open_fds`; `edge=False`
     ignores client series (a hop's own downstream calls are not the edge's).
     """
-    out: dict[str, float] = {}
+    out: Snapshot = {}
 
-    def add(key: str, value: float, *, use_max: bool = False) -> None:
+    def add(key: SeriesKey, value: float) -> None:
         if value is None or math.isnan(value):
             return
-        if use_max:
+        if key.takes_max:
             out[key] = max(out.get(key, value), value)
         else:
             out[key] = out.get(key, 0.0) + value
@@ -54,75 +54,81 @@ def reduce_families(
     for fam in families:
         for s in fam.samples:
             name, lb, v = s.name, s.labels, s.value
-            if name.startswith("drill_client_") and not edge:
-                continue
-            if name == "drill_client_calls_total":
-                if config is not None and lb.get("config") not in (config, None):
+            if name.startswith(CLIENT_PREFIX):
+                if not edge or (config is not None and lb.get("config") not in (config, None)):
                     continue
-                status, mode = lb.get("grpc_status", ""), lb.get("fault_mode", "none")
-                add(f"calls|{lb.get('traffic', '')}|{status}|{mode}", v)
-            elif name == "drill_client_latency_seconds_bucket":
-                if config is not None and lb.get("config") not in (config, None):
-                    continue
-                add(f"lat|{lb.get('traffic', '')}|{lb.get('fault_mode', 'none')}|{lb.get('le', '+Inf')}", v)
-            elif name in ("drill_server_calls_total", "drill_server_shed_total"):
-                add(f"srv|{lb.get('service', '')}", v)
-            elif name == "process_open_fds" and service:
-                add(f"fds|{service}", v)
-            elif name == "drill_deadline_gap_seconds_count":
-                add(f"gap|{lb.get('service', '')}", v)
-            elif name == "drill_deadline_gap_seconds_sum":
-                add(f"gapsum|{lb.get('service', '')}", v)
-            elif name == "drill_fault_hits_total":
-                add(f"hits|{lb.get('service', '')}", v)
-            elif name == "drill_retry_attempts_total":
-                add(f"retry|{lb.get('service', '')}", v)
-            elif name == "drill_breaker_state":
-                add(f"breaker|{lb.get('service', '')}", v, use_max=True)
-            elif name == "drill_tcp_connections":
-                add(f"tcp|{lb.get('state', '')}", v)
-            elif name == "drill_fault_active" and edge:
-                add("active", v, use_max=True)
+                if name == CLIENT_CALLS:
+                    add(SeriesKey("calls", traffic=lb.get("traffic", ""), status=lb.get("grpc_status", ""),
+                                  mode=lb.get("fault_mode", "none")), v)  # fmt: skip
+                elif name == CLIENT_LATENCY_BUCKET:
+                    add(SeriesKey("lat", traffic=lb.get("traffic", ""), mode=lb.get("fault_mode", "none"),
+                                  le=lb.get("le", "+Inf")), v)  # fmt: skip
+            elif name in (SERVER_CALLS, SERVER_SHED):
+                add(SeriesKey("srv", lb.get("service", "")), v)
+            elif name == m.PROCESS_OPEN_FDS and service:
+                add(SeriesKey("fds", service), v)
+            elif name == GAP_COUNT:
+                add(SeriesKey("gap", lb.get("service", "")), v)
+            elif name == GAP_SUM:
+                add(SeriesKey("gapsum", lb.get("service", "")), v)
+            elif name == FAULT_HITS:
+                add(SeriesKey("hits", lb.get("service", "")), v)
+            elif name == RETRY_ATTEMPTS:
+                add(SeriesKey("retry", lb.get("service", "")), v)
+            elif name == BREAKER_STATE:
+                add(SeriesKey("breaker", lb.get("service", "")), v)
+            elif name == m.TCP_CONNECTIONS_NAME:
+                add(SeriesKey("tcp", status=lb.get("state", "")), v)
+            elif name == FAULT_ACTIVE and edge:
+                add(SeriesKey("active"), v)
     return out
 
 
-def merge(snapshots: Iterable[Mapping[str, float]], service: str | None = None) -> dict[str, float]:
-    """Merge per-endpoint snapshots into one (sums; max for breaker). `service` names fds keys."""
-    out: dict[str, float] = {}
+def merge(snapshots: Iterable[Mapping[SeriesKey, float]]) -> Snapshot:
+    """Merge per-endpoint snapshots into one (sums; max for breaker and active)."""
+    out: Snapshot = {}
     for snap in snapshots:
         for k, v in snap.items():
-            if k.startswith(MAX_PREFIXES):
-                out[k] = max(out.get(k, v), v)
-            else:
-                out[k] = out.get(k, 0.0) + v
+            out[k] = max(out.get(k, v), v) if k.takes_max else out.get(k, 0.0) + v
     return out
 
 
 @dataclasses.dataclass
 class RunSeries:
-    """One configuration's run: sample times (s since run start), phase bounds, per-second values."""
+    """One trial's run: sample times (s since run start), fault bounds, per-second values."""
 
     config: str
     t: list[float]
     fault_on: float
     fault_off: float
     #: key -> per-second rate (counters) or value (gauges), aligned with `t`; None = no data.
-    values: dict[str, list[float | None]]
+    values: dict[SeriesKey, list[float | None]]
 
-    def keys(self, prefix: str) -> list[str]:
-        return sorted(k for k in self.values if k.startswith(prefix))
+    def select(self, kind: str, **match: str) -> list[SeriesKey]:
+        """Keys of one kind whose fields equal `match`, sorted."""
+        return sorted(
+            k for k in self.values if k.kind == kind and all(getattr(k, f) == v for f, v in match.items())
+        )
+
+    def get(self, key: SeriesKey) -> list[float | None]:
+        return self.values.get(key) or [None] * len(self.t)
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        """series.json form: keys as objects (`{"kind": "calls", "traffic": "organic", ...}`)."""
+        return {
+            "config": self.config, "t": self.t, "fault_on": self.fault_on, "fault_off": self.fault_off,
+            "values": [{"key": k.to_json(), "values": v} for k, v in sorted(self.values.items())],
+        }  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict) -> RunSeries:
-        return cls(**data)
+        values = {SeriesKey.from_json(item["key"]): item["values"] for item in data["values"]}
+        return cls(data["config"], data["t"], data["fault_on"], data["fault_off"], values)
 
 
 def build_series(
     config: str,
-    samples: list[tuple[float, Mapping[str, float]]],
+    samples: list[tuple[float, Mapping[SeriesKey, float]]],
     fault_on: float,
     fault_off: float,
     *,
@@ -139,7 +145,7 @@ def build_series(
     samples = sorted(samples, key=lambda s: s[0])
     keys = sorted({k for _, snap in samples for k in snap})
     t: list[float] = []
-    values: dict[str, list[float | None]] = {k: [] for k in keys}
+    values: dict[SeriesKey, list[float | None]] = {k: [] for k in keys}
     for i in range(1, len(samples)):
         t0, prev = samples[i - 1]
         t1, cur = samples[i]
@@ -149,7 +155,7 @@ def build_series(
         t.append(round(t1, 3))
         for k in keys:
             v = cur.get(k)
-            if is_gauge(k):
+            if k.is_gauge:
                 values[k].append(v)
                 continue
             if v is None:

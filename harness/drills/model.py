@@ -1,0 +1,315 @@
+"""The drill model: one typed, validated form of a plan and of what a run produces.
+
+A plan file (YAML) is checked against `PlanFile` once, before anything starts:
+unknown keys, wrong types and unknown configuration names are refused with the
+key path (`traffic.drill_rate: Input should be a valid number`). The JSON Schema
+editors can use is generated from the same models (`drill run --schema`,
+`harness/drills/plan.schema.json`). Everything that runs a drill (topology,
+load, scraper, analysis, report) takes these types and never re-reads YAML.
+
+Per-second series are keyed by `SeriesKey`, a small record, not a joined string;
+`series.json` stores each key as an object (see docs/drills.md).
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from harness.core import headers as h
+from harness.core.faults import DirectiveError, parse_directive
+from harness.core.status import STATUS_NAMES
+from harness.interceptors import Tagging
+
+DEFAULT_HOPS = ("gateway", "order", "account", "ledger")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- the plan ---------------------------------------------------------------------------
+class HopSpec(_Strict):
+    """One hop of the chain: its replicas and their bounded capacity."""
+
+    name: str = Field(min_length=1, pattern=r"^[a-z][a-z0-9-]*$")
+    replicas: int = Field(1, ge=1, le=16)
+    work_ms: float = Field(5.0, ge=0)
+    concurrency: int = Field(16, ge=1)
+    queue: int = Field(64, ge=0)
+    shed_code: str = "RESOURCE_EXHAUSTED"
+    #: every attempt pays capacity, even one the fault aborts (see harness.demo.service)
+    admission: bool = True
+    #: admitted work goes on after the caller is gone (see harness.demo.service)
+    orphan_work: bool = False
+    keepalive_ms: int | None = Field(None, ge=1)
+    max_idle_ms: int | None = Field(None, ge=1)
+
+    @field_validator("shed_code")
+    @classmethod
+    def _known_code(cls, v: str) -> str:
+        if v not in STATUS_NAMES or v == "OK":
+            raise ValueError(f"{v!r} is not a gRPC status name")
+        return v
+
+
+class Topology(_Strict):
+    hops: tuple[HopSpec, ...] = tuple(HopSpec(name=n) for n in DEFAULT_HOPS)
+    #: downstream timeout when no resilience configuration is named
+    timeout_s: float | None = Field(None, gt=0)
+
+    @field_validator("hops")
+    @classmethod
+    def _unique(cls, v: tuple[HopSpec, ...]) -> tuple[HopSpec, ...]:
+        names = [hop.name for hop in v]
+        if not names:
+            raise ValueError("at least one hop")
+        if len(set(names)) != len(names):
+            raise ValueError(f"hop names must be unique: {names}")
+        return v
+
+
+class Traffic(_Strict):
+    organic_users: int = Field(4, ge=0)
+    organic_rate: float = Field(10.0, ge=0)  # per user, req/s
+    drill_users: int = Field(1, ge=0)
+    drill_rate: float = Field(10.0, ge=0)  # per user, req/s
+    timeout_s: float = Field(2.0, gt=0)
+    method: Literal["Call", "Write", "Stream"] = "Call"
+    cancel_ms: float | None = Field(None, gt=0)  # drill users cancel their calls after this
+    max_inflight: int = Field(64, ge=1)
+    driver: Literal["aio", "locust"] = "aio"
+    profile: str | None = None  # Locust profile name (loadtests/profiles/NAME.conf)
+
+
+class Fault(_Strict):
+    #: the `x-fault` directive (DESIGN §3); empty for plans whose fault is a probe (half-open)
+    directive: str = ""
+    ratio: int = Field(100, ge=0, le=100)
+    target: str | None = None
+    instances: int | None = Field(None, ge=0, le=100)
+    tenant: str = h.DEFAULT_DRILL_TENANT
+
+    @field_validator("directive")
+    @classmethod
+    def _parses(cls, v: str) -> str:
+        if v == "":
+            return v
+        try:
+            parse_directive(v)
+        except DirectiveError as exc:
+            raise ValueError(f"{v!r}: {exc}") from None
+        return v
+
+    @field_validator("tenant")
+    @classmethod
+    def _no_wildcard(cls, v: str) -> str:
+        if not v or "*" in v:
+            raise ValueError("a drill tenant is one name, no wildcard")
+        return v
+
+    def tagging(self) -> Tagging:
+        return Tagging(
+            tenant=self.tenant, directive=self.directive, ratio=self.ratio, target=self.target,
+            instances=self.instances,
+        )  # fmt: skip
+
+
+class Phases(_Strict):
+    warmup: float = Field(8.0, ge=0)
+    fault: float = Field(15.0, gt=0)
+    recovery: float = Field(15.0, ge=0)
+
+    @property
+    def total(self) -> float:
+        return self.warmup + self.fault + self.recovery
+
+    def at(self, t: float) -> str:
+        if t < self.warmup:
+            return "warmup"
+        if t < self.warmup + self.fault:
+            return "fault"
+        if t < self.total:
+            return "recovery"
+        return "done"
+
+
+class Slo(_Strict):
+    """Service-level objective the drill holds the run against."""
+
+    max_error_rate: float = Field(0.05, ge=0, le=1)
+    #: p99 latency bound in seconds; None = error rate only.
+    max_p99_s: float | None = Field(None, gt=0)
+    hold_s: int = Field(3, ge=1)
+    #: which traffic the SLO is measured on
+    traffic: Literal["organic", "drill", "all"] = "all"
+    #: seconds with fewer calls than this are unknown (neither good nor bad)
+    min_calls: float = Field(3.0, ge=0)
+    #: the error rate of second t is taken over the `window_s` seconds ending at t (1 = that second)
+    window_s: int = Field(1, ge=1)
+
+
+class Probe(_Strict):
+    kind: Literal["half-open"] = "half-open"
+    count: int = Field(100, ge=1, le=10_000)
+    timeout_s: float = Field(8.0, gt=0)
+    preface: bool = True
+
+
+class VariantSpec(_Strict):
+    """A run that differs from the plan by more than its configuration; merged over the plan."""
+
+    name: str | None = None
+    config: str | None = None
+    fault: dict = Field(default_factory=dict)
+    traffic: dict = Field(default_factory=dict)
+    hops: dict[str, dict] = Field(default_factory=dict)
+    probe: dict | None = None
+
+
+class PlanFile(_Strict):
+    """The YAML a user writes (DESIGN §10). `quick` is a partial plan merged over it by `--quick`."""
+
+    name: str | None = None
+    description: str = ""
+    seed: int = 42
+    topology: Topology = Topology()
+    traffic: Traffic = Traffic()
+    fault: Fault = Fault()
+    phases: Phases = Phases()
+    slo: Slo = Slo()
+    configs: list[str | None] = Field(default_factory=lambda: [None])
+    variants: list[VariantSpec] = Field(default_factory=list)
+    probe: Probe | None = None
+    quick: dict | None = None
+
+    @model_validator(mode="after")
+    def _target_is_a_hop(self) -> PlanFile:
+        names = [hop.name for hop in self.topology.hops]
+        if self.fault.target and self.fault.target not in names:
+            raise ValueError(f"fault.target {self.fault.target!r} is not a hop ({names})")
+        return self
+
+
+class Variant(_Strict):
+    """One run of a plan: a name (the `config` label), the resilience config, and what differs."""
+
+    name: str
+    #: a shipped configuration name, an absolute path to a YAML file, or None (no resilience layer)
+    config: str | None
+    fault: Fault
+    traffic: Traffic
+    hops: tuple[HopSpec, ...]
+    probe: Probe | None = None
+
+
+class Plan(_Strict):
+    """A validated plan, ready to run: every variant resolved."""
+
+    name: str
+    seed: int
+    hops: tuple[HopSpec, ...]
+    timeout_s: float | None
+    traffic: Traffic
+    fault: Fault
+    phases: Phases
+    slo: Slo
+    variants: tuple[Variant, ...]
+    description: str = ""
+    probe: Probe | None = None
+    source: str = ""
+
+    @property
+    def hop_names(self) -> list[str]:
+        return [hop.name for hop in self.hops]
+
+    def to_dict(self) -> dict:
+        """The plan as results.json's `plan_spec` carries it."""
+        return {
+            "name": self.name,
+            "seed": self.seed,
+            "description": self.description,
+            "hops": [hop.model_dump() for hop in self.hops],
+            "traffic": self.traffic.model_dump(),
+            "fault": self.fault.model_dump(),
+            "phases": self.phases.model_dump(),
+            "slo": self.slo.model_dump(),
+            "configs": [v.config and pathlib.Path(v.config).name or "plain" for v in self.variants],
+            "variants": [v.name for v in self.variants],
+            "probe": self.probe.model_dump() if self.probe else None,
+        }
+
+
+# --- per-second series ------------------------------------------------------------------
+SeriesKind = Literal["calls", "lat", "srv", "gap", "gapsum", "hits", "retry", "fds", "breaker", "tcp", "active"]
+
+
+class SeriesKey(NamedTuple):
+    """What one per-second series measures. Unused fields are empty strings.
+
+    - `calls` edge client calls by traffic, status, mode (counter)
+    - `lat` edge client latency bucket by traffic, mode, le (counter)
+    - `srv` server calls per hop, shed calls included (counter)
+    - `gap` / `gapsum` deadline-gap observations / seconds per hop (counter)
+    - `hits`, `retry` per hop (counter); `fds` open fds per hop (gauge, summed over replicas)
+    - `breaker` worst breaker state of a hop (gauge, max); `tcp` connections by state (gauge)
+    - `active` the load driver's drill_fault_active (gauge, max)
+    """
+
+    kind: str
+    service: str = ""
+    traffic: str = ""
+    status: str = ""
+    mode: str = ""
+    le: str = ""
+
+    @property
+    def is_gauge(self) -> bool:
+        return self.kind in _GAUGES
+
+    @property
+    def takes_max(self) -> bool:
+        return self.kind in _MAXED
+
+    def to_json(self) -> dict[str, str]:
+        return {f: v for f, v in zip(self._fields, self, strict=True) if v}
+
+    @classmethod
+    def from_json(cls, data: dict[str, str]) -> SeriesKey:
+        return cls(**data)
+
+
+_GAUGES = frozenset({"fds", "breaker", "tcp", "active"})
+_MAXED = frozenset({"breaker", "active"})
+
+
+# --- results ----------------------------------------------------------------------------
+class Results(BaseModel):
+    """results.json: the plan's identity, per-configuration numbers, ranking and verdict.
+
+    Built in one place (`harness.drills.results.assemble`) by `drill run` and
+    `drill analyze` alike; `configs[NAME]` holds `harness.drills.analysis.analyze_run`'s
+    numbers (docs/drills.md lists them).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    plan: str | None
+    seed: int | None
+    fault: dict
+    slo: dict
+    hops: list[str]
+    configs: dict[str, dict]
+    ranking: list[str]
+    verdict: str
+    finished_at: str
+    notes: list[str] = Field(default_factory=list)
+    phases: dict | None = None
+    probe: dict | None = None
+    started_at: str | None = None
+    duration_s: float | None = None
+    plan_spec: dict | None = None
+    source: dict | None = None
+    prometheus: dict | None = None

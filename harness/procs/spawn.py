@@ -1,0 +1,169 @@
+"""Child processes that never outlive us, and `drill serve` started and waited for.
+
+Every child runs in its own process group with a parent-death signal and is
+registered for an atexit sweep, so a killed runner, test or benchmark leaves no
+process and no port behind. `start_serve` is the one way to start a `drill serve`
+and wait until it serves (it writes its bound ports to a ready file).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+from harness.core.errors import RunFailed
+
+#: every live child's process group, for the atexit sweep
+_LIVE: dict[int, subprocess.Popen] = {}
+
+PR_SET_PDEATHSIG = 1
+
+
+def _child_setup() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() == 1:  # parent already gone
+            os._exit(1)
+    except Exception:  # noqa: BLE001 - not Linux: the atexit sweep still applies
+        pass
+
+
+def spawn(argv: list[str], log_path: pathlib.Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start a child in its own process group with PDEATHSIG; registered for the sweep."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")  # noqa: SIM115 - owned by the child's lifetime
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=_child_setup,  # noqa: PLW1509 - setsid + pdeathsig, nothing else
+            close_fds=True,
+        )
+    finally:
+        log.close()
+    _LIVE[proc.pid] = proc
+    return proc
+
+
+def stop_processes(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
+    """SIGTERM each process group, wait up to `grace_s`, then SIGKILL what is left. Never raises."""
+    for p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=max(0.01, deadline - time.monotonic()))
+    for p in procs:
+        # the group may hold grandchildren even when the leader is gone
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=2.0)
+        _LIVE.pop(p.pid, None)
+
+
+@atexit.register
+def _sweep() -> None:
+    stop_processes(list(_LIVE.values()), grace_s=1.0)
+
+
+def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child Python that can import `harness` from this checkout."""
+    env = dict(os.environ)
+    root = str(pathlib.Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra or {})
+    return env
+
+
+
+
+class ServeError(RunFailed):
+    """A `drill serve` child that exited or did not become ready."""
+
+
+@dataclasses.dataclass
+class ServeProcess:
+    """A `drill serve` child and the ports it bound (known once ready)."""
+
+    name: str
+    proc: subprocess.Popen
+    ready_file: pathlib.Path
+    log_path: pathlib.Path
+    port: int = 0
+    metrics_port: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        stop_processes([self.proc])
+
+
+def spawn_serve(
+    name: str, args: list[str], workdir: pathlib.Path, env: dict[str, str] | None = None
+) -> ServeProcess:
+    """Start `drill serve ARGS --ready-file ...` (logs to WORKDIR/NAME.log); see `wait_serving`."""
+    ready = workdir / f"{name}.ready.json"
+    ready.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "harness.cli", "serve", *args, "--ready-file", str(ready)]
+    log_path = workdir / f"{name}.log"
+    return ServeProcess(name, spawn(argv, log_path, python_env(env)), ready, log_path)
+
+
+def wait_serving(servers: list[ServeProcess], timeout_s: float = 30.0) -> None:
+    """Wait until every server wrote its ready file; ServeError if one exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    for s in servers:
+        while True:
+            if s.proc.poll() is not None:
+                raise ServeError(f"{s.name} exited with {s.proc.returncode} at start:\n{s.log_tail()}")
+            if s.ready_file.exists():
+                info = json.loads(s.ready_file.read_text())
+                s.port, s.metrics_port = int(info["port"]), int(info["metrics_port"])
+                break
+            if time.monotonic() > deadline:
+                raise ServeError(f"{s.name} not ready after {timeout_s:.0f} s:\n{s.log_tail()}")
+            time.sleep(0.05)
+
+
+def start_serve(
+    name: str, args: list[str], workdir: pathlib.Path, env: dict[str, str] | None = None, timeout_s: float = 30.0
+) -> ServeProcess:
+    """`spawn_serve` + `wait_serving` for one server; stops it again if it does not come up."""
+    server = spawn_serve(name, args, workdir, env)
+    try:
+        wait_serving([server], timeout_s)
+    except BaseException:
+        server.stop()
+        raise
+    return server
