@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.drills.model import SeriesKey as K
 from harness.drills.series import RunSeries
 
 
@@ -28,13 +29,13 @@ def make_series(
             ok.append(total - e)
             err.append(e)
             can.append(cancelled * share)
-        values[f"calls|{traffic}|OK|none"] = ok
-        values[f"calls|{traffic}|UNAVAILABLE|none"] = err
-        values[f"calls|{traffic}|CANCELLED|none"] = can
-        values[f"lat|{traffic}|none|0.1"] = [x * 0.5 for x in ok]
-        values[f"lat|{traffic}|none|1.0"] = [x + y for x, y in zip(ok, err, strict=False)]
-        values[f"lat|{traffic}|none|+Inf"] = [x + y for x, y in zip(ok, err, strict=False)]
+        values[K('calls', traffic=traffic, status='OK', mode='none')] = ok
+        values[K('calls', traffic=traffic, status='UNAVAILABLE', mode='none')] = err
+        values[K('calls', traffic=traffic, status='CANCELLED', mode='none')] = can
+        values[K('lat', traffic=traffic, mode='none', le='0.1')] = [x * 0.5 for x in ok]
+        values[K('lat', traffic=traffic, mode='none', le='1.0')] = [x + y for x, y in zip(ok, err, strict=False)]
+        values[K('lat', traffic=traffic, mode='none', le='+Inf')] = [x + y for x, y in zip(ok, err, strict=False)]
     for hop, series in (hops or {"gateway": [rps] * n, "ledger": [rps] * n}).items():
-        values[f"srv|{hop}"] = list(series)
-        values[f"fds|{hop}"] = [20.0 + i % 3 for i in range(n)]
+        values[K('srv', service=hop)] = list(series)
+        values[K('fds', service=hop)] = [20.0 + i % 3 for i in range(n)]
     return RunSeries(config=config, t=t, fault_on=fault_on, fault_off=fault_off, values=values)

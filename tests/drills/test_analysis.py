@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.drills import analysis as a
+from harness.drills.model import SeriesKey as K
 from harness.drills.series import build_series
 from tests.drills.synth import make_series
 
@@ -125,15 +126,15 @@ def test_quantile_matches_prometheus_interpolation():
 
 def test_build_series_rates_and_counter_resets():
     samples = [
-        (0.0, {"srv|a": 0.0, "fds|a": 10.0}),
-        (1.0, {"srv|a": 50.0, "fds|a": 12.0}),
-        (2.0, {"srv|a": 150.0, "fds|a": 11.0}),
-        (3.0, {"srv|a": 20.0, "fds|a": 9.0}),  # restarted process
+        (0.0, {K('srv', service='a'): 0.0, K('fds', service='a'): 10.0}),
+        (1.0, {K('srv', service='a'): 50.0, K('fds', service='a'): 12.0}),
+        (2.0, {K('srv', service='a'): 150.0, K('fds', service='a'): 11.0}),
+        (3.0, {K('srv', service='a'): 20.0, K('fds', service='a'): 9.0}),  # restarted process
     ]
     s = build_series("x", samples, 1.0, 2.0)
     assert s.t == [1.0, 2.0, 3.0]
-    assert s.values["srv|a"] == [50.0, 100.0, 20.0]
-    assert s.values["fds|a"] == [12.0, 11.0, 9.0]
+    assert s.values[K('srv', service='a')] == [50.0, 100.0, 20.0]
+    assert s.values[K('fds', service='a')] == [12.0, 11.0, 9.0]
 
 
 def test_rank_puts_unrestored_last_and_unbreached_first():

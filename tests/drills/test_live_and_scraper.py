@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from rich.console import Console
 
 from harness.drills.live import LiveView, last_second
+from harness.drills.model import SeriesKey as K
 from harness.drills.scraper import Scraper, reduce_text
 
 
@@ -19,11 +20,17 @@ def _update(samples):
 
 
 def test_live_view_shows_phase_rates_errors_p99_hits_gap_and_fds():
-    s0 = {"calls|organic|OK|none": 0.0, "lat|organic|none|0.1": 0.0, "lat|organic|none|+Inf": 0.0,
-          "srv|ledger": 0.0, "hits|ledger": 0.0, "gap|ledger": 0.0, "fds|ledger": 20.0}  # fmt: skip
-    s1 = {"calls|organic|OK|none": 90.0, "calls|organic|UNAVAILABLE|none": 10.0,
-          "lat|organic|none|0.1": 90.0, "lat|organic|none|+Inf": 100.0,
-          "srv|ledger": 400.0, "hits|ledger": 64.0, "gap|ledger": 3.0, "fds|ledger": 23.0}  # fmt: skip
+    org = {"traffic": "organic"}
+    s0 = {
+        K("calls", status="OK", mode="none", **org): 0.0, K("lat", mode="none", le="0.1", **org): 0.0,
+        K("lat", mode="none", le="+Inf", **org): 0.0, K("srv", "ledger"): 0.0, K("hits", "ledger"): 0.0,
+        K("gap", "ledger"): 0.0, K("fds", "ledger"): 20.0,
+    }
+    s1 = {
+        K("calls", status="OK", mode="none", **org): 90.0, K("calls", status="UNAVAILABLE", mode="none", **org): 10.0,
+        K("lat", mode="none", le="0.1", **org): 90.0, K("lat", mode="none", le="+Inf", **org): 100.0,
+        K("srv", "ledger"): 400.0, K("hits", "ledger"): 64.0, K("gap", "ledger"): 3.0, K("fds", "ledger"): 23.0,
+    }
     console = Console(record=True, width=140)
     view = LiveView("retry-storm", console=console, enabled=True)
     update = _update([(0.0, s0), (1.0, s1)])
@@ -46,9 +53,10 @@ def test_reduce_text_keys_edge_calls_and_hop_calls():
     fds.set(12)
     text = generate_latest(reg).decode()
     snap = reduce_text(text, config="naive", service="ledger", edge=True)
-    assert snap["calls|organic|OK|none"] == 5.0
-    assert snap["srv|ledger"] == 3.0 and snap["fds|ledger"] == 12.0
-    assert "calls|organic|OK|none" not in reduce_text(text, config="naive", service="ledger", edge=False)
+    assert snap[K('calls', traffic='organic', status='OK', mode='none')] == 5.0
+    assert snap[K('srv', service='ledger')] == 3.0 and snap[K('fds', service='ledger')] == 12.0
+    hop_only = reduce_text(text, config="naive", service="ledger", edge=False)
+    assert K("calls", traffic="organic", status="OK", mode="none") not in hop_only
 
 
 def test_a_missed_scrape_repeats_the_last_values_instead_of_a_reset(monkeypatch):
@@ -71,5 +79,5 @@ def test_a_missed_scrape_repeats_the_last_values_instead_of_a_reset(monkeypatch)
             await s.scrape_once()
 
     asyncio.run(go())
-    assert [snap["srv|a"] for _, snap in s.samples] == [10.0, 10.0, 30.0]
+    assert [snap[K('srv', service='a')] for _, snap in s.samples] == [10.0, 10.0, 30.0]
     assert s.errors == 1

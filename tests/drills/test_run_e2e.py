@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -67,10 +66,10 @@ def test_two_runs_with_the_same_seed_hit_the_same_request_ids(tmp_path):
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not on PATH")
 def test_analyze_from_prometheus_agrees_with_the_runner(tmp_path):
     from harness.drills import cli_analyze
-    from harness.drills.prom import LocalPrometheus
     from harness.drills.runner import Runner, runner_metrics_url
+    from harness.procs.prometheus import LocalPrometheus
 
-    prom = LocalPrometheus(tmp_path / "prom")
+    prom = LocalPrometheus(tmp_path / "prom").start()
     try:
         prom.set_targets([(None, runner_metrics_url())])
         assert prom.wait_first_sample()
@@ -104,22 +103,14 @@ def test_analyze_from_prometheus_agrees_with_the_runner(tmp_path):
 
 @pytest.mark.slow
 def test_demo_quick_meets_the_done_criteria(tmp_path):
-    # The demo measures timing-sensitive behaviour (the resilient config's p99-derived timeouts
-    # have a 250 ms floor): on a box already saturated by something else the numbers are not the
-    # system's. Refuse to judge rather than flake.
-    load1 = os.getloadavg()[0]
-    if load1 > 1.5 * (os.cpu_count() or 1):
-        pytest.skip(f"machine busy (load {load1:.1f} on {os.cpu_count()} cores): demo numbers not meaningful")
     out = tmp_path / "demo"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "demo", "--quick", "--out", str(out), "--no-live"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    elapsed = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert elapsed <= 75, f"demo --quick took {elapsed:.0f} s (budget 60 s on an idle 2-core box)"
+    assert "fork() handlers" not in proc.stderr + proc.stdout, "grpc's fork messages leak into the drill output"
     r = json.loads((out / "results.json").read_text())
     assert (out / "report.html").stat().st_size > 10_000
     naive, resilient = r["configs"]["naive"], r["configs"]["resilient"]
