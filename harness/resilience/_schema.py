@@ -31,7 +31,7 @@ def parse_duration(value: Any) -> float:
     elif isinstance(value, str) and (match := _DURATION.match(value)):
         seconds = float(match.group(1))
     else:
-        raise ValueError(f"{value!r} is not a duration (gRPC JSON form like \"0.1s\", or seconds)")
+        raise ValueError(f'{value!r} is not a duration (gRPC JSON form like "0.1s", or seconds)')
     if not math.isfinite(seconds):
         raise ValueError(f"{value!r} is not a finite duration")
     return seconds

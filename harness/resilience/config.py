@@ -422,6 +422,7 @@ def _parse(raw: Any, source: str, default_name: str | None) -> ResilienceConfig:
         throttling=throttling,
     )
 
+
 def from_dict(raw: dict[str, Any], source: str = "<dict>", *, name: str | None = None) -> ResilienceConfig:
     """Validate and build a configuration from a parsed mapping (ours, or a gRPC service config).
 
