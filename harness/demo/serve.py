@@ -23,6 +23,7 @@ from prometheus_client import start_http_server
 
 from harness.core.settings import FaultSettings
 from harness.demo.conntrack import watch_port
+from harness.demo.downstream import downstream_for
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.demo.service import AdmissionInterceptor, Capacity, DemoServicer, Downstream, plain_downstream
 from harness.interceptors import DrillClientInterceptor, FaultServerInterceptor
@@ -203,8 +204,6 @@ async def _serve(args: argparse.Namespace) -> int:
 async def _make_downstream(args: argparse.Namespace, settings: FaultSettings):
     """Plain downstream, or the resilience layer's caller when a configuration is named."""
     if args.config:
-        from harness.resilience.caller import downstream_for  # issue 3: resilience layer
-
         return await downstream_for(args.downstream, args.config, service=settings.service)
     channels = [
         aio.insecure_channel(

@@ -1,19 +1,22 @@
 """Resilience under test (DESIGN §9): retries, budget, breaker, deadlines, balancing, named configs.
 
 Small composable strategies (backoff, budget, breaker, deadline, balancer, timeouts)
-composed by a named YAML configuration and driven by `ResilientCaller`.
+composed by a named configuration and driven by `ResilientCaller`. Transport-agnostic:
+the caller is given an `Invoke` per method (`unary_invoker()` builds one from a
+channel factory and a full method name); it knows no service, stub or generated code.
 """
 
-from harness.resilience.caller import ResilientCaller, as_downstream, downstream_for
+from harness.resilience.caller import ChannelPool, Invoke, ResilientCaller, unary_invoker
 from harness.resilience.config import NAMES, ConfigError, ResilienceConfig, from_dict, load
 
 __all__ = [
     "NAMES",
+    "ChannelPool",
     "ConfigError",
+    "Invoke",
     "ResilienceConfig",
     "ResilientCaller",
-    "as_downstream",
-    "downstream_for",
     "from_dict",
     "load",
+    "unary_invoker",
 ]

@@ -88,3 +88,30 @@ class Unlimited:
 
     def try_acquire(self) -> bool:
         return True
+
+
+class RetryThrottle:
+    """gRPC's `retryThrottling` token bucket (gRFC A6), per client.
+
+    Starts full at `max_tokens`; a failed attempt takes 1 token, a success gives back
+    `token_ratio`; retries are refused while tokens ≤ `max_tokens / 2`.
+    """
+
+    def __init__(self, max_tokens: float = 10.0, token_ratio: float = 0.1) -> None:
+        if max_tokens <= 0 or token_ratio <= 0:
+            raise ValueError("retry throttling needs maxTokens > 0 and tokenRatio > 0")
+        self.max_tokens, self.token_ratio = float(max_tokens), float(token_ratio)
+        self.tokens = self.max_tokens
+        self._lock = threading.Lock()
+
+    def record(self, failed: bool) -> None:
+        """Count one attempt's outcome: failed = a retryable status (A6), else a success."""
+        with self._lock:
+            if failed:
+                self.tokens = max(0.0, self.tokens - 1.0)
+            else:
+                self.tokens = min(self.max_tokens, self.tokens + self.token_ratio)
+
+    def allows_retry(self) -> bool:
+        with self._lock:
+            return self.tokens > self.max_tokens / 2

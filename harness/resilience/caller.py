@@ -1,22 +1,29 @@
 """The resilient grpc.aio caller: one logical call = retries, budget, breaker, deadline, balancing.
 
+Transport-agnostic: the caller never builds a stub. It is given, per method, an
+`Invoke` — `await invoke(target, request, timeout, metadata)` returning the reply
+or raising `grpc.aio.AioRpcError` — and `unary_invoker()` builds one from any
+channel factory and a full method name with its serializers, so no generated
+code is needed. `ChannelPool` is such a factory: one channel per target, each
+with a `DrillClientInterceptor` that records attempts (`record_calls=False`).
+
 `ResilientCaller.call()` owns the attempt loop and only asks the strategies
 questions (which backend, may I, how long, again?). Every attempt of one logical
-call carries the same `x-request-id` plus `grpc-previous-rpc-attempts`; attempts
-are recorded by the `DrillClientInterceptor` on each backend channel
-(`record_calls=False`), the logical call once by a `ClientRecorder` whose
-`config` label is the configuration's name. `downstream_for()` is what
-`drill serve --config NAME` uses to call the next hop.
+call carries the same `x-request-id` plus `grpc-previous-rpc-attempts`; the
+logical call is recorded once by a `ClientRecorder` whose `config` label is the
+configuration's name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import random as _random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import grpc
 from grpc import aio
@@ -25,20 +32,25 @@ from harness.core import headers as h
 from harness.core import metrics as m
 from harness.core import scope
 from harness.core.headers import DEFAULT_DRILL_TENANT, traffic_of
-from harness.demo.proto import drill_pb2_grpc
-from harness.demo.service import Downstream
+from harness.core.status import status_name
 from harness.interceptors import ORGANIC, ClientRecorder, DrillClientInterceptor, Tagging
 from harness.resilience import config as _config
 from harness.resilience.balancer import Backend
 from harness.resilience.breaker import CircuitBreaker, State
 from harness.resilience.deadline import EarlyGiveUp
-from harness.resilience.retry import NO_PUSHBACK, parse_pushback, short_method
+from harness.resilience.retry import NO_PUSHBACK, parse_pushback
 
 #: grpc core strips application-set `grpc-*` metadata (checked with grpcio 1.85: the server never
 #: sees `grpc-previous-rpc-attempts`), so the attempt number also travels under this key.
 PREVIOUS_ATTEMPTS_FALLBACK = h.DRILL_PREVIOUS_RPC_ATTEMPTS
 
-DEMO_SERVICE = "drill.v1.Demo"
+
+class Invoke(Protocol):
+    """One attempt of one method on one target: the reply, or `grpc.aio.AioRpcError`/`grpc.RpcError`."""
+
+    def __call__(
+        self, target: str, request: Any, timeout: float | None, metadata: Sequence[tuple[str, str]]
+    ) -> Awaitable[Any]: ...
 
 
 def rpc_error(code: grpc.StatusCode, details: str, trailing: Sequence[tuple[str, str]] = ()) -> aio.AioRpcError:
@@ -46,48 +58,152 @@ def rpc_error(code: grpc.StatusCode, details: str, trailing: Sequence[tuple[str,
     return aio.AioRpcError(code, aio.Metadata(), aio.Metadata(*trailing), details)
 
 
-class ResilientCaller:
-    """Calls the unary methods of the demo service on N replicas under one configuration."""
+def full_method(method: str) -> str:
+    """`pkg.Service/Method` or `/pkg.Service/Method` -> `/pkg.Service/Method` (grpc's form)."""
+    name = method.lstrip("/")
+    if "/" not in name:
+        raise ValueError(f"{method!r} is not a full method name (/pkg.Service/Method)")
+    return "/" + name
+
+
+def unary_invoker(
+    channel_for_target: Callable[[str], aio.Channel],
+    method: str,
+    request_serializer: Callable[[Any], bytes] | None = None,
+    response_deserializer: Callable[[bytes], Any] | None = None,
+) -> Invoke:
+    """An `Invoke` for the unary method `/pkg.Service/Method` through `channel.unary_unary(...)`.
+
+    No serializers = bytes in, bytes out. The multicallable is made once per target.
+    """
+    path = full_method(method)
+    calls: dict[str, Any] = {}
+
+    async def invoke(target: str, request: Any, timeout: float | None, metadata: Sequence[tuple[str, str]]) -> Any:
+        call = calls.get(target)
+        if call is None:
+            call = calls[target] = channel_for_target(target).unary_unary(
+                path, request_serializer=request_serializer, response_deserializer=response_deserializer
+            )
+        return await call(request, timeout=timeout, metadata=tuple(metadata))
+
+    return invoke
+
+
+class ChannelPool:
+    """One insecure grpc.aio channel per target, each with a `DrillClientInterceptor` recording attempts.
+
+    Call it with a target to get its channel; `tagging` may be swapped at any time.
+    """
 
     def __init__(
         self,
-        addresses: Sequence[str],
+        *,
+        service: str,
+        config: str = "none",
+        tagging: Tagging = ORGANIC,
+        drill_tenants: frozenset[str] = frozenset({DEFAULT_DRILL_TENANT}),
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.service, self.config, self.drill_tenants = service, config, drill_tenants
+        self.options = tuple(options)
+        self._tagging = tagging
+        self._interceptors: dict[str, DrillClientInterceptor] = {}
+        self._channels: dict[str, aio.Channel] = {}
+
+    def __call__(self, target: str) -> aio.Channel:
+        channel = self._channels.get(target)
+        if channel is None:
+            ic = DrillClientInterceptor(
+                self._tagging,
+                service=self.service,
+                config=self.config,
+                target=target,
+                drill_tenants=self.drill_tenants,
+                record_calls=False,
+            )
+            channel = aio.insecure_channel(target, options=self.options, interceptors=[ic])
+            self._interceptors[target], self._channels[target] = ic, channel
+        return channel
+
+    @property
+    def tagging(self) -> Tagging:
+        return self._tagging
+
+    @tagging.setter
+    def tagging(self, value: Tagging) -> None:
+        self._tagging = value
+        for ic in self._interceptors.values():
+            ic.tagging = value
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        self._interceptors = {}
+        for channel in channels:
+            await channel.close()
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What one method gets from the configuration, built once per caller."""
+
+    label: str
+    policy: Any
+    backoff: Any
+    deadline: Any
+    timeout: Any
+
+
+class ResilientCaller:
+    """Calls unary methods on N replicas (targets) under one configuration, through given invokes.
+
+    `invokers` maps full method names (`/pkg.Service/Method`) to an `Invoke`;
+    `call()` takes the full name or, when unambiguous, the short one. Backends,
+    breakers, budget and balancer are shared by all methods. With `channels` (a
+    `ChannelPool`) the caller keeps its tagging in sync and closes it on `close()`.
+    `picks` counts the backends the balancer chose and the breaker let through.
+    """
+
+    def __init__(
+        self,
+        targets: Sequence[str],
         config: _config.ResilienceConfig,
+        invokers: Mapping[str, Invoke],
         *,
         service: str,
         tagging: Tagging = ORGANIC,
         drill_tenants: frozenset[str] = frozenset({DEFAULT_DRILL_TENANT}),
         rng: _random.Random | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        channels: ChannelPool | None = None,
     ) -> None:
-        self.addresses = list(addresses)
+        if not targets:
+            raise ValueError("a caller needs at least one target")
+        if not invokers:
+            raise ValueError("a caller needs at least one method to invoke")
+        self.addresses = list(targets)
         self.config = config
         self.service = service
         self.drill_tenants = drill_tenants
+        self.channels = channels
         self._tagging = tagging
+        if channels is not None:
+            channels.tagging = tagging
         self._sleep = sleep
+        self._rng = rng
+        self._invokers = {full_method(k).lstrip("/"): v for k, v in invokers.items()}
+        by_short: dict[str, list[str]] = collections.defaultdict(list)
+        for label in self._invokers:
+            by_short[label.rsplit("/", 1)[-1]].append(label)
+        self._short = {k: v[0] for k, v in by_short.items() if len(v) == 1}
+        self._plans: dict[str, _Plan] = {}
         name = config.name
-        self._interceptors: dict[str, DrillClientInterceptor] = {}
-        self._channels: dict[str, aio.Channel] = {}
-        self._stubs: dict[str, drill_pb2_grpc.DemoStub] = {}
-        for addr in self.addresses:
-            ic = DrillClientInterceptor(
-                tagging,
-                service=service,
-                config=name,
-                target=addr,
-                drill_tenants=drill_tenants,
-                record_calls=False,
-            )
-            channel = aio.insecure_channel(addr, interceptors=[ic])
-            self._interceptors[addr] = ic
-            self._channels[addr] = channel
-            self._stubs[addr] = drill_pb2_grpc.DemoStub(channel)
         self.recorder = ClientRecorder(service, name, ",".join(self.addresses))
+        self.picks: collections.Counter[str] = collections.Counter()
         self.balancer = config.build_balancer(self.addresses, rng)
         self.breakers = config.build_breakers(self._on_transition)
         self.budget = config.build_budget()
-        self.backoff = config.build_backoff(rng)
+        self.throttle = config.build_throttle()
         self.timeouts = config.build_timeouts()
         self._picks = m.ChildCache(m.BALANCER_PICKS)
         self._retries = m.ChildCache(m.RETRY_ATTEMPTS)
@@ -98,6 +214,25 @@ class ResilientCaller:
         if self.breakers is not None:
             for addr in self.addresses:
                 self._state(service, self.breakers.key(addr), name).set(State.CLOSED.value)
+
+    def _plan(self, method: str) -> _Plan:
+        """The invoke label (`pkg.Service/Method`) and its strategies, for a full or short name."""
+        key = method.lstrip("/")
+        label = key if key in self._invokers else self._short.get(key)
+        if label is None:
+            raise ValueError(f"{method!r}: not a method of this caller ({', '.join(sorted(self._invokers))})")
+        plan = self._plans.get(label)
+        if plan is None:
+            cfg = self.config
+            mp = cfg.for_method(label)
+            plan = self._plans[label] = _Plan(
+                label,
+                mp.retry,
+                cfg.build_backoff(self._rng, mp.backoff),
+                dataclasses.replace(cfg.deadline, total_s=mp.timeout_s),
+                self.timeouts.for_method(label),
+            )
+        return plan
 
     # -- observability hooks ----------------------------------------------------------------
     def _on_transition(self, key: str) -> Callable[[State, State], None]:
@@ -116,8 +251,8 @@ class ResilientCaller:
     def tagging(self, value: Tagging) -> None:
         """Swap what this caller puts on the wire (e.g. when a drill enters its fault phase)."""
         self._tagging = value
-        for ic in self._interceptors.values():
-            ic.tagging = value
+        if self.channels is not None:
+            self.channels.tagging = value
 
     def _labels(self, present: dict[str, str], cur: scope.CallScope | None) -> tuple[str, str]:
         """(fault_mode, traffic) of a logical call: explicit metadata, then the served scope, then tagging."""
@@ -138,9 +273,12 @@ class ResilientCaller:
         metadata: Sequence[tuple[str, str]] | None = None,
         timeout: float | None = None,
     ) -> Any:
-        """One logical unary call of `method` (`Call`, `Write`); raises `aio.AioRpcError` on failure."""
-        short = short_method(method)
-        label = f"{DEMO_SERVICE}/{short}"
+        """One logical unary call of `method` (`/pkg.Service/Method` or its short name).
+
+        Raises `aio.AioRpcError` on failure (a `grpc.RpcError` from an invoke is re-raised as one).
+        """
+        plan = self._plan(method)
+        label = plan.label
         cur = scope.current()
         md_in = [(k, v) for k, v in (metadata or ()) if k != h.REQUEST_ID]
         present = dict(metadata or ())
@@ -149,7 +287,7 @@ class ResilientCaller:
         start = time.perf_counter()
         code: grpc.StatusCode = grpc.StatusCode.OK
         try:
-            return await self._attempts(short, label, request, md_in, request_id, cur, timeout)
+            return await self._attempts(plan, request, md_in, request_id, cur, timeout)
         except aio.AioRpcError as err:
             code = err.code()
             raise
@@ -172,6 +310,7 @@ class ResilientCaller:
             breaker = self.breakers.for_backend(backend.address) if self.breakers is not None else None
             if breaker is None or breaker.allow():
                 self._picks(self.service, backend.address, self.config.name).inc()
+                self.picks[backend.address] += 1
                 return backend, breaker, ""
             reason = "breaker"
             if self.breakers is not None and self.breakers.per == "service":
@@ -179,13 +318,13 @@ class ResilientCaller:
             excluded.add(backend.address)
         return None, None, reason
 
-    async def _attempts(self, short, label, request, md_in, request_id, cur, timeout) -> Any:
+    async def _attempts(self, plan: _Plan, request, md_in, request_id, cur, timeout) -> Any:
         cfg = self.config
-        policy = cfg.retry
+        policy, label, invoke = plan.policy, plan.label, self._invokers[plan.label]
         name = cfg.name
         incoming = cur.time_remaining() if cur is not None else None
         try:
-            budget_s = cfg.deadline.call_budget(incoming, timeout)
+            budget_s = plan.deadline.call_budget(incoming, timeout)
         except EarlyGiveUp as exc:
             self._fail_fast(self.service, label, name, "deadline").inc()
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"early give-up: {exc}") from None
@@ -195,7 +334,7 @@ class ResilientCaller:
                 # We are the edge: the origin deadline is the logical call's, not one attempt's.
                 md_in = [*md_in, (h.ORIGIN_DEADLINE, f"{time.time() + budget_s:.3f}")]
         self.budget.record_request()
-        strategy = self.timeouts.for_method(label)
+        strategy = plan.timeout
         previous_sleep = 0.0
         last: aio.AioRpcError | None = None
         tried: set[str] = set()
@@ -222,12 +361,11 @@ class ResilientCaller:
             self.balancer.started(backend)
             t0 = time.monotonic()
             try:
-                reply = await getattr(self._stubs[backend.address], short)(
-                    request, timeout=attempt_timeout, metadata=tuple(md)
-                )
-            except aio.AioRpcError as err:
-                code, last = err.code(), err
-                pushback = parse_pushback(err.trailing_metadata())
+                reply = await invoke(backend.address, request, attempt_timeout, tuple(md))
+            except grpc.RpcError as err:
+                last = err if isinstance(err, aio.AioRpcError) else _as_aio_error(err)
+                code = last.code()
+                pushback = parse_pushback(last.trailing_metadata())
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED
                 raise
@@ -238,6 +376,8 @@ class ResilientCaller:
                     breaker.record(code)
                 if code is not grpc.StatusCode.CANCELLED:
                     strategy.observe(rtt)
+                if self.throttle is not None and code is not grpc.StatusCode.CANCELLED:
+                    self.throttle.record(failed=status_name(code) in policy.codes)
             if code is grpc.StatusCode.OK:
                 return reply
             assert last is not None
@@ -246,10 +386,11 @@ class ResilientCaller:
             if policy.honour_pushback and pushback.sleep_s is not None:
                 sleep_s = pushback.sleep_s
             else:
-                sleep_s = self.backoff(n + 1, previous_sleep)
+                sleep_s = plan.backoff(n + 1, previous_sleep)
             if deadline is not None and time.monotonic() + sleep_s >= deadline - cfg.deadline.min_remaining_s:
                 raise last  # the next attempt could not start before the deadline
-            if not self.budget.try_acquire():
+            throttled = self.throttle is not None and not self.throttle.allows_retry()
+            if throttled or not self.budget.try_acquire():
                 self._exhausted(self.service, label, name).inc()
                 raise last
             self._retries(self.service, label, name).inc()
@@ -260,36 +401,14 @@ class ResilientCaller:
         raise last
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
+        """Close the `ChannelPool` given at construction, if any."""
+        if self.channels is not None:
+            await self.channels.close()
 
 
-def as_downstream(caller: ResilientCaller) -> Downstream:
-    """Adapt a caller to the demo servicer's `Downstream`: failures become this hop's status.
-
-    With `pushback_on_give_up` the status carries `grpc-retry-pushback-ms: -1`, so a caller
-    above that honours pushback does not retry what this hop already retried (retry at one layer).
-    """
-    trailing = ((h.RETRY_PUSHBACK_MS, "-1"),) if caller.config.retry.pushback_on_give_up else ()
-
-    async def call(method: str, request, context: aio.ServicerContext):
-        try:
-            return await caller.call(method, request)
-        except aio.AioRpcError as err:
-            await context.abort(err.code(), err.details() or "downstream failed", trailing)
-
-    return call
-
-
-def parse_addresses(addresses: str) -> list[str]:
-    out = [a.strip() for a in addresses.split(",") if a.strip()]
-    if not out:
-        raise ValueError("no downstream address given")
-    return out
-
-
-async def downstream_for(addresses: str, config: str, *, service: str) -> tuple[Downstream, ResilientCaller]:
-    """(downstream, closeable) for `drill serve --downstream A,B --config NAME|PATH`."""
-    cfg = _config.load(config)
-    caller = ResilientCaller(parse_addresses(addresses), cfg, service=service)
-    return as_downstream(caller), caller
+def _as_aio_error(err: grpc.RpcError) -> aio.AioRpcError:
+    """A sync `grpc.RpcError` (a `grpc.Call`) as the `AioRpcError` the caller raises."""
+    code = getattr(err, "code", lambda: grpc.StatusCode.UNKNOWN)()
+    details = getattr(err, "details", lambda: str(err))() or ""
+    trailing = getattr(err, "trailing_metadata", lambda: ())() or ()
+    return rpc_error(code, details, tuple((k, v) for k, v in trailing))

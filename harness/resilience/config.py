@@ -1,15 +1,22 @@
-"""Named resilience configurations (DESIGN §9): YAML in, composed strategy objects out.
+"""Named resilience configurations (DESIGN §9): YAML or gRPC service-config JSON in, strategies out.
 
-A configuration is a composition, not a flag soup: each YAML section names one
-strategy (retry + backoff, budget, breaker, deadline, timeouts, balancer) and
-`ResilienceConfig` builds fresh instances of them for each caller. Load by name
-(`harness/configs/NAME.yaml`) or by path. Unknown keys are refused so a typo
+Keys follow gRPC's service config where it has the concept: `retryPolicy`
+(`maxAttempts`, `initialBackoff`, `maxBackoff`, `backoffMultiplier`,
+`retryableStatusCodes`), `retryThrottling` (`maxTokens`, `tokenRatio`) and
+`methodConfig` (`name: [{service, method}]`, `timeout`, `retryPolicy`), so a real
+service config loads as is. Our extensions sit beside them as top-level keys:
+`backoff` (jitter kind), `pushback`, `retryBudget`, `breaker`, `deadline`,
+`attemptTimeouts`, `balancer`, `nonIdempotentMethods`. A configuration is a
+composition, not a flag soup: `ResilienceConfig` builds fresh strategy objects
+for each caller. Validation is strict: an unknown key, a wrong type or an
+out-of-range value anywhere is a `ConfigError` naming its key path, so a typo
 never silently turns a mechanism off.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import random as _random
 from collections.abc import Callable, Sequence
@@ -19,49 +26,50 @@ import yaml
 
 from harness.core.status import STATUS_NAMES
 from harness.resilience import backoff as _backoff
+from harness.resilience._schema import ConfigError, Reader
 from harness.resilience.balancer import Balancer, Ejection, PowerOfTwoChoices, RoundRobin
 from harness.resilience.breaker import BreakerSet, CircuitBreaker, CountWindow, TimeWindow, Transition
-from harness.resilience.budget import RetryBudget, Unlimited
+from harness.resilience.budget import RetryBudget, RetryThrottle, Unlimited
 from harness.resilience.deadline import DeadlinePolicy
-from harness.resilience.retry import RetryPolicy
+from harness.resilience.retry import MAX_ATTEMPTS_CAP, RetryPolicy
 from harness.resilience.timeouts import MethodTimeouts
+
+__all__ = ["CONFIG_DIR", "NAMES", "ConfigError", "MethodConfig", "ResilienceConfig", "from_dict", "load"]
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
 NAMES: tuple[str, ...] = ("naive", "jitter", "budget", "resilient", "resilient-p2c")
 
-_SECTIONS = {
-    "name": None,
-    "description": None,
-    "retry": {"max_attempts", "codes", "non_idempotent", "backoff", "honour_pushback", "pushback_on_give_up"},
-    "budget": {"ratio", "min_retries_per_s", "window_s"},
-    "breaker": {"failure_rate", "min_calls", "window", "open_s", "half_open_probes", "per"},
-    "deadline": {"propagate", "hop_margin_s", "min_remaining_s", "total_s"},
-    "timeouts": {"default", "methods"},
-    "balancer": {"kind", "decay_s", "ejection"},
-}
+#: Backoff without retries: a method whose config has no retryPolicy makes one attempt.
+NO_RETRY = RetryPolicy(max_attempts=1)
 
 
-class ConfigError(ValueError):
-    """A configuration that cannot be loaded as written."""
+@dataclasses.dataclass(frozen=True)
+class MethodConfig:
+    """One gRPC `methodConfig` entry: which methods, their call timeout, their retry policy."""
+
+    #: (service, method) pairs; "" = any. `(("", ""),)` is the default entry (`name: [{}]`).
+    names: tuple[tuple[str, str], ...]
+    timeout_s: float | None = None
+    retry: RetryPolicy | None = None
+    backoff: dict[str, Any] | None = None
 
 
-def _check_keys(raw: dict[str, Any], source: str) -> None:
-    for key, value in raw.items():
-        if key not in _SECTIONS:
-            raise ConfigError(f"{source}: unknown section {key!r}")
-        allowed = _SECTIONS[key]
-        if allowed is None or value is None:
-            continue
-        if not isinstance(value, dict):
-            raise ConfigError(f"{source}: section {key!r} must be a mapping or null")
-        unknown = set(value) - allowed
-        if unknown:
-            raise ConfigError(f"{source}: unknown keys in {key!r}: {sorted(unknown)}")
+@dataclasses.dataclass(frozen=True)
+class MethodPlan:
+    """What applies to one method: its retry policy, backoff spec and call timeout (None = none)."""
+
+    retry: RetryPolicy
+    backoff: dict[str, Any]
+    timeout_s: float | None
 
 
 @dataclasses.dataclass(frozen=True)
 class ResilienceConfig:
-    """One named configuration. Sections that are None are off (no budget, no breaker...)."""
+    """One named configuration. Sections that are None are off (no budget, no breaker...).
+
+    `retry`, `backoff` and `deadline.total_s` are the defaults (gRPC's `name: [{}]` entry);
+    `methods` holds the more specific `methodConfig` entries.
+    """
 
     name: str
     retry: RetryPolicy
@@ -72,10 +80,26 @@ class ResilienceConfig:
     timeouts: dict[str, Any]
     balancer: dict[str, Any]
     description: str = ""
+    methods: tuple[MethodConfig, ...] = ()
+    throttling: dict[str, float] | None = None
+
+    # -- per method ------------------------------------------------------------------------
+    def for_method(self, method: str) -> MethodPlan:
+        """The most specific entry for `pkg.Service/Method` (gRPC: exact, then service, then default)."""
+        service, _, short = method.lstrip("/").rpartition("/")
+        for wanted in ((service, short), (service, "")):
+            for entry in self.methods:
+                if wanted in entry.names:
+                    return MethodPlan(
+                        entry.retry or NO_RETRY,
+                        entry.backoff or {"kind": "none"},
+                        entry.timeout_s,
+                    )
+        return MethodPlan(self.retry, self.backoff, self.deadline.total_s)
 
     # -- builders: fresh, independent strategy objects per caller --------------------------
-    def build_backoff(self, rng: _random.Random | None = None) -> _backoff.Backoff:
-        return _backoff.build(self.backoff, rng)
+    def build_backoff(self, rng: _random.Random | None = None, spec: dict[str, Any] | None = None) -> _backoff.Backoff:
+        return _backoff.build(self.backoff if spec is None else spec, rng)
 
     def build_budget(self, clock: Callable[[], float] | None = None) -> RetryBudget | Unlimited:
         if self.budget is None:
@@ -87,6 +111,12 @@ class ResilienceConfig:
             float(self.budget.get("window_s", 10.0)),
             **kw,
         )
+
+    def build_throttle(self) -> RetryThrottle | None:
+        """gRPC's `retryThrottling` token bucket (gRFC A6), or None."""
+        if self.throttling is None:
+            return None
+        return RetryThrottle(self.throttling["max_tokens"], self.throttling["token_ratio"])
 
     def build_breakers(
         self,
@@ -120,6 +150,7 @@ class ResilienceConfig:
         return BreakerSet(factory, str(spec.get("per", "backend")))
 
     def build_timeouts(self) -> MethodTimeouts:
+        """Per-attempt timeouts (our extension; gRPC's `timeout` covers the whole call)."""
         return MethodTimeouts(self.timeouts.get("default"), self.timeouts.get("methods"))
 
     def build_balancer(
@@ -150,48 +181,255 @@ class ResilienceConfig:
         )
 
 
-def from_dict(raw: dict[str, Any], source: str = "<dict>") -> ResilienceConfig:
-    """Validate and build a configuration from a parsed YAML mapping."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: a configuration is a mapping")
-    _check_keys(raw, source)
-    name = str(raw.get("name") or "").strip()
+# -- parsing ---------------------------------------------------------------------------------
+_TOP = (
+    "name", "description", "methodConfig", "retryPolicy", "retryThrottling", "nonIdempotentMethods",
+    "backoff", "pushback", "retryBudget", "breaker", "deadline", "attemptTimeouts", "balancer",
+)  # fmt: skip
+_RETRY_POLICY = ("maxAttempts", "initialBackoff", "maxBackoff", "backoffMultiplier", "retryableStatusCodes")
+_JITTER = ("full", "none", "decorrelated")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Common:
+    """Settings every retry policy of one configuration shares (our extensions)."""
+
+    jitter: str
+    non_idempotent: frozenset[str]
+    honour_pushback: bool
+    pushback_on_give_up: bool
+
+
+def _retry_policy(r: Reader, common: _Common) -> tuple[RetryPolicy, dict[str, Any]]:
+    """gRPC's retryPolicy (every field required, as in gRPC) -> (policy, backoff spec)."""
+    attempts = r.number("maxAttempts", integer=True, lo=2, hi=MAX_ATTEMPTS_CAP)
+    initial = r.duration("initialBackoff")  # gRPC wants > 0; 0s = immediate retries (the naive baseline)
+    cap = r.duration("maxBackoff")
+    if cap < initial:
+        r.fail(r.key_path("maxBackoff"), f"{cap:g}s is below initialBackoff ({initial:g}s)")
+    multiplier = r.number("backoffMultiplier", lo=0.0, lo_open=True)
+    codes = [c.upper() for c in r.strings("retryableStatusCodes")]
+    bad = sorted({c for c in codes if c not in STATUS_NAMES or c == "OK"})
+    if not codes or bad:
+        r.fail(r.key_path("retryableStatusCodes"), f"needs retryable gRPC status names (bad: {bad or 'empty'})")
+    if initial == 0 or common.jitter == "none":
+        spec: dict[str, Any] = (
+            {"kind": "none"} if initial == 0 else {"kind": "exponential", "base_s": initial, "cap_s": cap}
+        )
+    elif common.jitter == "full":
+        spec = {"kind": "full_jitter", "base_s": initial, "cap_s": cap}
+    else:
+        spec = {"kind": "decorrelated", "base_s": initial, "cap_s": cap}
+    if spec["kind"] != "none":
+        spec["multiplier"] = multiplier
+    policy = RetryPolicy(
+        max_attempts=attempts,
+        codes=frozenset(codes),
+        non_idempotent=common.non_idempotent,
+        honour_pushback=common.honour_pushback,
+        pushback_on_give_up=common.pushback_on_give_up,
+    )
+    return policy, spec
+
+
+def _method_names(r: Reader, index: int) -> tuple[tuple[str, str], ...]:
+    raw = r.raw.get("name")
+    path = r.key_path("name")
+    if not isinstance(raw, list) or not raw:
+        r.fail(path, "must be a non-empty list of {service, method}")
+    names = []
+    for i, item in enumerate(raw):
+        n = Reader(item, f"{path}[{i}]", r.source, ("service", "method"))
+        service, method = n.string("service", ""), n.string("method", "")
+        if method and not service:
+            n.fail(n.key_path("method"), "a method needs its service")
+        names.append((service, method))
+    return tuple(names)
+
+
+def _method_configs(top: Reader, common: _Common) -> list[MethodConfig]:
+    raw = top.raw.get("methodConfig") or []
+    if not isinstance(raw, list):
+        top.fail("methodConfig", "must be a list")
+    out: list[MethodConfig] = []
+    seen: dict[tuple[str, str], int] = {}
+    for i, item in enumerate(raw):
+        r = Reader(item, f"methodConfig[{i}]", top.source, ("name", "timeout", "retryPolicy", "waitForReady"))
+        names = _method_names(r, i)
+        for name in names:
+            if name in seen:
+                r.fail(r.key_path("name"), f"{name} already named in methodConfig[{seen[name]}]")
+            seen[name] = i
+        if r.has("waitForReady"):
+            r.boolean("waitForReady")  # accepted (gRPC key), no effect here
+        timeout = r.duration("timeout", None, lo=0.0, lo_open=True)
+        policy = spec = None
+        rp = r.child("retryPolicy", _RETRY_POLICY)
+        if rp is not None:
+            policy, spec = _retry_policy(rp, common)
+        out.append(MethodConfig(names, timeout, policy, spec))
+    return out
+
+
+def _budget(r: Reader | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {
+        "ratio": r.number("ratio", lo=0.0, hi=1.0),
+        "min_retries_per_s": r.number("minRetriesPerSecond", 1.0, lo=0.0),
+        "window_s": r.duration("window", 10.0, lo_open=True),
+    }
+
+
+def _breaker(r: Reader | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    out: dict[str, Any] = {
+        "failure_rate": r.number("failureRate", 0.5, lo=0.0, lo_open=True, hi=1.0),
+        "min_calls": r.number("minCalls", 20, lo=1, integer=True),
+        "open_s": r.duration("openDuration", 5.0, lo_open=True),
+        "half_open_probes": r.number("halfOpenProbes", 3, lo=1, integer=True),
+        "per": r.string("per", "backend", choices=("backend", "service")),
+        "window": {"kind": "count", "size": 100},
+    }
+    raw_window = r.raw.get("window")
+    if raw_window is not None:
+        kind = raw_window.get("kind", "count") if isinstance(raw_window, dict) else None
+        allowed = {"count": ("kind", "size"), "time": ("kind", "duration")}.get(kind, ("kind",))
+        w = Reader(raw_window, r.key_path("window"), r.source, allowed)
+        w.string("kind", "count", choices=("count", "time"))
+        if kind == "count":
+            out["window"] = {"kind": "count", "size": w.number("size", lo=1, integer=True)}
+        else:
+            out["window"] = {"kind": "time", "seconds": w.duration("duration", lo=1.0)}
+    window = out["window"]
+    if window["kind"] == "count" and out["min_calls"] > window["size"]:
+        r.fail(r.key_path("minCalls"), f"{out['min_calls']} is larger than breaker.window.size ({window['size']})")
+    return out
+
+
+def _attempt_timeout(raw: Any, path: str, source: str) -> dict[str, Any]:
+    kind = raw.get("kind", "none") if isinstance(raw, dict) else None
+    allowed = {
+        "none": ("kind",),
+        "fixed": ("kind", "timeout"),
+        "p99": ("kind", "factor", "floor", "cap", "window", "minSamples"),
+    }.get(kind, ("kind",))
+    r = Reader(raw, path, source, allowed)
+    r.string("kind", "none", choices=("none", "fixed", "p99"))
+    if kind == "fixed":
+        return {"kind": "fixed", "seconds": r.duration("timeout", lo_open=True)}
+    if kind == "p99":
+        spec = {
+            "kind": "p99",
+            "factor": r.number("factor", 1.5, lo=0.0, lo_open=True),
+            "floor_s": r.duration("floor", 0.05, lo_open=True),
+            "cap_s": r.duration("cap", 2.0, lo_open=True),
+            "window": r.number("window", 200, lo=1, integer=True),
+            "min_samples": r.number("minSamples", 20, lo=1, integer=True),
+        }
+        if spec["floor_s"] > spec["cap_s"]:
+            r.fail(r.key_path("floor"), f"{spec['floor_s']:g}s is above cap ({spec['cap_s']:g}s)")
+        return spec
+    return {"kind": "none"}
+
+
+def _attempt_timeouts(r: Reader | None) -> dict[str, Any]:
+    if r is None:
+        return {}
+    out: dict[str, Any] = {}
+    if r.has("default"):
+        out["default"] = _attempt_timeout(r.raw["default"], r.key_path("default"), r.source)
+    methods = r.raw.get("methods")
+    if methods is not None:
+        if not isinstance(methods, dict):
+            r.fail(r.key_path("methods"), "must be a mapping of method name to timeout")
+        path = r.key_path("methods")
+        out["methods"] = {str(k): _attempt_timeout(v, f"{path}.{k}", r.source) for k, v in methods.items()}
+    return out
+
+
+def _balancer(r: Reader | None) -> dict[str, Any]:
+    if r is None:
+        return {"kind": "round_robin"}
+    out: dict[str, Any] = {
+        "kind": r.string("kind", "round_robin", choices=("round_robin", "p2c")),
+        "decay_s": r.duration("decay", 10.0, lo_open=True),
+    }
+    allowed = ("consecutiveFailures", "baseEjectionTime", "maxEjectionPercent", "latencyFactor", "minLatency")
+    e = r.child("ejection", allowed)
+    if e is not None:
+        out["ejection"] = {
+            "consecutive_failures": e.number("consecutiveFailures", 5, lo=0, integer=True),
+            "base_s": e.duration("baseEjectionTime", 10.0, lo_open=True),
+            "max_percent": e.number("maxEjectionPercent", 50, lo=0, hi=100, integer=True),
+            "latency_factor": e.number("latencyFactor", None, lo=1.0, lo_open=True) if e.has("latencyFactor") else None,
+            "min_latency_s": e.duration("minLatency", 0.05),
+        }
+    return out
+
+
+def _parse(raw: Any, source: str, default_name: str | None) -> ResilienceConfig:
+    top = Reader(raw, "", source, _TOP)
+    name = top.string("name", default_name or "").strip()
     if not name:
-        raise ConfigError(f"{source}: `name` is required (it is the `config` label)")
-    r = dict(raw.get("retry") or {})
-    codes = frozenset(str(c).upper() for c in r.get("codes", ["UNAVAILABLE"]))
-    bad = codes - STATUS_NAMES
-    if bad or "OK" in codes:
-        raise ConfigError(f"{source}: retry codes not retryable gRPC status names: {sorted(bad | (codes & {'OK'}))}")
-    max_attempts = int(r.get("max_attempts", 1))
-    if max_attempts < 1:
-        raise ConfigError(f"{source}: retry.max_attempts must be ≥ 1")
-    retry = RetryPolicy(
-        max_attempts=max_attempts,
-        codes=codes,
-        non_idempotent=frozenset(r.get("non_idempotent", ["Write"])),
-        honour_pushback=bool(r.get("honour_pushback", True)),
-        pushback_on_give_up=bool(r.get("pushback_on_give_up", False)),
+        top.fail("name", "required (it is the `config` label)")
+    methods = top.strings("nonIdempotentMethods", [])
+    b = top.child("backoff", ("jitter",))
+    p = top.child("pushback", ("honour", "onGiveUp"))
+    common = _Common(
+        jitter=b.string("jitter", "full", choices=_JITTER) if b else "full",
+        non_idempotent=frozenset(m.lstrip("/") for m in methods),
+        honour_pushback=p.boolean("honour", True) if p else True,
+        pushback_on_give_up=p.boolean("onGiveUp", False) if p else False,
     )
-    d = dict(raw.get("deadline") or {})
+    entries = _method_configs(top, common)
+    default = next((e for e in entries if ("", "") in e.names), None)
+    rp = top.child("retryPolicy", _RETRY_POLICY)
+    retry, backoff_spec = NO_RETRY, {"kind": "none"}
+    if rp is not None:
+        if default is not None and default.retry is not None:
+            top.fail("retryPolicy", "also given by the default methodConfig entry (name: [{}]); keep one")
+        retry, backoff_spec = _retry_policy(rp, common)
+    elif default is not None and default.retry is not None:
+        retry, backoff_spec = default.retry, default.backoff or backoff_spec
+    throttling = None
+    t = top.child("retryThrottling", ("maxTokens", "tokenRatio"))
+    if t is not None:
+        throttling = {
+            "max_tokens": t.number("maxTokens", lo=0.0, lo_open=True, hi=1000.0),
+            "token_ratio": t.number("tokenRatio", lo=0.0, lo_open=True),
+        }
+    d = top.child("deadline", ("propagate", "hopMargin", "minRemaining"))
     deadline = DeadlinePolicy(
-        propagate=bool(d.get("propagate", False)),
-        hop_margin_s=float(d.get("hop_margin_s", 0.01)),
-        min_remaining_s=float(d.get("min_remaining_s", 0.005)),
-        total_s=None if d.get("total_s") is None else float(d["total_s"]),
+        propagate=d.boolean("propagate", False) if d else False,
+        hop_margin_s=d.duration("hopMargin", 0.01) if d else 0.01,
+        min_remaining_s=d.duration("minRemaining", 0.005) if d else 0.005,
+        total_s=default.timeout_s if default is not None else None,
     )
-    cfg = ResilienceConfig(
+    breaker_keys = ("failureRate", "minCalls", "window", "openDuration", "halfOpenProbes", "per")
+    return ResilienceConfig(
         name=name,
-        description=str(raw.get("description") or ""),
+        description=top.string("description", ""),
         retry=retry,
-        backoff=dict(r.get("backoff") or {"kind": "none"}),
-        budget=None if raw.get("budget") is None else dict(raw["budget"]),
-        breaker=None if raw.get("breaker") is None else dict(raw["breaker"]),
+        backoff=backoff_spec,
+        budget=_budget(top.child("retryBudget", ("ratio", "minRetriesPerSecond", "window"))),
+        breaker=_breaker(top.child("breaker", breaker_keys)),
         deadline=deadline,
-        timeouts=dict(raw.get("timeouts") or {}),
-        balancer=dict(raw.get("balancer") or {"kind": "round_robin"}),
+        timeouts=_attempt_timeouts(top.child("attemptTimeouts", ("default", "methods"))),
+        balancer=_balancer(top.child("balancer", ("kind", "decay", "ejection"))),
+        methods=tuple(e for e in entries if e is not default),
+        throttling=throttling,
     )
-    # Build once to surface bad values now rather than on the first call.
+
+
+def from_dict(raw: dict[str, Any], source: str = "<dict>", *, name: str | None = None) -> ResilienceConfig:
+    """Validate and build a configuration from a parsed mapping (ours, or a gRPC service config).
+
+    `name` is used when the mapping has none (a plain gRPC service config has no name).
+    """
+    cfg = _parse(raw, source, name)
+    # Build once to surface what the readers cannot see now rather than on the first call.
     try:
         cfg.build_backoff()
         cfg.build_budget()
@@ -206,12 +444,19 @@ def from_dict(raw: dict[str, Any], source: str = "<dict>") -> ResilienceConfig:
 
 
 def load(name_or_path: str) -> ResilienceConfig:
-    """Load a configuration by name (`resilient`) or by YAML path (`./my.yaml`)."""
+    """Load by name (`resilient`), by YAML path (`./my.yaml`) or a gRPC service-config JSON (`./svc.json`).
+
+    A JSON file without a `name` is named after the file (`svc.json` -> `svc`).
+    """
     path = pathlib.Path(name_or_path)
-    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+    if not (path.suffix in (".yaml", ".yml", ".json") or path.exists()):
         path = CONFIG_DIR / f"{name_or_path}.yaml"
         if not path.exists():
             raise ConfigError(f"unknown configuration {name_or_path!r}; named ones: {', '.join(NAMES)}")
-    with open(path, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh)
-    return from_dict(raw, str(path))
+    source = path.name
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = json.load(fh) if path.suffix == ".json" else yaml.safe_load(fh)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+    return from_dict(raw, source, name=path.stem)

@@ -52,7 +52,8 @@ def short_method(method: str) -> str:
 class RetryPolicy:
     max_attempts: int = 1
     codes: frozenset[str] = frozenset({"UNAVAILABLE"})
-    non_idempotent: frozenset[str] = frozenset({"Write"})
+    #: Named by the user (short `Write` or full `pkg.Service/Write`); no default guess.
+    non_idempotent: frozenset[str] = frozenset()
     honour_pushback: bool = True
     #: When this hop gives up, tell its caller not to retry (pushback -1): retry at one layer only.
     pushback_on_give_up: bool = False
@@ -61,7 +62,8 @@ class RetryPolicy:
         object.__setattr__(self, "max_attempts", max(1, min(MAX_ATTEMPTS_CAP, int(self.max_attempts))))
 
     def idempotent(self, method: str) -> bool:
-        return short_method(method) not in self.non_idempotent and method not in self.non_idempotent
+        full = method.lstrip("/")
+        return short_method(full) not in self.non_idempotent and full not in self.non_idempotent
 
     def retryable(self, method: str, code, attempts_made: int, pushback: Pushback = NO_PUSHBACK) -> bool:
         """Whether another attempt is allowed after `attempts_made` attempts ended with `code`."""

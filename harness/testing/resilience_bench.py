@@ -22,10 +22,12 @@ from grpc import aio
 
 from harness.core import headers as h
 from harness.core.settings import FaultSettings
+from harness.demo.downstream import as_downstream, demo_caller
 from harness.demo.proto import drill_pb2
+from harness.demo.serve import start_server
 from harness.interceptors import Tagging
+from harness.resilience import ResilientCaller
 from harness.resilience import config as _config
-from harness.resilience.caller import ResilientCaller, as_downstream
 
 DRILL_TENANT = "tenant-drill"
 
@@ -92,7 +94,9 @@ class Hop:
 
 
 @dataclasses.dataclass
-class Topology:
+class InProcessChain:
+    """Demo hops served in this process (not `harness.drills.topology`'s processes)."""
+
     hops: list[Hop]
 
     @property
@@ -107,8 +111,6 @@ class Topology:
 
 
 async def start_hop(service: str, *, faults: bool = True, seed: int = 7, downstream=None, instance: str = "") -> Hop:
-    from harness.demo.serve import start_server  # late: serve imports the resilience layer lazily too
-
     rec = HopRecorder()
     settings = FaultSettings(enabled=faults, service=service, seed=seed, instance_id=instance or service)
     server, port, _ = await start_server(port=0, settings=settings, downstream=downstream, extra_interceptors=[rec])
@@ -117,7 +119,7 @@ async def start_hop(service: str, *, faults: bool = True, seed: int = 7, downstr
 
 async def start_chain(
     depth: int, cfg: _config.ResilienceConfig, *, prefix: str = "hop", seed: int = 7, seed_rng: int = 1
-) -> Topology:
+) -> InProcessChain:
     """`depth` hops, `prefix1 → prefix2 → ...`; each non-leaf calls the next through `cfg`."""
 
     hops: list[Hop] = []
@@ -128,9 +130,9 @@ async def start_chain(
         hop.caller = caller  # what this hop uses to reach hop i+1 (None for the leaf)
         hops.insert(0, hop)
         if i > 1:
-            caller = ResilientCaller([hop.address], cfg, service=f"{prefix}{i - 1}", rng=random.Random(seed_rng + i))
+            caller = demo_caller([hop.address], cfg, service=f"{prefix}{i - 1}", rng=random.Random(seed_rng + i))
             downstream = as_downstream(caller)
-    return Topology(hops)
+    return InProcessChain(hops)
 
 
 @dataclasses.dataclass
@@ -211,7 +213,7 @@ async def measure_amplification(
 
     topo = await start_chain(depth, cfg, prefix=f"{cfg.name}-d{depth}-h", seed=seed)
     deepest = topo.hops[-1].service
-    ingress = ResilientCaller(
+    ingress = demo_caller(
         [topo.entry],
         cfg,
         service="ingress",
@@ -251,24 +253,18 @@ async def measure_balancing(
 
     hops = [await start_hop("balanced", faults=i < slow, seed=seed, instance=f"balanced-{i}") for i in range(backends)]
     slow_addrs = {hop.address for hop in hops[:slow]}
-    caller = ResilientCaller(
+    caller = demo_caller(
         [hop.address for hop in hops],
         cfg,
         service="lb-client",
         tagging=drill_tagging(f"delay:{delay_ms}"),
         rng=random.Random(seed),
     )
-    picks: dict[str, int] = {}
-    original = caller._picks
-
-    def counting(service: str, backend: str, config: str):
-        picks[backend] = picks.get(backend, 0) + 1
-        return original(service, backend, config)
-
     try:
         await drive(caller, warmup, concurrency=concurrency, time_limit_s=time_limit_s)
-        caller._picks = counting
+        warm = caller.picks.copy()
         result = await drive(caller, requests, concurrency=concurrency, time_limit_s=time_limit_s)
+        picks = caller.picks - warm
     finally:
         await caller.close()
         for hop in hops:
@@ -297,7 +293,7 @@ async def measure_deadline_gap(
     """Chain with `delay_ms` at the last hop, edge deadline `client_deadline_s`: work past the deadline."""
 
     topo = await start_chain(depth, cfg, prefix=f"{cfg.name}-dl-h", seed=seed)
-    edge = ResilientCaller(
+    edge = demo_caller(
         [topo.entry],
         cfg,
         service="edge",

@@ -1,4 +1,4 @@
-"""Unit tests: peak EWMA, round robin, P2C, ejection, timeouts, deadline helpers, config loading."""
+"""Unit tests: peak EWMA, round robin, P2C, ejection, timeouts, deadline helpers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from harness.resilience import config as rconfig
 from harness.resilience.balancer import Balancer, Ejection, PeakEwma, PowerOfTwoChoices, RoundRobin
 from harness.resilience.deadline import DeadlinePolicy, EarlyGiveUp, outgoing_timeout
 from harness.resilience.timeouts import FixedTimeout, MethodTimeouts, NoTimeout, P99Timeout
@@ -160,50 +159,3 @@ def test_policy_takes_the_tightest_budget():
     assert p.call_budget(0.5) == pytest.approx(0.49)
     assert p.call_budget(0.5, explicit_s=0.1) == 0.1
     assert DeadlinePolicy(propagate=False, total_s=None).call_budget(0.5) is None
-
-
-# -- configuration -------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", rconfig.NAMES)
-def test_named_configurations_load_and_carry_their_name(name):
-    cfg = rconfig.load(name)
-    assert cfg.name == name
-    assert cfg.retry.non_idempotent >= {"Write"}
-
-
-def test_configuration_ladder_adds_mechanisms():
-    naive, jitter, budget, resilient, p2c = (rconfig.load(n) for n in rconfig.NAMES)
-    assert naive.backoff["kind"] == "none" and naive.budget is None and naive.breaker is None
-    assert jitter.backoff["kind"] == "full_jitter" and jitter.budget is None
-    assert budget.budget["ratio"] == 0.1
-    assert resilient.breaker["failure_rate"] == 0.5 and resilient.deadline.propagate
-    assert resilient.retry.max_attempts <= 3
-    assert p2c.balancer["kind"] == "p2c"
-
-
-def test_configuration_by_path(tmp_path):
-    path = tmp_path / "mine.yaml"
-    path.write_text("name: mine\nretry: {max_attempts: 7}\n")
-    cfg = rconfig.load(str(path))
-    assert cfg.name == "mine" and cfg.retry.max_attempts == 5
-
-
-@pytest.mark.parametrize(
-    "raw",
-    [
-        {"name": "x", "retry": {"max_attemps": 3}},
-        {"name": "x", "breakr": {}},
-        {"retry": {"max_attempts": 2}},
-        {"name": "x", "retry": {"codes": ["UNAVAILABLE", "NOPE"]}},
-        {"name": "x", "retry": {"codes": ["OK"]}},
-        {"name": "x", "balancer": {"kind": "random"}},
-        {"name": "x", "retry": {"backoff": {"kind": "sometimes"}}},
-    ],
-)
-def test_bad_configurations_are_refused(raw):
-    with pytest.raises(rconfig.ConfigError):
-        rconfig.from_dict(raw)
-
-
-def test_unknown_name_is_refused():
-    with pytest.raises(rconfig.ConfigError):
-        rconfig.load("no-such-config")

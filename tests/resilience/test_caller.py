@@ -1,4 +1,4 @@
-"""The resilient caller against real aio servers on 127.0.0.1."""
+"""The resilient caller driving the demo service (through harness.demo.downstream) on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ import pytest
 from grpc import aio
 
 from harness.core import scope
+from harness.demo.downstream import as_downstream, demo_caller, downstream_for
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
-from harness.resilience import caller as rcaller
 from harness.resilience import config as rconfig
-from harness.resilience.caller import ResilientCaller, downstream_for
 from harness.testing import resilience_bench as bench
 from tests.conftest import sample, sample_sum
 
@@ -36,7 +35,7 @@ async def _failing_leaf(service: str):
 def test_every_attempt_carries_the_same_request_id_and_its_number():
     async def go():
         leaf = await _failing_leaf("rid-leaf")
-        c = ResilientCaller(
+        c = demo_caller(
             [leaf.address],
             rconfig.load("naive"),
             service="rid-client",
@@ -61,7 +60,7 @@ def test_every_attempt_carries_the_same_request_id_and_its_number():
 def test_non_idempotent_write_is_never_retried():
     async def go():
         leaf = await _failing_leaf("write-leaf")
-        c = ResilientCaller(
+        c = demo_caller(
             [leaf.address],
             rconfig.load("naive"),
             service="write-client",
@@ -87,7 +86,7 @@ def test_logical_calls_are_recorded_once_with_the_config_label():
 
     async def go():
         leaf = await _failing_leaf("label-leaf")
-        c = ResilientCaller(
+        c = demo_caller(
             [leaf.address],
             rconfig.load("jitter"),
             service="label-client",
@@ -114,7 +113,7 @@ def test_budget_exhaustion_fails_fast_and_is_counted():
 
     async def go():
         leaf = await _failing_leaf("budget-leaf")
-        c = ResilientCaller(
+        c = demo_caller(
             [leaf.address],
             budget_cfg,
             service="budget-client",
@@ -146,7 +145,7 @@ def test_budget_exhaustion_fails_fast_and_is_counted():
 def test_breaker_opens_on_real_failures_and_fails_fast():
     async def go():
         leaf = await _failing_leaf("breaker-leaf")
-        c = ResilientCaller(
+        c = demo_caller(
             [leaf.address],
             rconfig.load("resilient"),
             service="breaker-client",
@@ -194,7 +193,7 @@ def _served(remaining: float | None) -> scope.CallScope:
 
 async def _call_in_scope(config, remaining: float | None, *, timeout=None):
     leaf = await bench.start_hop("deadline-leaf", faults=False)
-    c = ResilientCaller([leaf.address], config, service="deadline-client")
+    c = demo_caller([leaf.address], config, service="deadline-client")
     token = scope.enter(_served(remaining))
     try:
         try:
@@ -282,10 +281,10 @@ def test_downstream_for_serves_a_hop_over_balanced_replicas():
 def test_a_hop_that_gave_up_tells_its_caller_not_to_retry():
     async def go():
         leaf = await _failing_leaf("pushback-leaf")
-        inner = ResilientCaller([leaf.address], rconfig.load("budget"), service="pushback-mid")
+        inner = demo_caller([leaf.address], rconfig.load("budget"), service="pushback-mid")
         # faults on: the gate forwards drill keys only when the switch is on
-        mid = await bench.start_hop("pushback-mid", faults=True, downstream=rcaller.as_downstream(inner))
-        outer = ResilientCaller(
+        mid = await bench.start_hop("pushback-mid", faults=True, downstream=as_downstream(inner))
+        outer = demo_caller(
             [mid.address],
             rconfig.load("budget"),
             service="pushback-edge",

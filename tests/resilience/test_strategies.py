@@ -148,9 +148,15 @@ def test_max_attempts_is_capped_at_five():
 
 
 def test_non_idempotent_methods_are_never_retried():
-    p = RetryPolicy(max_attempts=5)
+    p = RetryPolicy(max_attempts=5, non_idempotent=frozenset({"Write", "other.v1.Echo/Shout"}))
     assert not p.retryable("drill.v1.Demo/Write", "UNAVAILABLE", 1)
+    assert not p.retryable("/other.v1.Echo/Shout", "UNAVAILABLE", 1)
     assert p.retryable("drill.v1.Demo/Call", "UNAVAILABLE", 1)
+    assert p.retryable("other.v1.Echo/Say", "UNAVAILABLE", 1)
+
+
+def test_no_method_is_guessed_non_idempotent():
+    assert RetryPolicy(max_attempts=5).retryable("drill.v1.Demo/Write", "UNAVAILABLE", 1)
 
 
 def test_only_configured_codes_are_retried():
