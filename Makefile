@@ -16,6 +16,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	scripts/system-deps
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)

@@ -14,6 +14,8 @@ import os
 import pathlib
 import sys
 
+from harness.core.errors import BadInput, RunFailed
+
 DEFAULT_OUT = "dashboards"
 DEFAULT_RULES_OUT = "compose/prometheus/rules"
 FOLDER_UID = "drill"
@@ -99,12 +101,19 @@ def push(api, models: dict[str, dict], folder_title: str = "Drill") -> list[str]
 
 def _push(args: argparse.Namespace) -> int:
     if not args.grafana:
-        print("drill dashboards push: --grafana URL (or DRILL_GRAFANA_URL) is required", file=sys.stderr)
-        return 2
+        raise BadInput("dashboards push: --grafana URL (or DRILL_GRAFANA_URL) is required")
+    from grafana_client.client import GrafanaClientError
+
     from harness.dashboards.annotations import grafana_api
 
     api = grafana_api(args.grafana, token=args.token, user=args.user, password=args.password)
-    for url in push(api, _models(args.dir), args.folder):
+    try:
+        urls = push(api, _models(args.dir), args.folder)
+    except GrafanaClientError as exc:
+        raise RunFailed(f"dashboards push: Grafana refused: {exc.status_code} {exc.message}") from None
+    except OSError as exc:  # grafana-client's HTTP stack (niquests) raises IOError subclasses
+        raise RunFailed(f"dashboards push: cannot reach Grafana at {args.grafana}: {type(exc).__name__}") from None
+    for url in urls:
         print(f"pushed {args.grafana.rstrip('/')}{url if url.startswith('/') else '/d/' + url}")
     return 0
 

@@ -15,12 +15,14 @@ import json
 import logging
 import os
 import signal
+import socket
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from harness.core.errors import RunFailed
 from harness.core.settings import FaultSettings
 from harness.demo.conntrack import watch_port
 from harness.demo.downstream import downstream_for
@@ -134,7 +136,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_free(host: str, port: int) -> None:
+    """Refuse a port someone holds before grpc tries it (grpc would log a C-core error line first)."""
+    if port <= 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise RunFailed(f"serve: cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
 async def _serve(args: argparse.Namespace) -> int:
+    _check_free(args.host, args.port)
     overrides = {"service": args.service}
     if args.enable_faults:
         overrides["enabled"] = True
@@ -149,7 +163,10 @@ async def _serve(args: argparse.Namespace) -> int:
         downstream, channel = await _make_downstream(args, settings)
     metrics_port = 0
     if args.metrics_port:
-        http, _thread = start_http_server(max(0, args.metrics_port), addr=args.host)
+        try:
+            http, _thread = start_http_server(max(0, args.metrics_port), addr=args.host)
+        except OSError as exc:
+            raise RunFailed(f"serve: cannot serve metrics on {args.host}:{args.metrics_port}: {exc.strerror}") from None
         metrics_port = http.server_port
     options = []
     if args.keepalive_ms:
@@ -161,17 +178,20 @@ async def _serve(args: argparse.Namespace) -> int:
         from harness.core.tracing import setup_tracing
 
         tracer = setup_tracing(settings.service)  # exporter from the standard OTEL_* variables
-    server, port, _ = await start_server(
-        tracer=tracer,
-        port=args.port,
-        host=args.host,
-        settings=settings,
-        capacity=Capacity(args.concurrency, args.queue, args.work_ms, args.shed_code.upper()),
-        downstream=downstream,
-        admission=args.admission,
-        orphan_work=args.orphan_work,
-        server_options=tuple(options),
-    )
+    try:
+        server, port, _ = await start_server(
+            tracer=tracer,
+            port=args.port,
+            host=args.host,
+            settings=settings,
+            capacity=Capacity(args.concurrency, args.queue, args.work_ms, args.shed_code.upper()),
+            downstream=downstream,
+            admission=args.admission,
+            orphan_work=args.orphan_work,
+            server_options=tuple(options),
+        )
+    except (OSError, RuntimeError) as exc:  # grpc says "Failed to bind" as a RuntimeError
+        raise RunFailed(f"serve: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
     if args.port_file:
         with open(args.port_file, "w") as fh:
             fh.write(str(port))

@@ -28,6 +28,7 @@ from harness.core import headers as h
 from harness.core.faults import is_hit
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.drills.model import Fault, Phases, Traffic
+from harness.drills.plan import locust_profile
 from harness.interceptors import DrillClientInterceptor, Tagging
 from harness.procs.ports import free_port
 
@@ -160,12 +161,6 @@ class AioLoad:
         self._channels.clear()
 
 
-def locust_profile(name: str) -> pathlib.Path | None:
-    root = pathlib.Path(__file__).resolve().parents[2]
-    path = root / "loadtests" / "profiles" / f"{name}.conf"
-    return path if path.exists() else None
-
-
 class LocustLoad:
     """Locust headless as a subprocess, from a profile in loadtests/profiles, with the drill flags.
 
@@ -185,10 +180,6 @@ class LocustLoad:
         self.workdir = workdir
         self.port = free_port()
         self.proc = None
-
-    @staticmethod
-    def available(profile: str | None) -> bool:
-        return bool(profile and locust_profile(profile) and (shutil.which("locust") or _venv_locust()))
 
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
         return [("loadgen", f"http://127.0.0.1:{self.port}/metrics")]

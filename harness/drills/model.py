@@ -3,7 +3,7 @@
 A plan file (YAML) is checked against `PlanFile` once, before anything starts:
 unknown keys, wrong types and unknown configuration names are refused with the
 key path (`traffic.drill_rate: Input should be a valid number`). The JSON Schema
-editors can use is generated from the same models (`drill run --schema`,
+editors can use is generated from the same models (
 `harness/drills/plan.schema.json`). Everything that runs a drill (topology,
 load, scraper, analysis, report) takes these types and never re-reads YAML.
 

@@ -38,9 +38,12 @@ import yaml
 from harness.core.errors import BadInput
 from harness.drills.model import Fault, HopSpec, Plan, PlanFile, Probe, Traffic, Variant
 from harness.resilience.config import NAMES as CONFIG_NAMES
+from harness.resilience.config import ConfigError
+from harness.resilience.config import load as load_config
 
 PLANS_DIR = pathlib.Path(__file__).resolve().parents[1] / "plans"
 SCHEMA_PATH = pathlib.Path(__file__).resolve().parent / "plan.schema.json"
+PROFILES_DIR = pathlib.Path(__file__).resolve().parents[2] / "loadtests" / "profiles"
 
 
 class PlanError(BadInput):
@@ -88,10 +91,31 @@ def _config_ref(config, base_dir: pathlib.Path, where: str) -> str | None:
             if not shipped.is_file():
                 raise PlanError(f"{where}: no configuration file {config!r}")
             path = shipped
+        try:
+            load_config(str(path))
+        except ConfigError as exc:
+            raise PlanError(f"{where}: {exc}") from None
         return str(path)
     if config not in CONFIG_NAMES:
         raise PlanError(f"{where}: unknown configuration {config!r} (shipped: {', '.join(CONFIG_NAMES)}, plain)")
     return config
+
+
+def locust_profile(name: str) -> pathlib.Path:
+    return PROFILES_DIR / f"{name}.conf"
+
+
+def _check_locust_profile(profile: str | None, where: str) -> None:
+    """The Locust driver needs an existing profile (and Locust installed): say so before starting."""
+    known = sorted(p.stem for p in PROFILES_DIR.glob("*.conf"))
+    if not profile:
+        raise PlanError(f"{where}: the locust driver needs a profile (--profile NAME; have {', '.join(known)})")
+    if not locust_profile(profile).is_file():
+        raise PlanError(f"{where}: no Locust profile {profile!r} in {PROFILES_DIR} (have {', '.join(known)})")
+    import importlib.util
+
+    if importlib.util.find_spec("locust") is None:
+        raise PlanError(f"{where}: the locust driver needs Locust (pip install 'drill-harness[load]')")
 
 
 def _label(config: str | None) -> str:
@@ -191,6 +215,8 @@ def from_dict(data: dict, source: str = "") -> Plan:
             raise _errors(exc, where, f"variants.{i}") from None
         if fault.target and fault.target not in [hop.name for hop in hops]:
             raise PlanError(f"{at}.fault.target: {fault.target!r} is not a hop")
+        if traffic.driver == "locust":
+            _check_locust_profile(traffic.profile, f"{at}.traffic.profile")
         variants.append(Variant(name=name, config=config, fault=fault, traffic=traffic, hops=v_hops, probe=probe))
     names = [v.name for v in variants]
     if len(set(names)) != len(names):

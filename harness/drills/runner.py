@@ -123,14 +123,12 @@ class Runner:
             topo.start()  # in the main thread: PR_SET_PDEATHSIG is tied to the forking thread
             self.log(f"[{label}] topology up: {' → '.join(f'{h.name}×{h.replicas}' for h in variant.hops)}")
             tr, fault = variant.traffic, variant.fault
-            if tr.driver == "locust" and LocustLoad.available(tr.profile):
+            if tr.driver == "locust":  # the plan checked the profile exists
                 load = LocustLoad(
                     plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault,
                     phases=plan.phases, workdir=workdir,
                 )  # fmt: skip
             else:
-                if tr.driver == "locust":
-                    self.log(f"[{label}] Locust profile {tr.profile!r} not found: using the in-runner aio load")
                 load = AioLoad(
                     plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault,
                     phases=plan.phases, metrics_url=runner_metrics_url(),

@@ -13,8 +13,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from harness.core.errors import BadInput
 
-class ConfigError(ValueError):
+
+class ConfigError(BadInput):
     """A configuration that cannot be loaded as written."""
 
 

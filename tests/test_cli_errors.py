@@ -1,0 +1,145 @@
+"""Every expected failure of a `drill` subcommand: one line `drill: …` on stderr, exit 2 or 1, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from harness.drills.plan import SCHEMA_PATH, schema
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+PLAN = """\
+name: tiny
+fault: {directive: "abort:UNAVAILABLE", target: ledger}
+topology: {hops: [{name: gateway}, {name: ledger}]}
+phases: {warmup: 1, fault: 1, recovery: 1}
+configs: [naive]
+"""
+
+
+def drill(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )  # fmt: skip
+
+
+def assert_one_line(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:
+    err = proc.stderr
+    assert "Traceback" not in err + proc.stdout, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == code, (proc.returncode, err)
+    assert len(lines) == 1 and lines[0].startswith("drill: "), err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def write(tmp_path: pathlib.Path, text: str, name: str = "plan.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_plan_with_a_yaml_syntax_error(tmp_path):
+    plan = write(tmp_path, PLAN + "phases: {warmup: 1\n")
+    assert_one_line(drill("run", plan, "--out", str(tmp_path / "o")), 2, "YAML syntax error", "line")
+
+
+def test_plan_with_an_unknown_key_names_its_path(tmp_path):
+    plan = write(tmp_path, PLAN + "foo: 1\n")
+    assert_one_line(drill("run", plan, "--out", str(tmp_path / "o")), 2, "foo: unknown key")
+    nested = write(tmp_path, PLAN.replace("warmup: 1", "warmup: 1, fualt: 3"), "nested.yaml")
+    assert_one_line(drill("run", nested, "--out", str(tmp_path / "o")), 2, "phases.fualt: unknown key")
+    assert not (tmp_path / "o").exists(), "nothing may start before the plan is valid"
+
+
+def test_plan_with_a_wrong_type_names_its_path(tmp_path):
+    plan = write(tmp_path, PLAN + "traffic: {drill_rate: fast}\n")
+    assert_one_line(drill("run", plan, "--out", str(tmp_path / "o")), 2, "traffic.drill_rate")
+
+
+def test_plan_naming_an_unknown_configuration(tmp_path):
+    plan = write(tmp_path, PLAN.replace("configs: [naive]", "configs: [naive, resilent]"))
+    assert_one_line(drill("run", plan, "--out", str(tmp_path / "o")), 2, "unknown configuration 'resilent'")
+
+
+def test_plan_naming_a_missing_locust_profile(tmp_path):
+    plan = write(tmp_path, PLAN)
+    proc = drill("run", plan, "--driver", "locust", "--profile", "nope", "--out", str(tmp_path / "o"))
+    assert_one_line(proc, 2, "no Locust profile 'nope'")
+
+
+def test_unknown_plan_name():
+    assert_one_line(drill("run", "no-such-plan"), 2, "no plan 'no-such-plan'", "retry-storm")
+
+
+def test_bad_flag_is_one_line_usage_error():
+    assert_one_line(drill("run", "--trails", "3"), 2, "unrecognized arguments")
+
+
+def _busy_port() -> socket.socket:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s
+
+
+def test_serve_on_a_busy_grpc_port():
+    with _busy_port() as s:
+        port = s.getsockname()[1]
+        proc = drill("serve", "--port", str(port), "--metrics-port", "-1")
+    assert_one_line(proc, 1, f"cannot listen on 127.0.0.1:{port}")
+
+
+def test_serve_on_a_busy_metrics_port():
+    with _busy_port() as s:
+        port = s.getsockname()[1]
+        proc = drill("serve", "--port", "0", "--metrics-port", str(port))
+    assert_one_line(proc, 1, f"cannot serve metrics on 127.0.0.1:{port}")
+
+
+def test_analyze_with_prometheus_unreachable(tmp_path):
+    with _busy_port() as s:  # listening, never answering HTTP: closed right after
+        port = s.getsockname()[1]
+    proc = drill("analyze", "--prometheus", f"http://127.0.0.1:{port}", "--last", "1m", "--out", str(tmp_path))
+    assert_one_line(proc, 1, "cannot reach Prometheus")
+
+
+def test_dashboards_push_with_grafana_down():
+    with _busy_port() as s:
+        port = s.getsockname()[1]
+    proc = drill("dashboards", "push", "--grafana", f"http://127.0.0.1:{port}", "--token", "t")
+    assert_one_line(proc, 1, "cannot reach Grafana")
+
+
+def test_analyze_with_start_after_end(tmp_path):
+    proc = drill("analyze", "--prometheus", "http://127.0.0.1:9", "--start", "20", "--end", "10")
+    assert_one_line(proc, 2, "--start")
+
+
+def test_the_shipped_plan_schema_is_current():
+    assert json.loads(SCHEMA_PATH.read_text()) == schema(), "run harness.drills.plan.write_schema()"
+
+
+@pytest.mark.parametrize(
+    "mutation, path",
+    [({"slo": {"max_error_rate": 2}}, "slo.max_error_rate"), ({"fault": {"ratio": 101}}, "fault.ratio"),
+     ({"fault": {"directive": "explode:1"}}, "fault.directive"), ({"topology": {"hops": []}}, "topology.hops")],
+)  # fmt: skip
+def test_out_of_range_values_are_refused_with_their_path(mutation, path):
+    from harness.drills.plan import PlanError, from_dict
+
+    data = {"fault": {"directive": "abort:UNAVAILABLE"}, **mutation}
+    if "fault" in mutation:
+        data["fault"] = {"directive": "abort:UNAVAILABLE", **mutation["fault"]}
+    with pytest.raises(PlanError, match=path.replace(".", r"\.")):
+        from_dict(data)
