@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from locust import events
+from locust.runners import MasterRunner, WorkerRunner
 
 from loadtests import client_metrics, shape
 from loadtests import options as drill_options
@@ -23,10 +24,9 @@ log = logging.getLogger("drill.loadtests")
 
 
 def role_of(runner) -> str:
-    name = type(runner).__name__
-    if name == "MasterRunner":
+    if isinstance(runner, MasterRunner):
         return "master"
-    if name == "WorkerRunner":
+    if isinstance(runner, WorkerRunner):
         return "worker"
     return "local"
 

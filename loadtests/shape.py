@@ -14,6 +14,7 @@ import logging
 
 import gevent
 from locust import LoadTestShape
+from locust.runners import MasterRunner
 
 from loadtests import options as drill_options
 from loadtests.phase import STATE
@@ -28,7 +29,7 @@ PHASE_MESSAGE = "drill_phase"
 def publish(runner, phase: str, fault: bool) -> None:
     """Set the phase here and tell every worker (a local runner delivers to itself)."""
     STATE.set(phase, fault)
-    if type(runner).__name__ == "MasterRunner":
+    if isinstance(runner, MasterRunner):
         runner.send_message(PHASE_MESSAGE, {"phase": phase, "fault": fault})
     log.info("drill phase %s (fault %s)", phase, "on" if fault else "off")
 
@@ -66,7 +67,7 @@ class DrillShape(LoadTestShape):
             at += phase.seconds
         gevent.sleep(max(0.0, at - self.get_run_time()))
         STATE.finish()
-        if type(self.runner).__name__ == "MasterRunner":
+        if isinstance(self.runner, MasterRunner):
             self.runner.send_message(PHASE_MESSAGE, {"phase": drill_options.DONE_PHASE, "fault": False})
 
     def tick(self):

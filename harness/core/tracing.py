@@ -65,13 +65,6 @@ def extract_context(metadata) -> object:
     return extract(carrier)
 
 
-def inject_metadata() -> list[tuple[str, str]]:
-    """Current context as outgoing metadata pairs."""
-    carrier: dict[str, str] = {}
-    inject(carrier)
-    return list(carrier.items())
-
-
 def start_client_span(tracer, method) -> trace.Span:
     """A CLIENT span for one outgoing call, child of the current context (e.g. the server span)."""
     name = method.decode() if isinstance(method, bytes) else method

@@ -11,19 +11,19 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import os
-import socket
-import subprocess
-import sys
+import pathlib
+import tempfile
 import time
 import urllib.request
 
 from grpc import aio
 
+from harness.core import headers as h
+from harness.core.errors import BadInput
 from harness.core.status import StatusClass, classify, error_rate, status_name
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import DrillClientInterceptor, Tagging
-from harness.procs.ports import free_port
+from harness.procs.spawn import start_serve
 
 DEFAULT_DIRECTIVES = ("delay:250", "abort:UNAVAILABLE", "drop:300")
 
@@ -48,30 +48,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def spawned_server(seed: int):
-    """A `drill serve` subprocess on free loopback ports, stopped (by PID) on exit."""
-    port, mport = free_port(), free_port()
-    cmd = [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--metrics-port", str(mport)]
-    cmd += ["--enable-faults", "--seed", str(seed), "--service", "demo"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"drill serve exited: {proc.stderr.read().decode()[-500:]}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-            time.sleep(0.1)
-        else:
-            raise RuntimeError("drill serve did not start within 20 s")
-        yield f"127.0.0.1:{port}", f"http://127.0.0.1:{mport}/metrics"
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    """A `drill serve` child on free loopback ports (harness.procs.spawn), stopped on exit."""
+    with tempfile.TemporaryDirectory(prefix="drill-client-") as tmp:
+        args = ["--port", "0", "--metrics-port", "-1", "--enable-faults", "--seed", str(seed), "--service", "demo"]
+        server = start_serve("demo", args, pathlib.Path(tmp), timeout_s=20)
+        try:
+            yield server.address, server.metrics_url
+        finally:
+            server.stop()
 
 
 async def _drive(target: str, args: argparse.Namespace, directives: list[str]) -> dict:
@@ -97,7 +81,7 @@ async def _drive(target: str, args: argparse.Namespace, directives: list[str]) -
     per = max(1, args.calls // len(directives))
     for directive in directives:
         cancel = args.cancel_ms if directive.startswith("delay") else None
-        tag = Tagging(tenant="tenant-drill", directive=directive, ratio=args.ratio)
+        tag = Tagging(tenant=h.DEFAULT_DRILL_TENANT, directive=directive, ratio=args.ratio)
         ic = DrillClientInterceptor(tag, service="drill-client", cancel_after_ms=cancel)
         ch = aio.insecure_channel(target, interceptors=[ic])
         channels.append(ch)
@@ -144,13 +128,11 @@ def _report(results: dict, hits: dict | None, elapsed: float) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if not 1 <= args.calls <= 100_000:
-        print("drill client: --calls must be 1..100000", file=sys.stderr)
-        return 2
+        raise BadInput("client: --calls must be 1..100000")
     directives = args.directive or list(DEFAULT_DIRECTIVES)
     with contextlib.ExitStack() as stack:
         target, metrics_url = args.target, args.metrics
         if args.spawn:
-            os.environ.setdefault("PYTHONPATH", os.getcwd())
             target, metrics_url = stack.enter_context(spawned_server(args.seed))
         t0 = time.perf_counter()
         results = asyncio.run(_drive(target, args, directives))

@@ -15,8 +15,9 @@ import dataclasses
 import json
 import selectors
 import socket
-import sys
 import time
+
+from harness.core.errors import BadInput
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 H2_EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
@@ -117,8 +118,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     host, _, port_text = args.target.rpartition(":")
     if not host or not port_text.isdigit():
-        print(f"drill probe: expected HOST:PORT, got {args.target!r}", file=sys.stderr)
-        return 2
+        raise BadInput(f"probe: expected HOST:PORT, got {args.target!r}")
     try:
         results = half_open(
             host.strip("[]"),
@@ -128,8 +128,7 @@ def run(args: argparse.Namespace) -> int:
             send_preface=not args.no_preface,
         )
     except ValueError as err:
-        print(f"drill probe: {err}", file=sys.stderr)
-        return 2
+        raise BadInput(f"probe: {err}") from None
     summary = summarize(results)
     if args.json:
         print(json.dumps({"summary": summary, "connections": [r.as_dict() for r in results]}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.core.errors import BadInput
 from harness.core.faults import DirectiveError, is_hit, parse_directive, seed_from_drill_id
 
 
@@ -19,15 +20,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.ratio <= 100:
-        print(f"drill hits: --ratio must be 0-100, got {args.ratio}", file=sys.stderr)
-        return 2
+        raise BadInput(f"hits: --ratio must be 0-100, got {args.ratio}")
     try:
         parse_directive(args.directive, max_delay_ms=10**9)
     except DirectiveError as err:
-        print(
-            f"drill hits: servers would reject this directive ({err}); nothing would be hit", file=sys.stderr
-        )
-        return 2
+        raise BadInput(f"hits: servers would reject this directive ({err}); nothing would be hit") from None
     seed = args.seed if args.seed is not None else seed_from_drill_id(args.drill_id)
     hits = total = 0
     out = sys.stdout

@@ -29,7 +29,7 @@ from harness.interceptors import Tagging
 from harness.resilience import ResilientCaller
 from harness.resilience import config as _config
 
-DRILL_TENANT = "tenant-drill"
+DRILL_TENANT = h.DEFAULT_DRILL_TENANT
 
 
 class HopRecorder(aio.ServerInterceptor):

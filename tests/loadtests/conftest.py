@@ -23,7 +23,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ROOT, free_port
+from harness.procs.spawn import ServeProcess, start_serve
+from tests.conftest import ROOT
 
 VENV_BIN = pathlib.Path(sys.executable).parent
 LOCUST = str(VENV_BIN / "locust")
@@ -76,13 +77,19 @@ def total(samples: dict, name: str, **labels: str) -> float:
 
 @dataclasses.dataclass
 class DrillServer:
-    port: int
-    metrics_port: int
-    proc: subprocess.Popen
+    serve: ServeProcess
+
+    @property
+    def port(self) -> int:
+        return self.serve.port
+
+    @property
+    def metrics_port(self) -> int:
+        return self.serve.metrics_port
 
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return self.serve.address
 
     def metrics(self) -> dict:
         return scrape(self.metrics_port)
@@ -90,24 +97,13 @@ class DrillServer:
 
 @pytest.fixture
 def drill_server(tmp_path):
-    """A `drill serve` subprocess with the fault switch on (seed 7)."""
-    port, mport = free_port(), free_port()
-    log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--metrics-port", str(mport)]
-        + ["--enable-faults", "--seed", "7", "--service", "demo"],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    """A `drill serve` subprocess with the fault switch on (seed 7), via harness.procs."""
+    args = ["--port", "0", "--metrics-port", "-1", "--enable-faults", "--seed", "7", "--service", "demo"]
+    server = start_serve("demo", args, tmp_path)
     try:
-        wait_port(port)
-        wait_port(mport)
-        yield DrillServer(port, mport, proc)
+        yield DrillServer(server)
     finally:
-        kill_group(proc)
-        log.close()
+        server.stop()
 
 
 class Scraper(threading.Thread):

@@ -1,4 +1,4 @@
-"""Fixtures for the observability tests: a real Prometheus per test (see promserver.py)."""
+"""Fixtures for the observability tests: a real Prometheus per test (harness.procs.prometheus)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.observability.promserver import PromServer
+from harness.procs.prometheus import LocalPrometheus
 
 
 @pytest.fixture
 def prometheus_server() -> Iterator:
-    """Factory: `prometheus_server(targets, rule_files=...)` starts a PromServer, stopped at teardown."""
-    started: list[PromServer] = []
+    """Factory: `prometheus_server(targets, rule_files=...)` starts a LocalPrometheus, stopped at teardown."""
+    started: list[LocalPrometheus] = []
 
-    def start(targets, **kwargs) -> PromServer:
-        server = PromServer(targets, **kwargs).start()
+    def start(targets, **kwargs) -> LocalPrometheus:
+        server = LocalPrometheus(targets=targets, **kwargs).start()
         started.append(server)
         return server
 

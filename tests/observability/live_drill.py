@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import pathlib
-import subprocess
-import sys
+import tempfile
 import time
 
 import grpc
@@ -33,7 +31,9 @@ from harness.core.faults import Mode
 from harness.core.status import STATUS_NAMES
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import ORGANIC, DrillClientInterceptor, Tagging
-from tests.observability.promserver import PromServer, free_port
+from harness.procs.ports import free_port
+from harness.procs.prometheus import LocalPrometheus
+from harness.procs.spawn import ServeProcess, spawn_serve, stop_processes, wait_serving
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES = sorted((ROOT / "compose/prometheus/rules").glob("*.yml"))
@@ -52,7 +52,7 @@ PACE_S = 0.03
 
 @dataclasses.dataclass
 class DrillRun:
-    prom: PromServer
+    prom: LocalPrometheus
     start: float  # epoch s, first call
     end: float  # epoch s, last call finished
     eval_at: float  # epoch s, rules have seen the final counts
@@ -99,14 +99,12 @@ def _set_phase(phase: str | None) -> None:
     m.FAULT_ACTIVE.labels(PLAN).set(1 if phase == "fault" else 0)
 
 
-def _serve(service: str, port: int, metrics_port: int, *extra: str) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable, "-m", "harness.cli", "serve",
+def _serve(workdir: pathlib.Path, service: str, port: int, metrics_port: int, *extra: str) -> ServeProcess:
+    args = [
         "--port", str(port), "--metrics-port", str(metrics_port),
         "--enable-faults", "--seed", "7", "--service", service, *extra,
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return spawn_serve(service, args, workdir)
 
 
 async def _wait_serving(port: int, timeout_s: float = 20.0) -> None:
@@ -192,8 +190,8 @@ async def _drive(gateway: str, edge: str) -> tuple[float, float]:
 class LiveDrill:
     """Owns the processes of one run; `stop()` ends each by its PID."""
 
-    procs: list[subprocess.Popen[bytes]] = dataclasses.field(default_factory=list)
-    prom: PromServer | None = None
+    procs: list[ServeProcess] = dataclasses.field(default_factory=list)
+    prom: LocalPrometheus | None = None
     metrics_server: object = None
 
     def run(self) -> DrillRun:
@@ -201,15 +199,18 @@ class LiveDrill:
             free_port() for _ in range(7)
         )
         leaf = f"127.0.0.1:{leaf_port}"
-        self.procs.append(_serve("leaf", leaf_port, leaf_metrics))
-        self.procs.append(_serve("gateway", gw_port, gw_metrics, "--downstream", leaf, "--config", "resilient"))
-        self.procs.append(_serve("edge", edge_port, edge_metrics, "--downstream", leaf, "--config", "budget"))
+        workdir = pathlib.Path(tempfile.mkdtemp(prefix="drill-live-"))
+        self.procs.append(_serve(workdir, "leaf", leaf_port, leaf_metrics))
+        for name, port, mport, config in (("gateway", gw_port, gw_metrics, "resilient"),
+                                          ("edge", edge_port, edge_metrics, "budget")):  # fmt: skip
+            self.procs.append(_serve(workdir, name, port, mport, "--downstream", leaf, "--config", config))
+        wait_serving(self.procs)
         preinit_client_series()
         _set_phase(None)
         self.metrics_server = start_http_server(own_metrics, addr="127.0.0.1")
         topology = [f"127.0.0.1:{port}" for port in (gw_metrics, edge_metrics, leaf_metrics)]
-        self.prom = PromServer(
-            {"topology": topology, "loadgen": [f"127.0.0.1:{own_metrics}"]}, rule_files=RULES
+        self.prom = LocalPrometheus(
+            targets={"topology": topology, "loadgen": [f"127.0.0.1:{own_metrics}"]}, rule_files=RULES
         ).start()
 
         async def main() -> tuple[float, float]:
@@ -249,14 +250,7 @@ class LiveDrill:
     def stop(self) -> None:
         if self.prom is not None:
             self.prom.stop()
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes([p.proc for p in self.procs])
         server = self.metrics_server
         if isinstance(server, tuple):
             server[0].shutdown()

@@ -13,7 +13,7 @@ import pytest
 
 from harness import cli
 from harness.dashboards.annotations import DrillAnnotator
-from tests.observability.promserver import free_port
+from harness.procs.ports import free_port
 
 
 class FakeGrafana(ThreadingHTTPServer):

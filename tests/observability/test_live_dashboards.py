@@ -11,8 +11,8 @@ import pytest
 
 from harness.core.status import SERVER_FAULT_CODES, error_rate
 from harness.dashboards import build_all, iter_queries, substitute
+from harness.procs.prometheus import finite_values
 from tests.observability.live_drill import CONFIG, SERVICE, DrillRun, LiveDrill
-from tests.observability.promserver import finite_values
 
 pytestmark = pytest.mark.slow
 
