@@ -17,8 +17,10 @@ import time
 import urllib.request
 
 from grpc import aio
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness.core import headers as h
+from harness.core import metrics as m
 from harness.core.errors import BadInput
 from harness.core.status import StatusClass, classify, error_rate, status_name
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
@@ -96,12 +98,14 @@ async def _drive(target: str, args: argparse.Namespace, directives: list[str]) -
 
 
 def _server_hits(url: str) -> dict[str, float]:
+    """Injected faults by mode, from the server's `drill_fault_hits_total`."""
+    name = m.sample_name(m.FAULT_HITS, "_total")
     hits: dict[str, float] = collections.Counter()
     with urllib.request.urlopen(url, timeout=5) as resp:
-        for line in resp.read().decode().splitlines():
-            if line.startswith("drill_fault_hits_total{"):
-                mode = line.split('mode="', 1)[1].split('"', 1)[0]
-                hits[mode] += float(line.rsplit(" ", 1)[1])
+        for family in text_string_to_metric_families(resp.read().decode()):
+            for sample in family.samples:
+                if sample.name == name:
+                    hits[sample.labels.get("mode", "")] += sample.value
     return hits
 
 
