@@ -3,6 +3,14 @@
 Everything else (the gate, the steps of a fault, metrics, scope, audit) is in
 `_server_pipeline`. A caller that leaves during a wait cancels this task inside
 the sleep: the call is dropped silently, with no log line.
+
+grpc.aio runs coroutine and async-generator handlers on the event loop and plain
+(sync) functions and generators on a thread pool. The wrapper keeps that: only
+the handler's own work is moved, so a sync handler still runs on the loop's
+default executor (grpc's pool when the server has no `migration_thread_pool`)
+with grpc's sync servicer context, and the fault's waits and aborts stay on the
+loop. If grpc's sync context adapter is unavailable, sync handlers are left
+unwrapped.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import inspect
 import grpc
 from grpc import aio
 
+from harness.core import scope
 from harness.interceptors._server_pipeline import (
     CallPlan,
     ServerInterceptorBase,
@@ -21,7 +30,22 @@ from harness.interceptors._server_pipeline import (
     ended_by_deadline,
 )
 
+try:  # grpc's adapter that gives a sync handler the sync context API on an aio server
+    from grpc._cython.cygrpc import _SyncServicerContext
+except ImportError:  # pragma: no cover - depends on the grpc build
+    _SyncServicerContext = None
+
 _OK = grpc.StatusCode.OK
+_DONE = object()
+
+
+def is_async_handler(behavior) -> bool:
+    """What grpc.aio runs on the loop (the same test grpc applies); everything else goes to a thread."""
+    return (
+        inspect.isawaitable(behavior)
+        or inspect.iscoroutinefunction(behavior)
+        or inspect.isasyncgenfunction(behavior)
+    )
 
 
 class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
@@ -29,6 +53,9 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, handler_call_details):
         return self._wrapped(await continuation(handler_call_details), handler_call_details)
+
+    def _can_wrap(self, behavior) -> bool:
+        return _SyncServicerContext is not None or is_async_handler(behavior)
 
     async def _perform(self, step: Step, plan: CallPlan, context) -> None:
         if step is Step.WAIT:
@@ -52,19 +79,30 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
         core = self.core
         steps = core.steps(plan)
+        on_loop = is_async_handler(behavior)
+
+        async def run(request, context):
+            if on_loop:
+                return await behavior(request, context)
+            loop = asyncio.get_running_loop()
+            sync_context = _SyncServicerContext(context)
+            return await loop.run_in_executor(None, scope.run_bound, plan.scope, behavior, request, sync_context)
 
         async def unary(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
             exc: BaseException | None = None
             response = None
             try:
-                for step in steps:
-                    if step is Step.RUN:
-                        response = behavior(request, context)
-                        if inspect.isawaitable(response):  # grpc.aio also accepts plain functions
-                            response = await response
-                    else:
+                for i, step in enumerate(steps):
+                    if step is not Step.RUN:
                         await self._perform(step, plan, context)
+                        continue
+                    try:
+                        response = await run(request, context)
+                    except Exception:
+                        if Step.WAIT in steps[i + 1 :]:  # a delay holds errors and aborts too (DESIGN §3)
+                            await self._perform(Step.WAIT, plan, context)
+                        raise
                 return response
             except BaseException as e:
                 exc = e
@@ -77,6 +115,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
         core = self.core
         steps = core.steps(plan, streaming=True)
+        on_loop = is_async_handler(behavior)
 
         async def stream(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
@@ -85,6 +124,19 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 for step in steps:
                     if step is not Step.RUN:
                         await self._perform(step, plan, context)
+                        continue
+                    if not on_loop:  # a plain generator: each step of it on the executor, as grpc does
+                        loop = asyncio.get_running_loop()
+                        sync_context = _SyncServicerContext(context)
+                        gen = await loop.run_in_executor(
+                            None, scope.run_bound, plan.scope, behavior, request, sync_context
+                        )
+                        it = iter(gen)
+                        while True:
+                            item = await loop.run_in_executor(None, scope.run_bound, plan.scope, next, it, _DONE)
+                            if item is _DONE:
+                                break
+                            yield item
                         continue
                     result = behavior(request, context)
                     if inspect.isasyncgen(result):
