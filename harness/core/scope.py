@@ -5,11 +5,18 @@ interceptors read it to propagate drill keys, the origin deadline and the reques
 id (DESIGN §2).
 
 Only the task (or thread) that serves the call sees its scope, and only until the
-call ends. An `asyncio` task spawned during a call copies the contextvar, but it
-is not the owner, so `current()` answers None there: background work started by
-a drill call (a cache refresher, a fire-and-forget notification) is organic and
-never forwards drill keys. Code that fans a drill call out to child tasks and
+call ends (`end()` marks the scope over, so a copy of the contextvar that
+outlives the call sees nothing). An `asyncio` task spawned during a call copies
+the contextvar, but it is not the owner, so `current()` answers None there:
+background work started by a drill call (a cache refresher, a fire-and-forget
+notification) is organic. Code that fans a drill call out to child tasks and
 wants them to carry the drill passes the scope on explicitly with `within()`.
+
+One exception: grpc.aio runs client interceptors in a task of its own per call
+(`InterceptedUnaryUnaryCall._invoke`), which no API links to the task that made
+the call. Such a task sees the scope while the call is live (never after), so a
+background task's call made while the drill call is still being served can
+carry it; once the served call ends, nothing does.
 """
 
 from __future__ import annotations
@@ -62,13 +69,43 @@ def _owner() -> object:
     return task if task is not None else threading.get_ident()
 
 
+_GRPC_CALL_CODES: frozenset | None = None
+
+
+def _grpc_call_codes() -> frozenset:
+    """Code objects of grpc.aio's per-call interceptor coroutines (empty without grpc)."""
+    global _GRPC_CALL_CODES
+    if _GRPC_CALL_CODES is None:
+        codes = set()
+        try:
+            from grpc.aio import _interceptor as gi
+
+            for name in dir(gi):
+                invoke = getattr(getattr(gi, name), "_invoke", None)
+                if name.startswith("Intercepted") and invoke is not None and hasattr(invoke, "__code__"):
+                    codes.add(invoke.__code__)
+        except Exception:  # noqa: BLE001 - no grpc.aio: no such tasks
+            pass
+        _GRPC_CALL_CODES = frozenset(codes)
+    return _GRPC_CALL_CODES
+
+
+def _is_grpc_call_task(who: object) -> bool:
+    get_coro = getattr(who, "get_coro", None)
+    code = getattr(get_coro(), "cr_code", None) if get_coro is not None else None
+    return code is not None and code in _grpc_call_codes()
+
+
 def current() -> CallScope | None:
     """The scope of the call served by this very task or thread, if the call is still going on."""
     entry = _current.get()
     if entry is None:
         return None
     sc, owner = entry
-    if sc.ended or owner != _owner():
+    if sc.ended:
+        return None
+    me = _owner()
+    if owner != me and not _is_grpc_call_task(me):
         return None
     return sc
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 
 import grpc
 from grpc import aio
@@ -46,6 +47,33 @@ def is_async_handler(behavior) -> bool:
         or inspect.iscoroutinefunction(behavior)
         or inspect.isasyncgenfunction(behavior)
     )
+
+
+class _HeldAbortContext:
+    """The handler's context under an injected delay: `abort` waits out the delay first.
+
+    grpc.aio's `context.abort` sends the status at once, before the handler's exception
+    reaches the interceptor, so the hold has to happen inside `abort` itself.
+    """
+
+    def __init__(self, context, hold) -> None:
+        self._context = context
+        self._hold = hold
+
+    def __getattr__(self, name):
+        return getattr(self._context, name)
+
+    async def abort(self, *args, **kwargs):
+        await self._hold()
+        return await self._context.abort(*args, **kwargs)
+
+
+class _HeldAbortSyncContext(_HeldAbortContext):
+    """The same for a sync handler on its executor thread (grpc's sync context adapter)."""
+
+    def abort(self, *args, **kwargs):
+        self._hold()
+        return self._context.abort(*args, **kwargs)
 
 
 class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
@@ -81,26 +109,44 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         steps = core.steps(plan)
         on_loop = is_async_handler(behavior)
 
-        async def run(request, context):
+        hold_errors = Step.RUN in steps and Step.WAIT in steps[steps.index(Step.RUN) + 1 :]  # a delay
+
+        async def run(request, context, held: list[bool]):
             if on_loop:
+                if hold_errors:
+
+                    async def hold() -> None:
+                        held.append(True)
+                        await self._perform(Step.WAIT, plan, context)
+
+                    context = _HeldAbortContext(context, hold)
                 return await behavior(request, context)
             loop = asyncio.get_running_loop()
             sync_context = _SyncServicerContext(context)
+            if hold_errors:
+
+                def hold_sync() -> None:
+                    held.append(True)
+                    time.sleep(core.wait_s(plan))
+
+                sync_context = _HeldAbortSyncContext(sync_context, hold_sync)
             return await loop.run_in_executor(None, scope.run_bound, plan.scope, behavior, request, sync_context)
 
         async def unary(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
             exc: BaseException | None = None
             response = None
+            held: list[bool] = []
             try:
-                for i, step in enumerate(steps):
+                for step in steps:
                     if step is not Step.RUN:
-                        await self._perform(step, plan, context)
+                        if not held:
+                            await self._perform(step, plan, context)
                         continue
                     try:
-                        response = await run(request, context)
+                        response = await run(request, context, held)
                     except Exception:
-                        if Step.WAIT in steps[i + 1 :]:  # a delay holds errors and aborts too (DESIGN §3)
+                        if hold_errors and not held:  # a delay holds errors and aborts too (DESIGN §3)
                             await self._perform(Step.WAIT, plan, context)
                         raise
                 return response
