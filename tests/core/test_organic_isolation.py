@@ -395,7 +395,8 @@ def test_6_the_target_still_enforces_its_own_max():
 
 # --- 7. audit: every refusal once, rate-limited noise, key fields survive truncation ------------
 def _audit(caplog, event: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "drill.audit" and f'"event":"{event}"' in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if r.name == "drill.audit"]
+    return [x for x in lines if f'"event":"{event}"' in x]
 
 
 def test_7_refused_tokens_are_audited_and_unauthenticated_noise_is_rate_limited(caplog):
