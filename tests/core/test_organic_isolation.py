@@ -258,13 +258,14 @@ def _signed_md(rid: str, *, send_instances: str | None = None, **sign_kw) -> tup
 
 
 # The server's replica (instance id "tok4-0", seed 11) is outside a 10 % share: a 10 % token must not hit it.
-TOKEN_CASES = [
-    ("widened_instances", _signed_md("r1", target="tok4", instances=10, method=M, send_instances="100")),
-    ("dropped_instances", _signed_md("r2", target="tok4", instances=10, method=M)),
-    ("no_target", _signed_md("r3", method=M)),
-    ("other_method", _signed_md("r4", target="tok4", method="drill.v1.Demo/Write")),
-    ("lifetime_1e9_s", _signed_md("r5", target="tok4", method=M, ttl_s=1e9)),
-]
+def _token_cases() -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    return [
+        ("widened_instances", _signed_md("r1", target="tok4", instances=10, method=M, send_instances="100")),
+        ("dropped_instances", _signed_md("r2", target="tok4", instances=10, method=M)),
+        ("no_target", _signed_md("r3", method=M)),
+        ("other_method", _signed_md("r4", target="tok4", method="drill.v1.Demo/Write")),
+        ("lifetime_1e9_s", _signed_md("r5", target="tok4", method=M, ttl_s=1e9)),
+    ]
 
 
 def test_4_aio_token_binds_target_instances_method_and_lifetime():
@@ -272,11 +273,12 @@ def test_4_aio_token_binds_target_instances_method_and_lifetime():
 
     assert not instance_selected(11, "tok4-0", 10)
     s = on("tok4", secret=SECRET)
+    cases = _token_cases()
 
     async def main():
         async with aio_server(s) as (port, servicer):
             async with aio_stub(port) as stub:
-                codes = {name: await _code(stub.Call(Req(), metadata=md)) for name, md in TOKEN_CASES}
+                codes = {name: await _code(stub.Call(Req(), metadata=md)) for name, md in cases}
                 spoofed = await _code(stub.Call(Req(), metadata=((h.TENANT, "tenant-drill"),)))
             good = drill("abort:INTERNAL", target="tok4", secret=SECRET)
             async with aio_stub(port, good) as stub:
@@ -284,12 +286,12 @@ def test_4_aio_token_binds_target_instances_method_and_lifetime():
             return codes, spoofed, signed
 
     codes, spoofed, signed = asyncio.run(main())
-    assert codes == {name: grpc.StatusCode.OK for name, _ in TOKEN_CASES}  # before: all INTERNAL
+    assert codes == {name: grpc.StatusCode.OK for name, _ in cases}  # before: all INTERNAL
     assert spoofed is grpc.StatusCode.OK and signed is grpc.StatusCode.INTERNAL
     calls = dict(service="tok4", grpc_method=M, grpc_status="OK", fault_mode="none")
     # Only `other_method` carries a valid token (for Write): authenticated drill traffic, not injected here.
     assert sample("drill_server_calls_total", traffic="drill", **calls) == 1
-    assert sample("drill_server_calls_total", traffic="organic", **calls) == len(TOKEN_CASES)  # before: 0
+    assert sample("drill_server_calls_total", traffic="organic", **calls) == len(cases)  # before: 0
 
 
 def test_4_sync_spoofed_tenant_is_organic_and_an_untargeted_token_injects_nowhere():
