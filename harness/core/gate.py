@@ -13,6 +13,7 @@ import enum
 from harness.core import headers as h
 from harness.core import token
 from harness.core.faults import (
+    ABSOLUTE_MAX_DELAY_MS,
     Directive,
     DirectiveError,
     Mode,
@@ -56,6 +57,10 @@ class Decision:
     reason: str = ""
     #: Drill keys to forward to downstream calls (only when a target names a later hop).
     propagate: tuple[tuple[str, str], ...] = ()
+    #: Why a token was refused (missing, malformed, oversize, expired, lifetime, mismatch).
+    detail: str = ""
+    #: The refusal concerns a caller the server could authenticate (valid token); never rate-limited.
+    authenticated: bool = False
 
     @property
     def mode(self) -> Mode:
@@ -66,17 +71,25 @@ _PASS_ORGANIC = Decision(Outcome.PASS, "organic", "", "")
 
 
 class FaultGate:
-    """Decides, per call, whether and how to inject. One per server; cheap and thread-safe."""
+    """Decides, per call, whether and how to inject. One per server; cheap and thread-safe.
+
+    Order matters: the cheap gates (switch, tenant, size bounds) come first, then the
+    token (with a secret), and only then is the directive parsed, so unauthenticated
+    noise never reaches the parser or the audit log at full rate. A hop that is not the
+    target checks shape and absolute bounds only and forwards; the target enforces its
+    own limits (max delay).
+    """
 
     def __init__(self, settings: FaultSettings) -> None:
         self.settings = settings
 
     def traffic_class(self, tenant: str | None) -> str:
+        """Traffic class by tenant alone (no secret); with a secret, `decide` also needs a valid token."""
         return h.traffic_of(tenant, self.settings.tenants)
 
-    def decide(self, md: dict[str, str]) -> Decision:
+    def decide(self, md: dict[str, str], method: str = "") -> Decision:
         try:
-            return self._decide(md)
+            return self._decide(md, method)
         except Exception as exc:  # pragma: no cover - defensive: a gate bug must never fail a call
             return Decision(
                 Outcome.REJECTED,
@@ -86,51 +99,73 @@ class FaultGate:
                 reason=f"internal:{type(exc).__name__}",
             )
 
-    def _decide(self, md: dict[str, str]) -> Decision:
-        raw = md.get(h.FAULT)
-        tenant = md.get(h.TENANT, "")
-        if raw is None:
-            if not tenant:
-                return _PASS_ORGANIC
-            return Decision(Outcome.PASS, self.traffic_class(tenant), md.get(h.REQUEST_ID, ""), tenant)
+    def _token_problem(self, md: dict[str, str], tenant: str, request_id: str, target: str, method: str) -> str:
         s = self.settings
-        request_id = md.get(h.REQUEST_ID, "")
-        traffic = self.traffic_class(tenant)
-        base = dict(
-            traffic=traffic, request_id=request_id[: h.MAX_VALUE_LEN], tenant=tenant[: h.MAX_VALUE_LEN]
-        )
-        if not s.enabled:
-            return Decision(Outcome.SKIPPED, reason=SkipReason.SWITCH.value, raw_directive="", **base)
-        if traffic != "drill":
-            return Decision(Outcome.SKIPPED, reason=SkipReason.TENANT.value, raw_directive="", **base)
-        if len(request_id) > h.MAX_VALUE_LEN or len(tenant) > h.MAX_VALUE_LEN:
-            return Decision(
-                Outcome.REJECTED, reason=RejectReason.OVERSIZE.value, raw_directive=raw[:64], **base
-            )
-        target = md.get(h.FAULT_TARGET, "")
-        try:
-            directive = parse_directive(raw, s.max_delay_ms)
-            ratio = parse_percent(md.get(h.FAULT_RATIO), RejectReason.BAD_RATIO)
-            instances = parse_percent(md.get(h.FAULT_INSTANCES), RejectReason.BAD_INSTANCES)
-            if len(target) > h.MAX_VALUE_LEN:
-                raise DirectiveError(RejectReason.OVERSIZE, "target")
-        except DirectiveError as err:
-            return Decision(Outcome.REJECTED, reason=err.reason.value, raw_directive=raw[:64], **base)
-        base.update(directive=directive, raw_directive=raw, ratio=ratio)
-        if target and target != s.service:
-            # Not our hop: forward the drill keys downstream untouched.
-            fwd = tuple((k, md[k]) for k in h.DRILL_KEYS if k in md)
-            return Decision(Outcome.SKIPPED, reason=SkipReason.TARGET.value, propagate=fwd, **base)
-        if s.secret is not None and not token.verify(
+        return token.check(
             s.secret,
             md.get(h.DRILL_TOKEN),
             request_id=request_id,
             tenant=tenant,
-            directive=raw,
-            ratio=ratio,
+            directive=md.get(h.FAULT, ""),
+            ratio=md.get(h.FAULT_RATIO),
             target=target,
-        ):
-            return Decision(Outcome.SKIPPED, reason=SkipReason.TOKEN.value, **base)
+            instances=md.get(h.FAULT_INSTANCES),
+            method=md.get(h.FAULT_METHOD) or method,
+            max_ttl_s=s.token_max_ttl_s,
+        )
+
+    def _decide(self, md: dict[str, str], method: str) -> Decision:
+        raw = md.get(h.FAULT)
+        tenant = md.get(h.TENANT, "")
+        if raw is None and not tenant:
+            return _PASS_ORGANIC
+        s = self.settings
+        request_id = md.get(h.REQUEST_ID, "")
+        target = md.get(h.FAULT_TARGET, "")
+        fault_method = md.get(h.FAULT_METHOD, "")
+        traffic = self.traffic_class(tenant)
+        base = dict(traffic=traffic, request_id=request_id[: h.MAX_VALUE_LEN], tenant=tenant[: h.MAX_VALUE_LEN])
+        oversize = traffic == "drill" and (
+            max(len(request_id), len(tenant), len(target), len(fault_method)) > h.MAX_VALUE_LEN
+            or len(md.get(h.DRILL_TOKEN, "")) > token.MAX_TOKEN_LEN
+        )
+        if oversize:
+            base["traffic"] = "organic" if s.secret is not None else traffic
+            if raw is None:
+                return Decision(Outcome.PASS, **base)
+            return Decision(Outcome.REJECTED, reason=RejectReason.OVERSIZE.value, raw_directive=raw[:64], **base)
+        ours = not target or target == s.service
+        if traffic == "drill" and s.secret is not None:
+            # The hop that injects binds the token to its own name; others check it against the target.
+            problem = self._token_problem(md, tenant, request_id, s.service if ours else target, method)
+            if problem:
+                base["traffic"] = "organic"
+                if raw is None:
+                    return Decision(Outcome.PASS, **base)
+                return Decision(
+                    Outcome.SKIPPED, reason=SkipReason.TOKEN.value, raw_directive=raw[:64], detail=problem, **base
+                )
+            base["authenticated"] = True
+        if raw is None:
+            return Decision(Outcome.PASS, **base)
+        if not s.enabled:
+            return Decision(Outcome.SKIPPED, reason=SkipReason.SWITCH.value, raw_directive="", **base)
+        if traffic != "drill":
+            return Decision(Outcome.SKIPPED, reason=SkipReason.TENANT.value, raw_directive="", **base)
+        try:
+            # Shape and absolute bounds at every hop; this hop's own limits only if it is the target.
+            directive = parse_directive(raw, ABSOLUTE_MAX_DELAY_MS)
+            ratio = parse_percent(md.get(h.FAULT_RATIO), RejectReason.BAD_RATIO)
+            instances = parse_percent(md.get(h.FAULT_INSTANCES), RejectReason.BAD_INSTANCES)
+        except DirectiveError as err:
+            return Decision(Outcome.REJECTED, reason=err.reason.value, raw_directive=raw[:64], **base)
+        base.update(directive=directive, raw_directive=raw, ratio=ratio)
+        if not ours or (fault_method and method and fault_method != method):
+            # Not our hop (or not our method): forward the drill keys downstream untouched.
+            fwd = tuple((k, md[k]) for k in h.DRILL_KEYS if k in md)
+            return Decision(Outcome.SKIPPED, reason=SkipReason.TARGET.value, propagate=fwd, **base)
+        if directive.high_ms > min(s.max_delay_ms, ABSOLUTE_MAX_DELAY_MS):
+            return Decision(Outcome.REJECTED, reason=RejectReason.OVER_MAX.value, **base)
         if not instance_selected(s.seed, s.instance_id, instances):
             return Decision(Outcome.SKIPPED, reason=SkipReason.INSTANCE.value, **base)
         if not is_hit(s.seed, request_id, raw, ratio):

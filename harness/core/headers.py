@@ -11,10 +11,13 @@ FAULT = "x-fault"
 FAULT_RATIO = "x-fault-ratio"
 FAULT_TARGET = "x-fault-target"
 FAULT_INSTANCES = "x-fault-instances"
+#: Method (`pkg.Service/Method`) at the target that injects; absent = any method. Signed by the token.
+FAULT_METHOD = "x-fault-method"
 REQUEST_ID = "x-request-id"
 DRILL_TOKEN = "x-drill-token"
 #: Absolute wall-clock deadline (unix seconds, decimal) of the edge caller, so every
 #: hop can measure work done after the original caller gave up (the deadline gap).
+#: Honoured (clamped) only for drill traffic, and only drill traffic forwards it.
 ORIGIN_DEADLINE = "x-drill-origin-deadline"
 #: Resilience configuration name of the caller, for the `config` label downstream.
 CONFIG = "x-drill-config"
@@ -26,16 +29,17 @@ RETRY_PUSHBACK_MS = "grpc-retry-pushback-ms"
 #: sees it, so the attempt number also travels under this key.
 DRILL_PREVIOUS_RPC_ATTEMPTS = "x-drill-previous-rpc-attempts"
 
-#: Keys a hop propagates downstream (like baggage) when a fault target is named.
+#: Keys a hop propagates downstream (like baggage) when a fault target is named. The origin
+#: deadline travels separately, from the (clamped) value in the call scope.
 DRILL_KEYS: tuple[str, ...] = (
     TENANT,
     FAULT,
     FAULT_RATIO,
     FAULT_TARGET,
     FAULT_INSTANCES,
+    FAULT_METHOD,
     REQUEST_ID,
     DRILL_TOKEN,
-    ORIGIN_DEADLINE,
 )
 
 #: Upper bound on any single drill metadata value; longer values are rejected as oversize.

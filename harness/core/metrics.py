@@ -174,3 +174,37 @@ def method_label(full_method: str) -> str:
         if len(_METHOD_LABELS) < 10_000:  # methods are a bounded set; never let odd input grow this
             _METHOD_LABELS[full_method] = label
     return label
+
+
+#: The `grpc_method` value of methods outside the registered (or first N) set, as gRFC A66.
+OTHER_METHOD = "other"
+
+
+class MethodLabels:
+    """Bounded `grpc_method` label values for one server (gRFC A66: unregistered methods are `other`).
+
+    With `registered` given, only those methods keep their name. Without, the first
+    `limit` distinct methods do and later ones become `other`, so a catch-all generic
+    handler cannot grow the series count with every method name a caller invents.
+    """
+
+    __slots__ = ("_registered", "_limit", "_seen", "_lock")
+
+    def __init__(self, registered: frozenset[str] | None = None, limit: int = 100) -> None:
+        self._registered = frozenset(m.lstrip("/") for m in registered) if registered is not None else None
+        self._limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, label: str) -> str:
+        if self._registered is not None:
+            return label if label in self._registered else OTHER_METHOD
+        if label in self._seen:
+            return label
+        with self._lock:
+            if label in self._seen:
+                return label
+            if len(self._seen) >= self._limit:
+                return OTHER_METHOD
+            self._seen.add(label)
+            return label

@@ -13,6 +13,7 @@ import socket
 from harness.core.errors import BadInput
 from harness.core.faults import ABSOLUTE_MAX_DELAY_MS, seed_from_drill_id
 from harness.core.headers import DEFAULT_DRILL_TENANT
+from harness.core.token import DEFAULT_MAX_TTL_S
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -30,11 +31,21 @@ class FaultSettings:
     secret: str | None = None
     instance_id: str = ""
     service: str = "drill"
+    #: Longest remaining lifetime of a drill token; tokens expiring later are refused.
+    token_max_ttl_s: float = DEFAULT_MAX_TTL_S
+    #: Distinct `grpc_method` label values per server; later methods are labelled `other` (gRFC A66).
+    max_methods: int = 100
+    #: Methods registered on the server (`pkg.Service/Method`); when given, all others are `other`.
+    methods: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
-        bad = [t for t in self.tenants if not t or "*" in t or "?" in t]
+        bad = sorted(t for t in self.tenants if not t or "*" in t or "?" in t)
         if bad:
-            raise SettingsError(f"tenant allowlist may not contain wildcards or empty names: {bad!r}")
+            raise SettingsError(
+                f"DRILL_FAULT_TENANTS may not contain wildcards or empty names (list each drill tenant): {bad!r}"
+            )
+        if not 0 < self.token_max_ttl_s <= 7 * 86400:
+            raise SettingsError(f"token lifetime cap must be within (0, 604800] s, got {self.token_max_ttl_s}")
         if not 0 <= self.max_delay_ms <= ABSOLUTE_MAX_DELAY_MS:
             raise SettingsError(
                 f"max delay must be within 0..{ABSOLUTE_MAX_DELAY_MS} ms, got {self.max_delay_ms}"
@@ -64,6 +75,11 @@ class FaultSettings:
                 values["max_delay_ms"] = int(env["DRILL_FAULT_MAX_DELAY_MS"])
             except ValueError as exc:
                 raise SettingsError("DRILL_FAULT_MAX_DELAY_MS is not an integer") from exc
+        if env.get("DRILL_FAULT_TOKEN_MAX_TTL_S", "").strip():
+            try:
+                values["token_max_ttl_s"] = float(env["DRILL_FAULT_TOKEN_MAX_TTL_S"])
+            except ValueError as exc:
+                raise SettingsError("DRILL_FAULT_TOKEN_MAX_TTL_S is not a number") from exc
         if env.get("DRILL_FAULT_SECRET"):
             values["secret"] = env["DRILL_FAULT_SECRET"]
         values["instance_id"] = env.get("DRILL_INSTANCE_ID") or f"{socket.gethostname()}:{os.getpid()}"

@@ -1,9 +1,18 @@
 """Optional drill token (DESIGN §2, `x-drill-token`).
 
-When a server has a drill secret, a directive is applied only with a valid
-HMAC-SHA256 over (request id, tenant, directive, ratio, target, expiry). A
-spoofed `x-tenant-id` alone then injects nothing. Token format: `EXPIRY.HEX`,
-EXPIRY in unix seconds.
+When a server has a drill secret, a call is drill traffic (and a directive may
+fire) only with a valid HMAC-SHA256 over everything that says what, where and
+how widely to inject:
+
+    request id, tenant, directive, ratio, target service, instance share, method, expiry
+
+Ratio and instance share are signed as sent (`x-fault-ratio`, `x-fault-instances`;
+absent = empty), so removing or changing either header voids the token. The
+target is the service named by `x-fault-target`, and the hop that injects checks
+that it is its own name: a token without a target injects nowhere. The method is
+`x-fault-method` (`pkg.Service/Method`). Tokens live at most `max_ttl_s` (default
+one hour): a token whose expiry lies further ahead is refused. Format:
+`EXPIRY.HEX`, EXPIRY in unix seconds. A spoofed `x-tenant-id` alone is organic.
 """
 
 from __future__ import annotations
@@ -12,9 +21,23 @@ import hashlib
 import hmac
 import time
 
+#: Longest token accepted or forwarded (`EXPIRY.HEX` is 75 characters).
+MAX_TOKEN_LEN = 128
+#: Default cap on a token's remaining lifetime (seconds).
+DEFAULT_MAX_TTL_S = 3600.0
 
-def _message(request_id: str, tenant: str, directive: str, ratio: int, target: str, expiry: int) -> bytes:
-    return "\n".join((request_id, tenant, directive, str(ratio), target, str(expiry))).encode()
+_VERSION = "drill-token-2"
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _message(
+    request_id: str, tenant: str, directive: str, ratio: str, target: str, instances: str, method: str, expiry: int
+) -> bytes:
+    parts = (_VERSION, request_id, tenant, directive, ratio, target, instances, method, str(expiry))
+    return "\n".join(parts).encode()
 
 
 def sign(
@@ -22,41 +45,54 @@ def sign(
     *,
     request_id: str,
     tenant: str,
-    directive: str,
-    ratio: int = 100,
+    directive: str = "",
+    ratio: int | str | None = None,
     target: str = "",
+    instances: int | str | None = None,
+    method: str = "",
     ttl_s: float = 300.0,
     now: float | None = None,
 ) -> str:
-    """Token authorising one directive for one request id until now + ttl."""
+    """Token authorising one directive for one request id, service, method and replica share until now + ttl."""
     expiry = int((time.time() if now is None else now) + ttl_s)
-    mac = hmac.new(
-        secret.encode(), _message(request_id, tenant, directive, ratio, target, expiry), hashlib.sha256
-    )
-    return f"{expiry}.{mac.hexdigest()}"
+    msg = _message(request_id, tenant, directive, _text(ratio), target, _text(instances), method, expiry)
+    return f"{expiry}.{hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()}"
 
 
-def verify(
+def check(
     secret: str,
     token: str | None,
     *,
     request_id: str,
     tenant: str,
-    directive: str,
-    ratio: int = 100,
+    directive: str = "",
+    ratio: str | None = None,
     target: str = "",
+    instances: str | None = None,
+    method: str = "",
     now: float | None = None,
-) -> bool:
-    """True if the token is well formed, unexpired and signs exactly these values."""
-    if not token or "." not in token or len(token) > 128:
-        return False
-    expiry_text, _, digest = token.partition(".")
-    if not expiry_text.isdigit():
-        return False
+    max_ttl_s: float = DEFAULT_MAX_TTL_S,
+) -> str:
+    """'' if the token is valid for exactly these values, else why not (missing, malformed,
+    oversize, expired, lifetime, mismatch)."""
+    if not token:
+        return "missing"
+    if len(token) > MAX_TOKEN_LEN:
+        return "oversize"
+    expiry_text, dot, digest = token.partition(".")
+    if not dot or not expiry_text.isascii() or not expiry_text.isdigit() or len(expiry_text) > 12:
+        return "malformed"
     expiry = int(expiry_text)
-    if expiry < (time.time() if now is None else now):
-        return False
-    mac = hmac.new(
-        secret.encode(), _message(request_id, tenant, directive, ratio, target, expiry), hashlib.sha256
-    )
-    return hmac.compare_digest(mac.hexdigest(), digest)
+    t = time.time() if now is None else now
+    if expiry < t:
+        return "expired"
+    if expiry - t > max_ttl_s:
+        return "lifetime"
+    msg = _message(request_id, tenant, directive, _text(ratio), target, _text(instances), method, expiry)
+    mac = hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()
+    return "" if hmac.compare_digest(mac, digest) else "mismatch"
+
+
+def verify(secret: str, token: str | None, **values) -> bool:
+    """True if `check` finds nothing wrong."""
+    return check(secret, token, **values) == ""

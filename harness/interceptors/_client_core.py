@@ -28,9 +28,13 @@ class Tagging:
     ratio: int | None = None
     target: str | None = None
     instances: int | None = None
-    #: Drill secret: when set, each call carries an `x-drill-token` for its directive.
+    #: Drill secret: when set, each tagged call carries an `x-drill-token` binding its request id,
+    #: tenant, directive, ratio, target, instance share and method (`x-fault-method`).
     secret: str | None = None
     token_ttl_s: float = 300.0
+    #: Method (`pkg.Service/Method`) at the target that injects; default: the method called.
+    #: Sent as `x-fault-method` when given or when signing.
+    method: str | None = None
 
     @property
     def fault_mode(self) -> str:
@@ -45,12 +49,20 @@ ORGANIC = Tagging()
 
 
 def outgoing_metadata(
-    existing, tagging: Tagging, timeout: float | None
+    existing,
+    tagging: Tagging,
+    timeout: float | None,
+    *,
+    method: str = "",
+    drill_tenants: frozenset[str] = frozenset({h.DEFAULT_DRILL_TENANT}),
 ) -> tuple[list[tuple[str, str]], str, str | None]:
     """Metadata for one call: the caller's own keys win, then propagated scope, then tagging.
 
     Returns (metadata, request_id, tenant). One request id per logical call: a
     caller that retries passes the same `x-request-id` back in and it is kept.
+    `method` is the called method's label (`pkg.Service/Method`), signed by the token.
+    The origin deadline is sent for drill traffic only: organic calls neither
+    originate nor forward it.
     """
     md: list[tuple[str, str]] = list(existing or ())
     present = {k for k, _ in md}
@@ -60,11 +72,9 @@ def outgoing_metadata(
             if k not in present:
                 md.append((k, v))
                 present.add(k)
-        if cur.origin_deadline is not None and h.ORIGIN_DEADLINE not in present:
+        if cur.traffic == "drill" and cur.origin_deadline is not None and h.ORIGIN_DEADLINE not in present:
             md.append((h.ORIGIN_DEADLINE, f"{cur.origin_deadline:.3f}"))
             present.add(h.ORIGIN_DEADLINE)
-    if h.ORIGIN_DEADLINE not in present and timeout is not None:
-        md.append((h.ORIGIN_DEADLINE, f"{time.time() + timeout:.3f}"))
     if h.REQUEST_ID in present:
         request_id = next(v for k, v in md if k == h.REQUEST_ID)
     else:
@@ -81,22 +91,33 @@ def outgoing_metadata(
             md.append((h.FAULT_TARGET, t.target))
         if t.instances is not None:
             md.append((h.FAULT_INSTANCES, str(t.instances)))
-        if t.secret is not None and h.DRILL_TOKEN not in present:
-            md.append(
-                (
-                    h.DRILL_TOKEN,
-                    token.sign(
-                        t.secret,
-                        request_id=request_id,
-                        tenant=t.tenant or "",
-                        directive=t.directive,
-                        ratio=100 if t.ratio is None else t.ratio,
-                        target=t.target or "",
-                        ttl_s=t.token_ttl_s,
-                    ),
-                )
+    fault_method = t.method or method
+    if t.tenant is not None and (t.method is not None or t.secret is not None) and h.FAULT_METHOD not in present:
+        if fault_method:
+            md.append((h.FAULT_METHOD, fault_method))
+    if t.tenant is not None and t.secret is not None and h.DRILL_TOKEN not in present:
+        sent: dict[str, str] = {}  # sign exactly what the server reads (first value of each key)
+        for k, v in md:
+            sent.setdefault(k, v)
+        md.append(
+            (
+                h.DRILL_TOKEN,
+                token.sign(
+                    t.secret,
+                    request_id=request_id,
+                    tenant=sent.get(h.TENANT, ""),
+                    directive=sent.get(h.FAULT, ""),
+                    ratio=sent.get(h.FAULT_RATIO),
+                    target=sent.get(h.FAULT_TARGET, ""),
+                    instances=sent.get(h.FAULT_INSTANCES),
+                    method=sent.get(h.FAULT_METHOD, ""),
+                    ttl_s=t.token_ttl_s,
+                ),
             )
+        )
     tenant = next((v for k, v in md if k == h.TENANT), None)
+    if h.ORIGIN_DEADLINE not in present and timeout is not None and tenant and tenant in drill_tenants:
+        md.append((h.ORIGIN_DEADLINE, f"{time.time() + timeout:.3f}"))
     return md, request_id, tenant
 
 
@@ -119,11 +140,13 @@ class ClientRecorder:
     def attempt_finished(self, method: str, code, elapsed: float) -> None:
         self._attempt_duration(method, self.target, status_name(code)).observe(elapsed)
 
-    def call_finished(self, method: str, code, elapsed: float, fault_mode: str, traffic: str) -> None:
+    def call_finished(
+        self, method: str, code, elapsed: float, fault_mode: str, traffic: str, exemplar: dict | None = None
+    ) -> None:
         status = status_name(code)
         self._calls(self.service, method, status, fault_mode, traffic, self.config).inc()
-        self._latency(self.service, method, fault_mode, traffic, self.config).observe(elapsed)
-        self._call_duration(method, self.target, status).observe(elapsed)
+        self._latency(self.service, method, fault_mode, traffic, self.config).observe(elapsed, exemplar)
+        self._call_duration(method, self.target, status).observe(elapsed, exemplar)
 
 
 class ClientInterceptorBase:

@@ -22,14 +22,21 @@ from harness.core import audit, scope
 from harness.core import headers as h
 from harness.core import metrics as m
 from harness.core.faults import Mode
-from harness.core.gate import Decision, FaultGate, Outcome
-from harness.core.metrics import method_label
+from harness.core.gate import Decision, FaultGate, Outcome, SkipReason
+from harness.core.metrics import MethodLabels, method_label
 from harness.core.settings import FaultSettings
 from harness.core.status import status_name
 from harness.core.tracing import ATTR_HIT, ATTR_MODE, ATTR_REQUEST_ID, ATTR_TENANT, extract_context, trace_id_hex
 
+#: A trusted origin deadline is clamped to [now - PAST, now + AHEAD] (seconds).
+ORIGIN_DEADLINE_MAX_PAST_S = 600.0
+ORIGIN_DEADLINE_MAX_AHEAD_S = 3600.0
 
-def _origin_deadline(md: dict[str, str]) -> float | None:
+_log = logging.getLogger("drill.faults")
+
+
+def _origin_deadline(md: dict[str, str], now: float) -> float | None:
+    """The edge caller's deadline, clamped to a sane window around now. Callers trust it only for drill traffic."""
     raw = md.get(h.ORIGIN_DEADLINE)
     if not raw or len(raw) > 32:
         return None
@@ -37,7 +44,9 @@ def _origin_deadline(md: dict[str, str]) -> float | None:
         value = float(raw)
     except ValueError:
         return None
-    return value if math.isfinite(value) else None
+    if not math.isfinite(value):
+        return None
+    return min(max(value, now - ORIGIN_DEADLINE_MAX_PAST_S), now + ORIGIN_DEADLINE_MAX_AHEAD_S)
 
 
 @dataclasses.dataclass(slots=True)
@@ -50,6 +59,8 @@ class CallPlan:
     #: Wall-clock time an injected sleep would have ended (kept when the sleep is cut short).
     planned_end_wall: float | None = None
     span: object = None
+    #: The called method (`pkg.Service/Method`); `method` is its metric label (may be `other`).
+    real_method: str = ""
 
 
 #: A caller whose deadline is this close (or past) when its call ends left because of the
@@ -93,23 +104,34 @@ class ServerCore:
         self._gap = m.ChildCache(m.DEADLINE_GAP)
         self._started = m.ChildCache(m.GRPC_SERVER_CALL_STARTED)
         self._duration = m.ChildCache(m.GRPC_SERVER_CALL_DURATION)
+        self._methods = MethodLabels(settings.methods, settings.max_methods)
+        self._refusals = audit.RefusalLimiter()
+        if settings.enabled and not settings.tenants:
+            _log.warning(
+                "drill faults are ON for %s but the tenant allowlist (DRILL_FAULT_TENANTS) is empty: "
+                "no fault can fire",
+                self.service,
+            )
 
     # -- 1. plan: once per call, when grpc hands us the handler ------------------------------
     def plan(self, full_method: str, metadata) -> CallPlan:
-        method = method_label(full_method)
+        real = method_label(full_method)
+        method = self._methods(real)
         md = h.metadata_dict(metadata)
-        decision = self.gate.decide(md)
-        origin = _origin_deadline(md)
+        decision = self.gate.decide(md, real)
+        # Only (authenticated) drill traffic may say when the edge caller gives up; organic
+        # calls neither use nor forward the key.
+        origin = _origin_deadline(md, time.time()) if decision.traffic == "drill" else None
         sc = scope.CallScope(
             service=self.service,
-            method=method,
+            method=real,
             request_id=decision.request_id or md.get(h.REQUEST_ID, "")[: h.MAX_VALUE_LEN],
             tenant=decision.tenant,
             traffic=decision.traffic,
             origin_deadline=origin,
             propagate=decision.propagate,
         )
-        plan = CallPlan(method, decision, sc, deadline_wall=origin)
+        plan = CallPlan(method, decision, sc, deadline_wall=origin, real_method=real)
         if decision.outcome is not Outcome.PASS:
             self._count_decision(plan)
         return plan
@@ -162,7 +184,8 @@ class ServerCore:
 
     # -- 3. end: at handler exit, whatever happened --------------------------------------------
     def end(self, plan: CallPlan, token, code, t0: float) -> None:
-        """Leave the scope and record the call. Never raises."""
+        """End and leave the scope, record the call. Never raises."""
+        scope.end(plan.scope)
         scope.leave(token)
         elapsed = time.perf_counter() - t0
         try:
@@ -200,20 +223,36 @@ class ServerCore:
         elif d.outcome is Outcome.SKIPPED:
             if self.metrics:
                 self._skipped(self.service, plan.method, d.reason).inc()
+            if d.reason == SkipReason.TOKEN.value:
+                self._audit_refusal(plan, "token_refused")
         elif d.outcome is Outcome.REJECTED:
             if self.metrics:
                 self._rejected(self.service, plan.method, d.reason).inc()
-            audit.emit(
-                "fault_rejected",
-                logging.WARNING,
-                reason=d.reason,
-                request_id=d.request_id,
-                tenant=d.tenant,
-                service=self.service,
-                method=plan.method,
-                directive=d.raw_directive,
-                instance=self.settings.instance_id,
-            )
+            self._audit_refusal(plan, "fault_rejected")
+
+    def _audit_refusal(self, plan: CallPlan, event: str) -> None:
+        """One WARNING line per refusal; unauthenticated ones rate-limited per (event, reason, method)."""
+        d = plan.decision
+        suppressed = 0
+        if not d.authenticated:
+            admitted = self._refusals.admit((event, d.reason, plan.method))
+            if admitted is None:
+                return
+            suppressed = admitted
+        fields = dict(
+            reason=d.reason,
+            request_id=d.request_id,
+            tenant=d.tenant,
+            service=self.service,
+            method=plan.real_method,
+            directive=d.raw_directive,
+            instance=self.settings.instance_id,
+        )
+        if d.detail:
+            fields["detail"] = d.detail
+        if suppressed:
+            fields["suppressed"] = suppressed
+        audit.emit(event, logging.WARNING, **fields)
 
     def _audit_hit(self, plan: CallPlan) -> None:
         d = plan.decision
@@ -224,7 +263,7 @@ class ServerCore:
             request_id=d.request_id,
             tenant=d.tenant,
             service=self.service,
-            method=plan.method,
+            method=plan.real_method,
             mode=d.mode.value,
             argument=(str(d.delay_ms) if d.mode is not Mode.ABORT else directive.argument) if directive else "",
             ratio=d.ratio,
@@ -259,6 +298,8 @@ class ServerInterceptorBase:
     def _wrapped(self, handler, handler_call_details):
         if not self._active or handler is None or handler.request_streaming:
             return handler  # request-streaming methods pass through untouched
+        if not self._can_wrap(handler.unary_stream if handler.response_streaming else handler.unary_unary):
+            return handler
         md = handler_call_details.invocation_metadata
         plan = self.core.plan(handler_call_details.method, md)
         if handler.response_streaming:
@@ -272,6 +313,10 @@ class ServerInterceptorBase:
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+    def _can_wrap(self, behavior) -> bool:
+        """Whether this flavour can wrap the handler without changing where it runs."""
+        return True
 
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):  # pragma: no cover - abstract
         raise NotImplementedError

@@ -14,7 +14,7 @@ from grpc import aio
 
 from harness.core.headers import traffic_of
 from harness.core.metrics import method_label
-from harness.core.tracing import client_span_metadata, end_client_span, start_client_span
+from harness.core.tracing import client_span_metadata, end_client_span, start_client_span, trace_id_hex
 from harness.interceptors._client_core import ClientInterceptorBase, outgoing_metadata
 
 
@@ -33,7 +33,15 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
 
     def _prepare(self, client_call_details, span=None):
         tagging = self.tagging
-        md, request_id, tenant = outgoing_metadata(client_call_details.metadata, tagging, client_call_details.timeout)
+        method = client_call_details.method
+        method = method_label(method.decode() if isinstance(method, bytes) else method)
+        md, request_id, tenant = outgoing_metadata(
+            client_call_details.metadata,
+            tagging,
+            client_call_details.timeout,
+            method=method,
+            drill_tenants=self.drill_tenants,
+        )
         if span is not None:
             md.extend(client_span_metadata(span, tagging, tenant, request_id))
         details = aio.ClientCallDetails(
@@ -43,8 +51,6 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
             client_call_details.credentials,
             client_call_details.wait_for_ready,
         )
-        method = client_call_details.method
-        method = method_label(method.decode() if isinstance(method, bytes) else method)
         return tagging, tenant, details, method
 
     def with_streams(self) -> list:
@@ -105,8 +111,13 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
                 timer.cancel()
             elapsed = time.perf_counter() - start
             rec.attempt_finished(method, code, elapsed)
+            exemplar = None
+            if span is not None:
+                tid = trace_id_hex(span)
+                exemplar = {"trace_id": tid} if tid else None
             if self.record_calls:
-                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic_of(tenant, self.drill_tenants))
+                traffic = traffic_of(tenant, self.drill_tenants)
+                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic, exemplar)
             if span is not None:
                 end_client_span(span, code)
         return call

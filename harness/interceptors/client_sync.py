@@ -34,7 +34,15 @@ class SyncDrillClientInterceptor(
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
         tagging = self.tagging
-        md, _request_id, tenant = outgoing_metadata(client_call_details.metadata, tagging, client_call_details.timeout)
+        method = client_call_details.method
+        method = method_label(method.decode() if isinstance(method, bytes) else method)
+        md, _request_id, tenant = outgoing_metadata(
+            client_call_details.metadata,
+            tagging,
+            client_call_details.timeout,
+            method=method,
+            drill_tenants=self.drill_tenants,
+        )
         details = _Details(
             client_call_details.method,
             client_call_details.timeout,
@@ -43,8 +51,6 @@ class SyncDrillClientInterceptor(
             getattr(client_call_details, "wait_for_ready", None),
             getattr(client_call_details, "compression", None),
         )
-        method = client_call_details.method
-        method = method_label(method.decode() if isinstance(method, bytes) else method)
         rec = self.recorder
         rec.attempt_started(method)
         start = time.perf_counter()

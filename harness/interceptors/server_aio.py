@@ -3,16 +3,26 @@
 Everything else (the gate, the steps of a fault, metrics, scope, audit) is in
 `_server_pipeline`. A caller that leaves during a wait cancels this task inside
 the sleep: the call is dropped silently, with no log line.
+
+grpc.aio runs coroutine and async-generator handlers on the event loop and plain
+(sync) functions and generators on a thread pool. The wrapper keeps that: only
+the handler's own work is moved, so a sync handler still runs on the loop's
+default executor (grpc's pool when the server has no `migration_thread_pool`)
+with grpc's sync servicer context, and the fault's waits and aborts stay on the
+loop. If grpc's sync context adapter is unavailable, sync handlers are left
+unwrapped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 
 import grpc
 from grpc import aio
 
+from harness.core import scope
 from harness.interceptors._server_pipeline import (
     CallPlan,
     ServerInterceptorBase,
@@ -21,7 +31,49 @@ from harness.interceptors._server_pipeline import (
     ended_by_deadline,
 )
 
+try:  # grpc's adapter that gives a sync handler the sync context API on an aio server
+    from grpc._cython.cygrpc import _SyncServicerContext
+except ImportError:  # pragma: no cover - depends on the grpc build
+    _SyncServicerContext = None
+
 _OK = grpc.StatusCode.OK
+_DONE = object()
+
+
+def is_async_handler(behavior) -> bool:
+    """What grpc.aio runs on the loop (the same test grpc applies); everything else goes to a thread."""
+    return (
+        inspect.isawaitable(behavior)
+        or inspect.iscoroutinefunction(behavior)
+        or inspect.isasyncgenfunction(behavior)
+    )
+
+
+class _HeldAbortContext:
+    """The handler's context under an injected delay: `abort` waits out the delay first.
+
+    grpc.aio's `context.abort` sends the status at once, before the handler's exception
+    reaches the interceptor, so the hold has to happen inside `abort` itself.
+    """
+
+    def __init__(self, context, hold) -> None:
+        self._context = context
+        self._hold = hold
+
+    def __getattr__(self, name):
+        return getattr(self._context, name)
+
+    async def abort(self, *args, **kwargs):
+        await self._hold()
+        return await self._context.abort(*args, **kwargs)
+
+
+class _HeldAbortSyncContext(_HeldAbortContext):
+    """The same for a sync handler on its executor thread (grpc's sync context adapter)."""
+
+    def abort(self, *args, **kwargs):
+        self._hold()
+        return self._context.abort(*args, **kwargs)
 
 
 class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
@@ -29,6 +81,9 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, handler_call_details):
         return self._wrapped(await continuation(handler_call_details), handler_call_details)
+
+    def _can_wrap(self, behavior) -> bool:
+        return _SyncServicerContext is not None or is_async_handler(behavior)
 
     async def _perform(self, step: Step, plan: CallPlan, context) -> None:
         if step is Step.WAIT:
@@ -52,19 +107,48 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
         core = self.core
         steps = core.steps(plan)
+        on_loop = is_async_handler(behavior)
+
+        hold_errors = Step.RUN in steps and Step.WAIT in steps[steps.index(Step.RUN) + 1 :]  # a delay
+
+        async def run(request, context, held: list[bool]):
+            if on_loop:
+                if hold_errors:
+
+                    async def hold() -> None:
+                        held.append(True)
+                        await self._perform(Step.WAIT, plan, context)
+
+                    context = _HeldAbortContext(context, hold)
+                return await behavior(request, context)
+            loop = asyncio.get_running_loop()
+            sync_context = _SyncServicerContext(context)
+            if hold_errors:
+
+                def hold_sync() -> None:
+                    held.append(True)
+                    time.sleep(core.wait_s(plan))
+
+                sync_context = _HeldAbortSyncContext(sync_context, hold_sync)
+            return await loop.run_in_executor(None, scope.run_bound, plan.scope, behavior, request, sync_context)
 
         async def unary(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
             exc: BaseException | None = None
             response = None
+            held: list[bool] = []
             try:
                 for step in steps:
-                    if step is Step.RUN:
-                        response = behavior(request, context)
-                        if inspect.isawaitable(response):  # grpc.aio also accepts plain functions
-                            response = await response
-                    else:
-                        await self._perform(step, plan, context)
+                    if step is not Step.RUN:
+                        if not held:
+                            await self._perform(step, plan, context)
+                        continue
+                    try:
+                        response = await run(request, context, held)
+                    except Exception:
+                        if hold_errors and not held:  # a delay holds errors and aborts too (DESIGN §3)
+                            await self._perform(Step.WAIT, plan, context)
+                        raise
                 return response
             except BaseException as e:
                 exc = e
@@ -77,6 +161,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
         core = self.core
         steps = core.steps(plan, streaming=True)
+        on_loop = is_async_handler(behavior)
 
         async def stream(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
@@ -85,6 +170,19 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 for step in steps:
                     if step is not Step.RUN:
                         await self._perform(step, plan, context)
+                        continue
+                    if not on_loop:  # a plain generator: each step of it on the executor, as grpc does
+                        loop = asyncio.get_running_loop()
+                        sync_context = _SyncServicerContext(context)
+                        gen = await loop.run_in_executor(
+                            None, scope.run_bound, plan.scope, behavior, request, sync_context
+                        )
+                        it = iter(gen)
+                        while True:
+                            item = await loop.run_in_executor(None, scope.run_bound, plan.scope, next, it, _DONE)
+                            if item is _DONE:
+                                break
+                            yield item
                         continue
                     result = behavior(request, context)
                     if inspect.isasyncgen(result):

@@ -63,9 +63,14 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
             failed = False
             response = None
             try:
-                for step in steps:
+                for i, step in enumerate(steps):
                     if step is Step.RUN:
-                        response = behavior(request, context)
+                        try:
+                            response = behavior(request, context)
+                        except Exception:
+                            if Step.WAIT in steps[i + 1 :]:  # a delay holds errors and aborts too (DESIGN §3)
+                                self._perform(Step.WAIT, plan, context)
+                            raise
                     else:
                         # a drop whose caller left still aborts (grpc drops it); a delay whose
                         # caller left returns now and grpc drops the send

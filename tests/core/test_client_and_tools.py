@@ -45,7 +45,7 @@ def test_signed_directives_inject_and_unsigned_ones_do_not():
         async with aio_server(s) as (port, servicer):
             async with aio_stub(port, Tagging(tenant="tenant-drill", directive="abort:INTERNAL")) as stub:
                 ok = await stub.Call(drill_pb2.CallRequest(payload="spoofed"))
-            signed = Tagging(tenant="tenant-drill", directive="abort:INTERNAL", secret="drill-secret")
+            signed = Tagging(tenant="tenant-drill", directive="abort:INTERNAL", target="tok", secret="drill-secret")
             async with aio_stub(port, signed) as stub:
                 with pytest.raises(aio.AioRpcError) as info:
                     await stub.Call(drill_pb2.CallRequest())

@@ -141,13 +141,18 @@ def test_secret_requires_a_valid_token_and_a_spoofed_tenant_alone_injects_nothin
     gate = FaultGate(s)
     spoofed = gate.decide(md(x_fault="abort:UNAVAILABLE"))
     assert spoofed.outcome is Outcome.SKIPPED and spoofed.reason == "token"
-    tok = token.sign("s3cret", request_id="req-1", tenant="tenant-drill", directive="abort:UNAVAILABLE")
-    assert gate.decide(md(x_fault="abort:UNAVAILABLE", x_drill_token=tok)).outcome is Outcome.HIT
+    tok = token.sign(
+        "s3cret", request_id="req-1", tenant="tenant-drill", directive="abort:UNAVAILABLE", target="svc"
+    )
+    assert gate.decide(md(x_fault="abort:UNAVAILABLE", x_fault_target="svc", x_drill_token=tok)).outcome is Outcome.HIT
     # A token for another directive or request id does not transfer.
-    assert gate.decide(md(x_fault="drop:100", x_drill_token=tok)).reason == "token"
-    assert gate.decide(md(x_fault="abort:UNAVAILABLE", x_request_id="req-2", x_drill_token=tok)).reason == "token"
-    expired = token.sign("s3cret", request_id="req-1", tenant="tenant-drill", directive="abort:UNAVAILABLE", now=0)
-    assert gate.decide(md(x_fault="abort:UNAVAILABLE", x_drill_token=expired)).reason == "token"
+    assert gate.decide(md(x_fault="drop:100", x_fault_target="svc", x_drill_token=tok)).reason == "token"
+    other_id = md(x_fault="abort:UNAVAILABLE", x_fault_target="svc", x_request_id="req-2", x_drill_token=tok)
+    assert gate.decide(other_id).reason == "token"
+    expired = token.sign(
+        "s3cret", request_id="req-1", tenant="tenant-drill", directive="abort:UNAVAILABLE", target="svc", now=0
+    )
+    assert gate.decide(md(x_fault="abort:UNAVAILABLE", x_fault_target="svc", x_drill_token=expired)).reason == "token"
 
 
 def test_no_directive_is_a_plain_pass():
