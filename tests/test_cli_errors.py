@@ -143,3 +143,9 @@ def test_out_of_range_values_are_refused_with_their_path(mutation, path):
         data["fault"] = {"directive": "abort:UNAVAILABLE", **mutation["fault"]}
     with pytest.raises(PlanError, match=path.replace(".", r"\.")):
         from_dict(data)
+
+
+def test_serve_with_a_wildcard_tenant_allowlist():
+    proc = drill("serve", "--port", "0", "--metrics-port", "-1", "--enable-faults",
+                 env={"DRILL_FAULT_TENANTS": "*"})  # fmt: skip
+    assert_one_line(proc, 2, "DRILL_FAULT_TENANTS")

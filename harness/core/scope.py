@@ -26,7 +26,7 @@ import contextvars
 import dataclasses
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -69,31 +69,20 @@ def _owner() -> object:
     return task if task is not None else threading.get_ident()
 
 
-_GRPC_CALL_CODES: frozenset | None = None
+#: Tests for tasks that act for the call being served although they are not its owner (grpc.aio runs
+#: each client interceptor in a task of its own). The interceptor layer registers one; the contracts
+#: stay grpc-free.
+_DELEGATE_TESTS: list[Callable[[object], bool]] = []
 
 
-def _grpc_call_codes() -> frozenset:
-    """Code objects of grpc.aio's per-call interceptor coroutines (empty without grpc)."""
-    global _GRPC_CALL_CODES
-    if _GRPC_CALL_CODES is None:
-        codes = set()
-        try:
-            from grpc.aio import _interceptor as gi
-
-            for name in dir(gi):
-                invoke = getattr(getattr(gi, name), "_invoke", None)
-                if name.startswith("Intercepted") and invoke is not None and hasattr(invoke, "__code__"):
-                    codes.add(invoke.__code__)
-        except Exception:  # noqa: BLE001 - no grpc.aio: no such tasks
-            pass
-        _GRPC_CALL_CODES = frozenset(codes)
-    return _GRPC_CALL_CODES
+def trust_delegates(test: Callable[[object], bool]) -> None:
+    """Let tasks for which `test(task)` is true read the scope of the call that started them."""
+    if test not in _DELEGATE_TESTS:
+        _DELEGATE_TESTS.append(test)
 
 
-def _is_grpc_call_task(who: object) -> bool:
-    get_coro = getattr(who, "get_coro", None)
-    code = getattr(get_coro(), "cr_code", None) if get_coro is not None else None
-    return code is not None and code in _grpc_call_codes()
+def _is_delegate(who: object) -> bool:
+    return any(test(who) for test in _DELEGATE_TESTS)
 
 
 def current() -> CallScope | None:
@@ -105,7 +94,7 @@ def current() -> CallScope | None:
     if sc.ended:
         return None
     me = _owner()
-    if owner != me and not _is_grpc_call_task(me):
+    if owner != me and not _is_delegate(me):
         return None
     return sc
 

@@ -121,6 +121,34 @@ def outgoing_metadata(
     return md, request_id, tenant
 
 
+def _grpc_call_codes() -> frozenset:
+    """Code objects of grpc.aio's per-call interceptor coroutines."""
+    codes = set()
+    try:
+        from grpc.aio import _interceptor as gi  # private, hence guarded: without it nothing is trusted
+
+        for name in dir(gi):
+            invoke = getattr(getattr(gi, name), "_invoke", None)
+            if name.startswith("Intercepted") and invoke is not None and hasattr(invoke, "__code__"):
+                codes.add(invoke.__code__)
+    except Exception:  # noqa: BLE001
+        pass
+    return frozenset(codes)
+
+
+_GRPC_CALL_CODES = _grpc_call_codes()
+
+
+def _is_grpc_call_task(who: object) -> bool:
+    """grpc.aio runs a client call's interceptors in a task of its own: it acts for the caller."""
+    get_coro = getattr(who, "get_coro", None)
+    code = getattr(get_coro(), "cr_code", None) if get_coro is not None else None
+    return code is not None and code in _GRPC_CALL_CODES
+
+
+scope.trust_delegates(_is_grpc_call_task)
+
+
 class ClientRecorder:
     """Counts finished client calls and attempts; children cached per label set."""
 
