@@ -2,12 +2,16 @@
 
 P2C (Mitzenmacher) draws two distinct backends and keeps the cheaper by Finagle's
 peak-EWMA cost `ewma_latency × (inflight + 1)`: the EWMA jumps up to any higher
-latency at once and decays with time constant `decay_s`. A backend never measured
+latency at once and decays with time constant `decay_s` — on every read too, as
+Finagle's `PeakEwma.get` does, so a backend that was slow once and is no longer
+picked still drifts back to cheap and gets picked again. A backend never measured
 but with calls in flight costs a large penalty, so a silent slow backend is not
 mistaken for a free one. Optional ejection takes a backend out for
-`base_s × ejections` after `consecutive_failures` server faults or when its EWMA
-exceeds `latency_factor` × the median of the others (slow is the new down), never
-more than `max_percent` of the backends at once.
+`min(base_s × ejections, max_s)` (Envoy's `max_ejection_time`) after
+`consecutive_failures` server faults or when its EWMA exceeds `latency_factor` ×
+the median of the others (slow is the new down), never more than `max_percent`
+of the backends at once; each `base_s` spent healthy takes one off `ejections`
+(Envoy decrements its multiplier per healthy interval).
 """
 
 from __future__ import annotations
@@ -26,22 +30,39 @@ PENALTY_S = 1e3
 
 
 class PeakEwma:
-    """Peak-sensitive EWMA of latency, decaying with time constant `decay_s`."""
+    """Peak-sensitive EWMA of latency, decaying with time constant `decay_s` (Finagle's `PeakEwma`).
+
+    `observe(rtt)` jumps up to a higher rtt at once, else blends by `w = e^(−Δt/decay_s)`;
+    reading `value` decays towards 0 with the time since the last update (Finagle: `get`
+    is `observe(0)`), so the cost falls even when no new sample arrives.
+    """
 
     def __init__(self, decay_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if decay_s <= 0:
+            raise ValueError("peak EWMA decay must be positive")
         self.decay_s = decay_s
         self.clock = clock
-        self.value = 0.0
+        self._cost = 0.0
         self._stamp: float | None = None
 
-    def observe(self, rtt: float) -> None:
+    def _update(self, rtt: float) -> None:
         now = self.clock()
-        if self._stamp is None or rtt > self.value:
-            self.value = rtt  # peak: jump up at once
+        if self._stamp is None or rtt > self._cost:
+            self._cost = rtt  # peak: jump up at once
         else:
             w = math.exp(-max(0.0, now - self._stamp) / self.decay_s)
-            self.value = self.value * w + rtt * (1.0 - w)
+            self._cost = self._cost * w + rtt * (1.0 - w)
         self._stamp = now
+
+    def observe(self, rtt: float) -> None:
+        self._update(rtt)
+
+    @property
+    def value(self) -> float:
+        """The current cost, decayed to now."""
+        if self._stamp is not None:
+            self._update(0.0)
+        return self._cost
 
 
 @dataclasses.dataclass(eq=False)
@@ -54,9 +75,10 @@ class Backend:
     ejected_until: float = 0.0
 
     def cost(self) -> float:
-        if self.ewma.value <= 0.0 and self.inflight > 0:
+        ewma = self.ewma.value
+        if ewma <= 0.0 and self.inflight > 0:
             return PENALTY_S * self.inflight
-        return self.ewma.value * (self.inflight + 1)
+        return ewma * (self.inflight + 1)
 
 
 class RoundRobin:
@@ -90,6 +112,8 @@ class Ejection:
 
     consecutive_failures: int = 5
     base_s: float = 10.0
+    #: Envoy's `max_ejection_time` (default 300 s; never below `base_s`).
+    max_s: float = 300.0
     max_percent: int = 50
     #: Eject when EWMA > factor × median EWMA of the other backends (None = latency never ejects).
     latency_factor: float | None = None
@@ -135,6 +159,10 @@ class Balancer:
     def started(self, backend: Backend) -> None:
         backend.inflight += 1
 
+    def abandoned(self, backend: Backend) -> None:
+        """An attempt that ended without an outcome about the backend (a local error): inflight only."""
+        backend.inflight = max(0, backend.inflight - 1)
+
     def finished(self, backend: Backend, rtt: float, code) -> None:
         """Record one attempt's outcome: latency into the EWMA, failures towards ejection."""
         backend.inflight = max(0, backend.inflight - 1)
@@ -151,9 +179,9 @@ class Balancer:
             return
         if ej.consecutive_failures and backend.consecutive_failures >= ej.consecutive_failures:
             self._eject(backend)
-        elif ej.latency_factor is not None and backend.ewma.value >= ej.min_latency_s:
-            others = [b.ewma.value for b in self.available() if b is not backend and b.ewma.value > 0]
-            if others and backend.ewma.value > ej.latency_factor * statistics.median(others):
+        elif ej.latency_factor is not None and (mine := backend.ewma.value) >= ej.min_latency_s:
+            others = [v for b in self.available() if b is not backend and (v := b.ewma.value) > 0]
+            if others and mine > ej.latency_factor * statistics.median(others):
                 self._eject(backend)
 
     def _eject(self, backend: Backend) -> None:
@@ -165,6 +193,9 @@ class Balancer:
         ejected = sum(1 for b in self.backends if b.ejected_until > now)
         if (ejected + 1) * 100 > ej.max_percent * len(self.backends):
             return
+        if backend.ejections and backend.ejected_until > 0:
+            healthy = now - backend.ejected_until  # time back in rotation since the last ejection ended
+            backend.ejections = max(0, backend.ejections - int(healthy // ej.base_s))
         backend.ejections += 1
         backend.consecutive_failures = 0
-        backend.ejected_until = now + ej.base_s * backend.ejections
+        backend.ejected_until = now + min(ej.base_s * backend.ejections, max(ej.max_s, ej.base_s))

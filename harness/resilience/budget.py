@@ -71,6 +71,11 @@ class RetryBudget:
         """Retries the window allows in total right now."""
         return max(self.ratio * self._requests.total(), self.floor)
 
+    def can_acquire(self) -> bool:
+        """Whether a retry could be taken now (nothing is taken: ask before sleeping, take when sending)."""
+        with self._lock:
+            return self._retries.total() + 1 <= self.allowance()
+
     def try_acquire(self) -> bool:
         """Take one retry from the budget; False (and nothing taken) when it is spent."""
         with self._lock:
@@ -85,6 +90,9 @@ class Unlimited:
 
     def record_request(self) -> None:
         pass
+
+    def can_acquire(self) -> bool:
+        return True
 
     def try_acquire(self) -> bool:
         return True

@@ -39,6 +39,7 @@ from harness.resilience.balancer import Backend
 from harness.resilience.breaker import CircuitBreaker, State
 from harness.resilience.deadline import EarlyGiveUp
 from harness.resilience.retry import NO_PUSHBACK, parse_pushback
+from harness.resilience.timeouts import LatencyWindow
 
 #: grpc core strips application-set `grpc-*` metadata (checked with grpcio 1.85: the server never
 #: sees `grpc-previous-rpc-attempts`), so the attempt number also travels under this key.
@@ -152,6 +153,8 @@ class _Plan:
     backoff: Any
     deadline: Any
     timeout: Any
+    #: Recent successful latencies: the expected latency a retry must still have time for.
+    latency: LatencyWindow = dataclasses.field(default_factory=LatencyWindow)
 
 
 class ResilientCaller:
@@ -294,29 +297,40 @@ class ResilientCaller:
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
             raise
+        except Exception:
+            code = grpc.StatusCode.UNKNOWN  # not a gRPC outcome, but never an OK
+            raise
         finally:
             self.recorder.call_finished(label, code, time.perf_counter() - start, fault_mode, traffic)
 
     def _choose(self, avoid: frozenset[str]) -> tuple[Backend | None, CircuitBreaker | None, str]:
-        """A backend whose breaker lets the call through (preferring ones not tried yet), or a reason."""
-        excluded = set(avoid)
-        if not self.balancer.available(frozenset(excluded)):
-            excluded.clear()  # nothing new to try: an already-tried backend beats none
+        """A backend whose breaker lets the call through, or a reason.
+
+        Backends not tried yet come first; when none of them may be called, an
+        already-tried one whose breaker lets the call through beats failing fast.
+        """
+        refused: set[str] = set()
         reason = "no_backend"
-        for _ in range(len(self.addresses)):
-            backend = self.balancer.pick(frozenset(excluded))
-            if backend is None:
-                break
-            breaker = self.breakers.for_backend(backend.address) if self.breakers is not None else None
-            if breaker is None or breaker.allow():
-                self._picks(self.service, backend.address, self.config.name).inc()
-                self.picks[backend.address] += 1
-                return backend, breaker, ""
-            reason = "breaker"
-            if self.breakers is not None and self.breakers.per == "service":
-                break
-            excluded.add(backend.address)
+        for exclude_tried in (True, False):
+            while True:
+                backend = self.balancer.pick(frozenset(refused | avoid if exclude_tried else refused))
+                if backend is None:
+                    break
+                breaker = self.breakers.for_backend(backend.address) if self.breakers is not None else None
+                if breaker is None or breaker.allow():
+                    self._picks(self.service, backend.address, self.config.name).inc()
+                    self.picks[backend.address] += 1
+                    return backend, breaker, ""
+                reason = "breaker"
+                if self.breakers is not None and self.breakers.per == "service":
+                    return None, None, reason
+                refused.add(backend.address)
         return None, None, reason
+
+    def _expected_s(self, plan: _Plan) -> float:
+        """Least time worth starting a retry with: the method's p50 (once known), at least `minRemaining`."""
+        p50 = plan.latency.quantile(0.5)
+        return max(self.config.deadline.min_remaining_s, 0.001, p50 or 0.0)
 
     async def _attempts(self, plan: _Plan, request, md_in, request_id, cur, timeout) -> Any:
         cfg = self.config
@@ -335,6 +349,7 @@ class ResilientCaller:
                 md_in = [*md_in, (h.ORIGIN_DEADLINE, f"{time.time() + budget_s:.3f}")]
         self.budget.record_request()
         strategy = plan.timeout
+        backoff_n = 0  # retries since the call began or since the last pushback (A6 resets the backoff there)
         previous_sleep = 0.0
         last: aio.AioRpcError | None = None
         tried: set[str] = set()
@@ -343,21 +358,35 @@ class ResilientCaller:
             if backend is None:
                 self._fail_fast(self.service, label, name, reason).inc()
                 raise last or rpc_error(grpc.StatusCode.UNAVAILABLE, f"{reason}: no backend may be called")
-            attempt_timeout = strategy.timeout()
+            per_try = strategy.timeout()
+            attempt_timeout = per_try
+            per_try_binding = per_try is not None
             if deadline is not None:
                 left = deadline - time.monotonic()
-                if left < max(cfg.deadline.min_remaining_s, 0.001):
+                # A first attempt needs the floor; a retry needs the method's expected latency.
+                need = self._expected_s(plan) if n else max(cfg.deadline.min_remaining_s, 0.001)
+                if left < need:
                     if breaker is not None:
                         breaker.release()
                     self._fail_fast(self.service, label, name, "deadline").inc()
                     raise last or rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "early give-up: deadline too close")
-                attempt_timeout = left if attempt_timeout is None else min(attempt_timeout, left)
+                per_try_binding = per_try is not None and per_try < left
+                attempt_timeout = per_try if per_try_binding else left
+            if n:
+                # The retry is going out now: only now does it take a budget token and count.
+                if not self.budget.try_acquire():
+                    if breaker is not None:
+                        breaker.release()
+                    self._exhausted(self.service, label, name).inc()
+                    raise last or rpc_error(grpc.StatusCode.UNAVAILABLE, "retry budget exhausted")
+                self._retries(self.service, label, name).inc()
             md = [*md_in, (h.REQUEST_ID, request_id), (h.CONFIG, name)]
             if n:
                 md += [(h.PREVIOUS_RPC_ATTEMPTS, str(n)), (PREVIOUS_ATTEMPTS_FALLBACK, str(n))]
             tried.add(backend.address)
             code = grpc.StatusCode.OK
             pushback = NO_PUSHBACK
+            local_error = False
             self.balancer.started(backend)
             t0 = time.monotonic()
             try:
@@ -369,36 +398,66 @@ class ResilientCaller:
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED
                 raise
+            except Exception:
+                # Not a gRPC outcome (a typo'd method, a closed channel...): it says nothing about
+                # the backend. Re-raised as is; `call()` records the logical call as UNKNOWN.
+                local_error = True
+                raise
             finally:
                 rtt = time.monotonic() - t0
-                self.balancer.finished(backend, rtt, code)
-                if breaker is not None:
-                    breaker.record(code)
-                if code is not grpc.StatusCode.CANCELLED:
-                    strategy.observe(rtt)
-                if self.throttle is not None and code is not grpc.StatusCode.CANCELLED:
-                    self.throttle.record(failed=status_name(code) in policy.codes)
+                self._attempt_finished(plan, backend, breaker, code, rtt, local_error, per_try_binding)
             if code is grpc.StatusCode.OK:
                 return reply
             assert last is not None
-            if not policy.retryable(label, code, n + 1, pushback):
+            timed_out = per_try_binding and code is grpc.StatusCode.DEADLINE_EXCEEDED
+            if not policy.retryable(label, code, n + 1, pushback, per_try_timeout=timed_out):
                 raise last
             if policy.honour_pushback and pushback.sleep_s is not None:
                 sleep_s = pushback.sleep_s
+                if sleep_s > policy.max_pushback_s:
+                    raise last  # the server asks for longer than we will wait
+                backoff_n, previous_sleep = 0, 0.0  # A6 (grpc core): the backoff starts again after pushback
             else:
-                sleep_s = plan.backoff(n + 1, previous_sleep)
-            if deadline is not None and time.monotonic() + sleep_s >= deadline - cfg.deadline.min_remaining_s:
-                raise last  # the next attempt could not start before the deadline
+                backoff_n += 1
+                sleep_s = previous_sleep = plan.backoff(backoff_n, previous_sleep)
+            if deadline is not None and time.monotonic() + sleep_s + self._expected_s(plan) > deadline:
+                raise last  # the next attempt could not finish before the deadline
             throttled = self.throttle is not None and not self.throttle.allows_retry()
-            if throttled or not self.budget.try_acquire():
+            if throttled or not self.budget.can_acquire():
                 self._exhausted(self.service, label, name).inc()
                 raise last
-            self._retries(self.service, label, name).inc()
-            previous_sleep = sleep_s
             if sleep_s > 0:
                 await self._sleep(sleep_s)
         assert last is not None
         raise last
+
+    def _attempt_finished(
+        self,
+        plan: _Plan,
+        backend: Backend,
+        breaker: CircuitBreaker | None,
+        code: grpc.StatusCode,
+        rtt: float,
+        local_error: bool,
+        per_try_binding: bool,
+    ) -> None:
+        """Tell the strategies one attempt's outcome (a local error tells them nothing)."""
+        if local_error:
+            self.balancer.abandoned(backend)
+            if breaker is not None:
+                breaker.release()
+            return
+        self.balancer.finished(backend, rtt, code)
+        if breaker is not None:
+            breaker.record(code)
+        if code is grpc.StatusCode.CANCELLED:
+            return
+        plan.timeout.observe(rtt)
+        if code is grpc.StatusCode.OK:
+            plan.latency.observe(rtt)
+        if self.throttle is not None:
+            timed_out = per_try_binding and code is grpc.StatusCode.DEADLINE_EXCEEDED
+            self.throttle.record(failed=timed_out or status_name(code) in plan.policy.codes)
 
     async def close(self) -> None:
         """Close the `ChannelPool` given at construction, if any."""

@@ -198,6 +198,7 @@ class _Common:
     non_idempotent: frozenset[str]
     honour_pushback: bool
     pushback_on_give_up: bool
+    max_pushback_s: float
 
 
 def _retry_policy(r: Reader, common: _Common) -> tuple[RetryPolicy, dict[str, Any]]:
@@ -228,6 +229,7 @@ def _retry_policy(r: Reader, common: _Common) -> tuple[RetryPolicy, dict[str, An
         non_idempotent=common.non_idempotent,
         honour_pushback=common.honour_pushback,
         pushback_on_give_up=common.pushback_on_give_up,
+        max_pushback_s=common.max_pushback_s,
     )
     return policy, spec
 
@@ -274,11 +276,14 @@ def _method_configs(top: Reader, common: _Common) -> list[MethodConfig]:
 def _budget(r: Reader | None) -> dict[str, Any] | None:
     if r is None:
         return None
-    return {
+    out = {
         "ratio": r.number("ratio", lo=0.0, hi=1.0),
         "min_retries_per_s": r.number("minRetriesPerSecond", 1.0, lo=0.0),
         "window_s": r.duration("window", 10.0, lo_open=True),
     }
+    if out["ratio"] == 0 and out["min_retries_per_s"] == 0:
+        r.fail(r.path, "ratio 0 and minRetriesPerSecond 0 allow no retry at all (to retry never, drop retryPolicy)")
+    return out
 
 
 def _breaker(r: Reader | None) -> dict[str, Any] | None:
@@ -295,6 +300,7 @@ def _breaker(r: Reader | None) -> dict[str, Any] | None:
     raw_window = r.raw.get("window")
     if raw_window is not None:
         kind = raw_window.get("kind", "count") if isinstance(raw_window, dict) else None
+        kind = kind if isinstance(kind, str) else None
         allowed = {"count": ("kind", "size"), "time": ("kind", "duration")}.get(kind, ("kind",))
         w = Reader(raw_window, r.key_path("window"), r.source, allowed)
         w.string("kind", "count", choices=("count", "time"))
@@ -310,6 +316,7 @@ def _breaker(r: Reader | None) -> dict[str, Any] | None:
 
 def _attempt_timeout(raw: Any, path: str, source: str) -> dict[str, Any]:
     kind = raw.get("kind", "none") if isinstance(raw, dict) else None
+    kind = kind if isinstance(kind, str) else None
     allowed = {
         "none": ("kind",),
         "fixed": ("kind", "timeout"),
@@ -330,6 +337,11 @@ def _attempt_timeout(raw: Any, path: str, source: str) -> dict[str, Any]:
         }
         if spec["floor_s"] > spec["cap_s"]:
             r.fail(r.key_path("floor"), f"{spec['floor_s']:g}s is above cap ({spec['cap_s']:g}s)")
+        if spec["min_samples"] > spec["window"]:
+            r.fail(
+                r.key_path("minSamples"),
+                f"{spec['min_samples']} is larger than window ({spec['window']}): the p99 would never be used",
+            )
         return spec
     return {"kind": "none"}
 
@@ -356,16 +368,28 @@ def _balancer(r: Reader | None) -> dict[str, Any]:
         "kind": r.string("kind", "round_robin", choices=("round_robin", "p2c")),
         "decay_s": r.duration("decay", 10.0, lo_open=True),
     }
-    allowed = ("consecutiveFailures", "baseEjectionTime", "maxEjectionPercent", "latencyFactor", "minLatency")
+    allowed = (
+        "consecutiveFailures", "baseEjectionTime", "maxEjectionTime", "maxEjectionPercent", "latencyFactor",
+        "minLatency",
+    )  # fmt: skip
     e = r.child("ejection", allowed)
     if e is not None:
-        out["ejection"] = {
+        ej = out["ejection"] = {
             "consecutive_failures": e.number("consecutiveFailures", 5, lo=0, integer=True),
             "base_s": e.duration("baseEjectionTime", 10.0, lo_open=True),
-            "max_percent": e.number("maxEjectionPercent", 50, lo=0, hi=100, integer=True),
+            "max_s": e.duration("maxEjectionTime", 300.0, lo_open=True),
+            # 0% could never eject anyone: refused (to turn ejection off, drop the section).
+            "max_percent": e.number("maxEjectionPercent", 50, lo=1, hi=100, integer=True),
             "latency_factor": e.number("latencyFactor", None, lo=1.0, lo_open=True) if e.has("latencyFactor") else None,
             "min_latency_s": e.duration("minLatency", 0.05),
         }
+        if ej["max_s"] < ej["base_s"]:
+            e.fail(
+                e.key_path("maxEjectionTime"),
+                f"{ej['max_s']:g}s is below baseEjectionTime ({ej['base_s']:g}s)",
+            )
+        if ej["consecutive_failures"] == 0 and ej["latency_factor"] is None:
+            e.fail(e.path, "never ejects (consecutiveFailures 0 and no latencyFactor); drop the section to turn it off")
     return out
 
 
@@ -376,12 +400,13 @@ def _parse(raw: Any, source: str, default_name: str | None) -> ResilienceConfig:
         top.fail("name", "required (it is the `config` label)")
     methods = top.strings("nonIdempotentMethods", [])
     b = top.child("backoff", ("jitter",))
-    p = top.child("pushback", ("honour", "onGiveUp"))
+    p = top.child("pushback", ("honour", "onGiveUp", "maxDelay"))
     common = _Common(
         jitter=b.string("jitter", "full", choices=_JITTER) if b else "full",
         non_idempotent=frozenset(m.lstrip("/") for m in methods),
         honour_pushback=p.boolean("honour", True) if p else True,
         pushback_on_give_up=p.boolean("onGiveUp", False) if p else False,
+        max_pushback_s=p.duration("maxDelay", 30.0, lo_open=True) if p else 30.0,
     )
     entries = _method_configs(top, common)
     default = next((e for e in entries if ("", "") in e.names), None)
@@ -407,6 +432,13 @@ def _parse(raw: Any, source: str, default_name: str | None) -> ResilienceConfig:
         min_remaining_s=d.duration("minRemaining", 0.005) if d else 0.005,
         total_s=default.timeout_s if default is not None else None,
     )
+    if d is not None:
+        for timeout_s in {e.timeout_s for e in entries if e.timeout_s is not None}:
+            if deadline.min_remaining_s >= timeout_s:
+                d.fail(
+                    d.key_path("minRemaining"),
+                    f"{deadline.min_remaining_s:g}s leaves no time in a {timeout_s:g}s methodConfig timeout",
+                )
     breaker_keys = ("failureRate", "minCalls", "window", "openDuration", "halfOpenProbes", "per")
     return ResilienceConfig(
         name=name,

@@ -5,6 +5,10 @@ The policy only answers questions; the caller's loop asks them (tenacity's
 retryable codes default to UNAVAILABLE, server pushback `grpc-retry-pushback-ms`
 replaces the backoff when it is a non-negative integer and forbids retrying
 when it is anything else. Methods declared non-idempotent are never retried.
+An attempt cut off by its own per-try timeout is retryable whatever the codes
+(Envoy retries per-try timeouts: a per-try timeout only makes sense when a retry
+can follow it). A pushback longer than `max_pushback_s` is not waited for: the
+call gives up (gRPC bounds it only by the deadline; without one it is unbounded).
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class RetryPolicy:
     honour_pushback: bool = True
     #: When this hop gives up, tell its caller not to retry (pushback -1): retry at one layer only.
     pushback_on_give_up: bool = False
+    #: A server pushback longer than this is not slept: the call gives up instead.
+    max_pushback_s: float = 30.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_attempts", max(1, min(MAX_ATTEMPTS_CAP, int(self.max_attempts))))
@@ -65,10 +71,15 @@ class RetryPolicy:
         full = method.lstrip("/")
         return short_method(full) not in self.non_idempotent and full not in self.non_idempotent
 
-    def retryable(self, method: str, code, attempts_made: int, pushback: Pushback = NO_PUSHBACK) -> bool:
-        """Whether another attempt is allowed after `attempts_made` attempts ended with `code`."""
+    def retryable(
+        self, method: str, code, attempts_made: int, pushback: Pushback = NO_PUSHBACK, *, per_try_timeout: bool = False
+    ) -> bool:
+        """Whether another attempt is allowed after `attempts_made` attempts ended with `code`.
+
+        `per_try_timeout`: the attempt was cut off by its own per-try timeout (not the call's deadline).
+        """
         if attempts_made >= self.max_attempts or not self.idempotent(method):
             return False
-        if status_name(code) not in self.codes:
+        if not per_try_timeout and status_name(code) not in self.codes:
             return False
         return not (self.honour_pushback and pushback.stop)

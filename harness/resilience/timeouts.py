@@ -4,6 +4,8 @@ The derived rule is the "TP99 + 50%" rule of thumb: `clamp(p99(last N attempts) 
 1.5, floor, cap)`. Until `min_samples` latencies are seen it answers `cap`, so a
 cold client is not cut short by a guess. `MethodTimeouts` maps method names
 (`Call`, or the full `pkg.Service/Call`) to a strategy, with a default.
+`LatencyWindow` keeps a method's recent successful latencies for the caller's
+early give-up (a retry is not started with less time left than the method's p50).
 """
 
 from __future__ import annotations
@@ -43,6 +45,26 @@ class FixedTimeout:
 
     def observe(self, seconds: float) -> None:
         pass
+
+
+class LatencyWindow:
+    """The last `size` latencies of one method; `quantile(q)` once `min_samples` are in (else None)."""
+
+    def __init__(self, size: int = 100, min_samples: int = 10) -> None:
+        self.min_samples = max(1, min_samples)
+        self._samples: deque[float] = deque(maxlen=max(1, size))
+        self._lock = threading.Lock()
+
+    def observe(self, seconds: float) -> None:
+        with self._lock:
+            self._samples.append(seconds)
+
+    def quantile(self, q: float) -> float | None:
+        with self._lock:
+            data = sorted(self._samples)
+        if len(data) < self.min_samples:
+            return None
+        return data[max(0, math.ceil(q * len(data)) - 1)]
 
 
 class P99Timeout:
