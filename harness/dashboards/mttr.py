@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as db
 
+from harness.core.status import StatusClass
+
 from harness.dashboards._common import (
     BREACH_STATES,
     BREAKER_STATES,
@@ -31,6 +33,8 @@ from harness.dashboards._common import (
     traffic_variable,
     window_variable,
 )
+from harness.dashboards.plan_defaults import EDGE_SERVICES
+from harness.dashboards.rules import CLASS_MATCHERS
 
 UID = "drill-mttr"
 
@@ -50,24 +54,27 @@ def _error_by_config(calls: str = "drill:client_calls:rate$window", extra: str =
 ERROR_BY_CONFIG = _error_by_config()
 
 
-def _over_fault(expr: str, by: str) -> str:
-    """The sum over the fault's seconds (in the range) of a per-second rate: the fault window's count."""
-    return f"sum by ({by}) (sum_over_time(({expr} and {FAULT_ON})[$__range:1s]))"
+def _over_fault(counter: str, by: str) -> str:
+    """A counter's increase over the seconds the fault is on (in the range): its value at the fault's last
+    second minus its value at the first. Exact, unlike a sum of windowed rates; a counter reset inside
+    the fault window (a hop restarting mid-fault) undercounts it."""
+    masked = f"(sum by ({by}) ({counter}) and {FAULT_ON})[$__range:1s]"
+    return f"(max_over_time({masked}) - min_over_time({masked}))"
 
 
 def _fault_error_rate() -> str:
-    bad = _over_fault(f'sum by (config) (drill:client_calls:rate$window{{status_class="server-fault", {CLIENT}}})',
-                      "config")  # fmt: skip
-    total = _over_fault(
-        f'sum by (config) (drill:client_calls:rate$window{{status_class!="cancelled", {CLIENT}}})', "config"
-    )
+    calls = f"drill_client_calls_total{{{CLIENT}"
+    bad = _over_fault(f"{calls}, {CLASS_MATCHERS[StatusClass.SERVER_FAULT.value]}}}", "config")
+    total = _over_fault(f'{calls}, grpc_status!="CANCELLED"}}', "config")
     return f"{bad}\n  / ({total} > 0)"
 
 
+EDGE_CALLS = 'drill_client_calls_total{service=~"%s"}' % EDGE_SERVICES  # noqa: UP031 - braces
+
 #: DESIGN §10: a hop's attempts (shed included) ÷ the edge's first attempts (all traffic), over the fault window.
 AMPLIFICATION_OVER_FAULT = (
-    f"{_over_fault(f'drill:hop_attempts:rate$window{{{HOPS}}}', 'service')}\n"
-    f"  / on () group_left () ({_over_fault('drill:edge_first_attempts:rate$window', '')} > 0)"
+    f"{_over_fault(f'drill_server_calls_total{{{HOPS}}}', 'service')}\n"
+    f"  / on () group_left () ({_over_fault(EDGE_CALLS, '')} > 0)"
 )
 
 

@@ -45,7 +45,7 @@ CONFIG = "obs-live"
 PLAN = "obs-test"
 DRILL_TENANT = "tenant-drill"
 METHOD = "drill.v1.Demo/Call"
-#: (phase, seconds). The whole drill must fit inside the 30 s window of the recorded rates.
+#: (phase, seconds).
 PHASES = (("warmup", 3.0), ("fault", 7.0), ("recovery", 3.0))
 PACE_S = 0.03
 
@@ -241,7 +241,7 @@ class LiveDrill:
             time.sleep(0.25)
         assert seen_at is not None, f"Prometheus never scraped the final {total:.0f} client calls"
         while time.time() < deadline:
-            got = self.prom.query(f'timestamp(drill:client_calls:rate30s{{service="{SERVICE}",config="{CONFIG}"}})')
+            got = self.prom.query(f'timestamp(drill:client_calls:rate3s{{service="{SERVICE}",config="{CONFIG}"}})')
             if got and min(float(s["value"][1]) for s in got) > seen_at:
                 return time.time()
             time.sleep(0.25)
