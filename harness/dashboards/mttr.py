@@ -14,7 +14,6 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from harness.core.status import StatusClass
-
 from harness.dashboards._common import (
     BREACH_STATES,
     BREAKER_STATES,
