@@ -209,9 +209,10 @@ class LiveDrill:
         _set_phase(None)
         self.metrics_server = start_http_server(own_metrics, addr="127.0.0.1")
         topology = [f"127.0.0.1:{port}" for port in (gw_metrics, edge_metrics, leaf_metrics)]
-        self.prom = LocalPrometheus(
-            targets={"topology": topology, "loadgen": [f"127.0.0.1:{own_metrics}"]}, rule_files=RULES
-        ).start()
+        self.prom = LocalPrometheus(targets={"loadgen": [f"127.0.0.1:{own_metrics}"]}, rule_files=RULES).start()
+        # the hops through file_sd with their `service` label, as the runner does (fd and TCP panels filter on it)
+        names = ("gateway", "edge", "leaf")
+        self.prom.set_targets([(name, f"http://{addr}/metrics") for name, addr in zip(names, topology, strict=True)])
 
         async def main() -> tuple[float, float]:
             await _wait_serving(leaf_port)
