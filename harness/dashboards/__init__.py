@@ -12,9 +12,9 @@ import json
 from typing import Any
 
 from harness.dashboards._common import ANNOTATION_EXTRAS, DATASOURCE_UID
-from harness.dashboards.queries import PanelQuery, iter_queries, substitute
+from harness.dashboards.queries import PanelQuery, default_values, iter_queries, substitute
 
-__all__ = ["DATASOURCE_UID", "PanelQuery", "build_all", "iter_queries", "render", "substitute"]
+__all__ = ["DATASOURCE_UID", "PanelQuery", "build_all", "default_values", "iter_queries", "render", "substitute"]
 
 
 def _finish(model: dict[str, Any]) -> dict[str, Any]:

@@ -13,17 +13,32 @@ from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, timeseries
 from grafana_foundation_sdk.models import common as cm
-from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableOption, VariableRefresh
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    ValueMap,
+    ValueMappingResult,
+    VariableOption,
+    VariableRefresh,
+)
+
+from harness.dashboards.plan_defaults import EDGE_SERVICES, load
+from harness.dashboards.rules import WINDOW
 
 #: Fixed uid of the provisioned Prometheus datasource (compose/grafana/provisioning/datasources/).
 DATASOURCE_UID = "drill-prometheus"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid=DATASOURCE_UID)
 
-#: Label filters bound to the dashboard variables.
-CLIENT = 'service=~"$service", config=~"$config", traffic=~"$traffic"'
+#: The plan the defaults come from (SLO budget, window, traffic).
+PLAN = load()
+
+#: Label filters bound to the dashboard variables: `$caller` picks the client series (default the
+#: edge, `loadgen|locust`), `$service` the hops, `$traffic` the traffic class (default the SLO's).
+CLIENT = 'service=~"$caller", config=~"$config", traffic=~"$traffic"'
 SERVER = 'service=~"$service", traffic=~"$traffic"'
 SERVICE = 'service=~"$service"'
 RESILIENCE = 'service=~"$service", config=~"$config"'
+#: Topology hops only: not the edge callers, not Prometheus or anything without a service.
+HOPS = f'service=~"$service", service!~"({EDGE_SERVICES})?"'
 
 REF_IDS = "ABCDEFGHIJ"
 
@@ -58,9 +73,30 @@ def series(
     return targets(panel, queries)
 
 
-def timeline(title: str, description: str, queries: Sequence[Target], *, w: int = 12, h: int = 6):
-    """A state timeline (drill phases, breaker state, SLO breach)."""
-    panel = _base(statetimeline.Panel(), title, description, "short", w, h).show_value(cm.VisibilityMode.NEVER)
+#: Value mappings of the state timelines: value -> (text, color).
+BREACH_STATES = {"0": ("within SLO", "green"), "1": ("breach", "red")}
+BREAKER_STATES = {"0": ("closed", "green"), "1": ("half-open", "yellow"), "2": ("open", "red")}
+ON_OFF = {"0": ("off", "transparent"), "1": ("on", "orange")}
+
+
+def timeline(
+    title: str,
+    description: str,
+    queries: Sequence[Target],
+    *,
+    states: dict[str, tuple[str, str]] = ON_OFF,
+    w: int = 12,
+    h: int = 6,
+):
+    """A state timeline (drill phases, breaker state, SLO breach) with a value mapping per state."""
+    mapping = ValueMap(
+        options={v: ValueMappingResult(text=t, color=c, index=i) for i, (v, (t, c)) in enumerate(states.items())}
+    )
+    panel = (
+        _base(statetimeline.Panel(), title, description, "short", w, h)
+        .show_value(cm.VisibilityMode.NEVER)
+        .mappings([mapping])
+    )
     return targets(panel, queries)
 
 
@@ -86,6 +122,8 @@ def label_variable(name: str, label: str, query: str) -> db.QueryVariable:
 
 
 def traffic_variable() -> db.CustomVariable:
+    """Traffic class, default the SLO's (organic: drill traffic fails by design)."""
+    default = PLAN.traffic if PLAN.traffic != "all" else "$__all"
     return (
         db.CustomVariable("traffic")
         .label("Traffic")
@@ -93,7 +131,40 @@ def traffic_variable() -> db.CustomVariable:
         .include_all(True)
         .all_value(".*")
         .multi(True)
-        .current(VariableOption(selected=True, text="All", value="$__all"))
+        .current(VariableOption(selected=True, text=default if default != "$__all" else "All", value=default))
+    )
+
+
+def caller_variable() -> db.CustomVariable:
+    """Whose client series: the edge callers (default), or every caller including the hops' own calls."""
+    return (
+        db.CustomVariable("caller")
+        .label("Caller")
+        .values(f"edge : {EDGE_SERVICES},every caller (hops too) : .*")
+        .current(VariableOption(selected=True, text="edge", value=EDGE_SERVICES))
+    )
+
+
+def slo_variable() -> db.TextBoxVariable:
+    """The SLO error budget, default the plan's `slo.max_error_rate`."""
+    value = f"{PLAN.budget:g}"
+    return (
+        db.TextBoxVariable("slo")
+        .label(f"SLO error budget ({PLAN.plan})")
+        .default_value(value)
+        .current(VariableOption(selected=True, text=value, value=value))
+    )
+
+
+def window_variable() -> db.CustomVariable:
+    """The rate window: the recorded rules' suffix. Default the plan's `slo.window_s` (a range one scrape
+    longer holds that many seconds of increments at 1 s scrapes)."""
+    text = f"{PLAN.window_s}s (plan)"
+    return (
+        db.CustomVariable("window")
+        .label("Window")
+        .values(f"{text} : {WINDOW}")
+        .current(VariableOption(selected=True, text=text, value=WINDOW))
     )
 
 
@@ -132,12 +203,12 @@ def fault_annotations() -> list[db.AnnotationQuery]:
         .datasource(DATASOURCE)
         .enable(True)
         .icon_color("orange")
-        .expr('max by (alertname, service, config, traffic) (ALERTS{alertname=~"DrillSLO.*", alertstate="firing"})'),
+        .expr('max by (alertname, config, scale) (ALERTS{alertname=~"DrillSLO.*", alertstate="firing"})'),
     ]
 
 
 #: Extra fields the Prometheus annotation editor stores (the SDK model has no slot for them).
 ANNOTATION_EXTRAS: dict[str, dict[str, object]] = {
     "Fault active": {"titleFormat": "fault on: {{plan}}", "tagKeys": "plan", "step": "1s"},
-    "SLO burn alerts": {"titleFormat": "{{alertname}}", "tagKeys": "service,config,traffic", "step": "1s"},
+    "SLO burn alerts": {"titleFormat": "{{alertname}} ({{scale}})", "tagKeys": "config,scale", "step": "1s"},
 }

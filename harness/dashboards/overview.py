@@ -5,15 +5,19 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from harness.dashboards._common import (
+    BREAKER_STATES,
     CLIENT,
+    HOPS,
     RESILIENCE,
     SERVER,
     SERVICE,
+    caller_variable,
     fault_annotations,
     label_variable,
     series,
     timeline,
     traffic_variable,
+    window_variable,
 )
 
 UID = "drill-overview"
@@ -47,24 +51,26 @@ def build() -> db.Dashboard:
         .timezone("browser")
         .editable()
         .with_variable(label_variable("config", "Config", "label_values(drill_client_calls_total, config)"))
-        .with_variable(label_variable("service", "Service", "label_values(service)"))
+        .with_variable(caller_variable())
+        .with_variable(label_variable("service", "Hop", "label_values(drill_server_calls_total, service)"))
         .with_variable(traffic_variable())
+        .with_variable(window_variable())
         .annotations(fault_annotations())
     )
     d = d.with_row(db.Row("Errors (DESIGN §6: CANCELLED is neither error nor denominator)"))
     d = d.with_panel(
         series(
             "Client error rate (CANCELLED excluded)",
-            "server-fault / (all − CANCELLED) as callers see it, from drill:client_error_ratio:rate30s.",
-            [(f"drill:client_error_ratio:rate30s{{{CLIENT}}}", "{{service}} · {{config}} · {{traffic}}")],
+            "server-fault / (all − CANCELLED) as callers see it, from drill:client_error_ratio:rate$window.",
+            [(f"drill:client_error_ratio:rate$window{{{CLIENT}}}", "{{service}} · {{config}} · {{traffic}}")],
             unit="percentunit",
         )
     )
     d = d.with_panel(
         series(
-            "Server error rate per hop (CANCELLED excluded)",
-            "server-fault / (all − CANCELLED) per serving hop, from drill:server_error_ratio:rate30s.",
-            [(f"drill:server_error_ratio:rate30s{{{SERVER}}}", "{{service}} · {{traffic}}")],
+            "Server error rate per hop (shed included, CANCELLED excluded)",
+            "server-fault / (all − CANCELLED) per serving hop, from drill:server_error_ratio:rate$window.",
+            [(f"drill:server_error_ratio:rate$window{{{SERVER}}}", "{{service}} · {{traffic}}")],
             unit="percentunit",
         )
     )
@@ -75,11 +81,11 @@ def build() -> db.Dashboard:
             [
                 (
                     "sum by (service, config, traffic) "
-                    f'(drill:client_calls:rate30s{{status_class="cancelled", {CLIENT}}})',
+                    f'(drill:client_calls:rate$window{{status_class="cancelled", {CLIENT}}})',
                     "client {{service}} · {{config}} · {{traffic}}",
                 ),
                 (
-                    f'sum by (service, traffic) (drill:server_calls:rate30s{{status_class="cancelled", {SERVER}}})',
+                    f'sum by (service, traffic) (drill:server_calls:rate$window{{status_class="cancelled", {SERVER}}})',
                     "server {{service}} · {{traffic}}",
                 ),
             ],
@@ -92,15 +98,24 @@ def build() -> db.Dashboard:
             "ok, server-fault, client-fault and cancelled as the recording rules classify them.",
             [
                 (
-                    f"sum by (status_class) (drill:client_calls:rate30s{{{CLIENT}}})",
+                    f"sum by (status_class) (drill:client_calls:rate$window{{{CLIENT}}})",
                     "client {{status_class}}",
                 ),
                 (
-                    f"sum by (status_class) (drill:server_calls:rate30s{{{SERVER}}})",
+                    f"sum by (status_class) (drill:server_calls:rate$window{{{SERVER}}})",
                     "server {{status_class}}",
                 ),
             ],
             unit="reqps",
+        )
+    )
+    d = d.with_panel(
+        series(
+            "Shed calls/s per hop",
+            "Calls refused for lack of capacity (drill_server_shed_total); they also count as errors above.",
+            [(_rate("drill_server_shed_total", SERVICE, "service"), "{{service}}")],
+            unit="reqps",
+            w=24,
         )
     )
     d = d.with_row(db.Row("Faults"))
@@ -148,8 +163,9 @@ def build() -> db.Dashboard:
     )
     d = d.with_panel(
         series(
-            "Deadline gap: server finished after the caller's deadline",
-            "How long after the edge caller gave up a hop was still working (p99), and how often it happens.",
+            "Deadline gap: server finished after the caller's deadline (p99 and mean)",
+            "How long after the edge caller gave up a hop was still working: p99 (bucket interpolation) "
+            "and the mean (sum ÷ count), per hop and fault mode.",
             [
                 (
                     "histogram_quantile(0.99, sum by (le, service, fault_mode) "
@@ -157,12 +173,25 @@ def build() -> db.Dashboard:
                     "p99 {{service}} · {{fault_mode}}",
                 ),
                 (
-                    _rate("drill_deadline_gap_seconds_count", SERVICE, "service, fault_mode"),
-                    "late/s {{service}} · {{fault_mode}}",
+                    f"{_rate('drill_deadline_gap_seconds_sum', SERVICE, 'service, fault_mode')}\n"
+                    f"  / ({_rate('drill_deadline_gap_seconds_count', SERVICE, 'service, fault_mode')} > 0)",
+                    "mean {{service}} · {{fault_mode}}",
                 ),
             ],
             unit="s",
-            w=24,
+        )
+    )
+    d = d.with_panel(
+        series(
+            "Late calls/s (finished after the caller's deadline)",
+            "drill_deadline_gap_seconds_count per hop and fault mode.",
+            [
+                (
+                    _rate("drill_deadline_gap_seconds_count", SERVICE, "service, fault_mode"),
+                    "{{service}} · {{fault_mode}}",
+                )
+            ],
+            unit="reqps",
         )
     )
     d = d.with_row(db.Row("Resilience and amplification"))
@@ -185,57 +214,61 @@ def build() -> db.Dashboard:
     )
     d = d.with_panel(
         timeline(
-            "Breaker state (0 closed, 1 half-open, 2 open)",
-            "drill_breaker_state per backend.",
+            "Breaker state",
+            "drill_breaker_state per backend: closed, half-open, open.",
             [
                 (
                     f"max by (service, backend, config) (drill_breaker_state{{{RESILIENCE}}})",
                     "{{service}} → {{backend}} · {{config}}",
                 )
             ],
+            states=BREAKER_STATES,
             h=8,
         )
     )
     d = d.with_panel(
         series(
-            "Breaker transitions and balancer picks",
-            "Breaker transitions per backend, and how the balancer spreads picks.",
+            "Breaker transitions in the last 30 s",
+            "Breaker transitions per backend over a fixed 30 s window (does not change with zoom).",
             [
                 (
                     "sum by (service, backend, from, to) "
-                    f"(increase(drill_breaker_transitions_total{{{RESILIENCE}}}[$__rate_interval]))",
+                    f"(increase(drill_breaker_transitions_total{{{RESILIENCE}}}[30s]))",
                     "{{service}} → {{backend}}: {{from}} → {{to}}",
                 ),
-                (
-                    _rate("drill_balancer_picks_total", RESILIENCE, "service, backend"),
-                    "picks/s {{service}} → {{backend}}",
-                ),
             ],
+            unit="short",
         )
     )
     d = d.with_panel(
         series(
-            "Amplification per hop (calls/s ÷ organic ingress calls/s)",
-            "Server calls/s at each hop divided by the organic calls/s the load generators send; retries multiply it.",
-            [
-                (f"drill:hop_amplification:ratio30s{{{SERVICE}}}", "{{service}}"),
-                (f"sum by (service) (drill:server_calls:rate30s{{{SERVER}}})", "calls/s {{service}}"),
-            ],
+            "Balancer picks/s",
+            "How the balancer spreads picks over backends.",
+            [(_rate("drill_balancer_picks_total", RESILIENCE, "service, backend"), "{{service}} → {{backend}}")],
+            unit="reqps",
+        )
+    )
+    d = d.with_panel(
+        series(
+            "Amplification per hop",
+            "Attempts/s at each hop (shed included) ÷ the edge's first attempts/s, all traffic (DESIGN §10).",
+            [(f"drill:hop_amplification:ratio$window{{{HOPS}}}", "{{service}}")],
+            unit="suffix:×",
         )
     )
     d = d.with_row(db.Row("Connections"))
     d = d.with_panel(
         series(
-            "Open fds per instance",
-            "process_open_fds: connections that are never reclaimed show up here (half-open drills).",
-            [("process_open_fds", "{{job}} · {{instance}}")],
+            "Open fds per hop instance",
+            "process_open_fds of the topology hops: connections never reclaimed show up here (half-open drills).",
+            [(f"process_open_fds{{{HOPS}}}", "{{service}} · {{instance}}")],
         )
     )
     d = d.with_panel(
         series(
             "TCP connections by state per instance",
             "drill_tcp_connections{port,state} from harness.demo.conntrack.",
-            [("sum by (instance, port, state) (drill_tcp_connections)", "{{instance}} :{{port}} {{state}}")],
+            [(f"sum by (service, port, state) (drill_tcp_connections{{{HOPS}}})", "{{service}} :{{port}} {{state}}")],
         )
     )
     d = d.with_row(db.Row("Drill timeline"))

@@ -55,14 +55,28 @@ def iter_queries(model: dict[str, Any]) -> Iterator[PanelQuery]:
             yield PanelQuery(uid, "variable", var.get("name", ""), "variable", expr)
 
 
+def default_values(model: dict[str, Any]) -> dict[str, str]:
+    """Each template variable's default as PromQL sees it: its `current` value, All as its `allValue`."""
+    out: dict[str, str] = {}
+    for var in model.get("templating", {}).get("list", []):
+        current = var.get("current") or {}
+        value = current.get("value", "")
+        if isinstance(value, list):
+            value = "|".join(value)
+        if value in ("$__all", "") and var.get("includeAll"):
+            value = var.get("allValue") or ".*"
+        out[var["name"]] = value
+    return out
+
+
 _VAR = re.compile(r"\$\{(\w+)(?::[^}]*)?\}|\[\[(\w+)\]\]|\$(\w+)")
 
 
 def substitute(
-    expr: str, values: dict[str, str] | None = None, *, rate_interval: str = "30s", range_: str = "5m"
+    expr: str, values: dict[str, str] | None = None, *, rate_interval: str = "4s", range_: str = "5m"
 ) -> str:
-    """Replace Grafana variables: built-ins by fixed windows,"
-    " dashboard variables by `values` (default `.*`)."""
+    """Replace Grafana variables: built-ins by fixed windows (`$__rate_interval` is 4 s at 1 s scrapes),
+    dashboard variables by `values` (`default_values(model)` for the dashboard's defaults; missing = `.*`)."""
     builtins = {
         "__rate_interval": rate_interval,
         "__interval": "1s",

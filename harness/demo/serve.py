@@ -55,7 +55,9 @@ async def start_server(
     interceptors = [*extra_interceptors, FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)]
     if admission:
         interceptors.insert(
-            0, AdmissionInterceptor(settings.service, capacity or Capacity(), orphan_work=orphan_work)
+            0, AdmissionInterceptor(
+                settings.service, capacity or Capacity(), orphan_work=orphan_work, tenants=settings.tenants
+            )
         )
         capacity = Capacity(concurrency=1_000_000, queue=0, work_ms=0.0)
     server = aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0), *server_options])

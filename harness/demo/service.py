@@ -24,7 +24,9 @@ from collections.abc import Awaitable, Callable, Sequence
 import grpc
 from grpc import aio
 
+from harness.core import headers as h
 from harness.core import metrics as m
+from harness.core.faults import Mode
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 
 #: A downstream caller: (method name, request, context) -> reply. The resilience layer provides richer ones.
@@ -121,7 +123,9 @@ class AdmissionInterceptor(aio.ServerInterceptor):
     """Bounded capacity for every attempt: a slot (or a queue place, else shed) plus the work time.
 
     Place it before the fault interceptor. Shed calls never reach the fault
-    interceptor's metrics, so they are counted in `drill_server_shed_total`.
+    interceptor's metrics, so they are counted here: in `drill_server_calls_total`
+    (status = the shed code, `traffic` by the tenant allowlist `tenants`, fault_mode
+    `none`), so error rates and amplification see them, and in `drill_server_shed_total`.
 
     `orphan_work=True` models a thread-per-request server that never checks for
     cancellation: once admitted, the call's work (queue wait, work time, its own
@@ -129,10 +133,19 @@ class AdmissionInterceptor(aio.ServerInterceptor):
     the answer is thrown away. That wasted work is what deadline propagation saves.
     """
 
-    def __init__(self, service: str, capacity: Capacity, *, orphan_work: bool = False) -> None:
+    def __init__(
+        self,
+        service: str,
+        capacity: Capacity,
+        *,
+        orphan_work: bool = False,
+        tenants: frozenset[str] = frozenset({h.DEFAULT_DRILL_TENANT}),
+    ) -> None:
         self.service = service
         self.capacity = capacity
         self.orphan_work = orphan_work
+        self.tenants = tenants
+        self._calls = m.ChildCache(m.SERVER_CALLS)
         self._slots = asyncio.Semaphore(capacity.concurrency)
         self._waiting = 0
         self._shed = m.ChildCache(m.SERVER_SHED)
@@ -162,6 +175,9 @@ class AdmissionInterceptor(aio.ServerInterceptor):
         async def unary(request, context):
             if self._slots.locked() and self._waiting >= self.capacity.queue:
                 self._shed(self.service, method).inc()
+                tenant = h.metadata_dict(handler_call_details.invocation_metadata).get(h.TENANT)
+                traffic = h.traffic_of(tenant, self.tenants)
+                self._calls(self.service, method, self.capacity.shed_code, traffic, Mode.NONE.value).inc()
                 await context.abort(self._code, f"{self.service} overloaded")
             if not self.orphan_work:
                 return await self._admitted(behavior, request, context)

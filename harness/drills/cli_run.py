@@ -64,7 +64,8 @@ def _prometheus(args: argparse.Namespace, out: pathlib.Path, log):
             return None
         from harness.drills.runner import runner_metrics_url
 
-        prom = LocalPrometheus(out / "prometheus").start()
+        rules = sorted((pathlib.Path(__file__).resolve().parents[2] / "compose/prometheus/rules").glob("*.yml"))
+        prom = LocalPrometheus(out / "prometheus", rule_files=rules).start()  # the compose stack's rules
         prom.set_targets([(None, runner_metrics_url())])
         ready = prom.wait_first_sample()
         log(f"prometheus watching the run at {prom.url}" + ("" if ready else " (no sample yet)"))

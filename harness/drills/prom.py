@@ -62,7 +62,6 @@ def _queries(edge: str) -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
         ("lat", f"sum by (config, traffic, fault_mode, le) ({sr.CLIENT_LATENCY_BUCKET}{{{c}}})",
          (("traffic", "traffic"), ("mode", "fault_mode"), ("le", "le"))),
         ("srv", f"sum by (service) ({sr.SERVER_CALLS})", _SERVICE),
-        ("shed", f"sum by (service) ({sr.SERVER_SHED})", _SERVICE),
         ("gap", f"sum by (service) ({sr.GAP_COUNT})", _SERVICE),
         ("gapsum", f"sum by (service) ({sr.GAP_SUM})", _SERVICE),
         ("hits", f"sum by (service) ({sr.FAULT_HITS})", _SERVICE),
@@ -93,7 +92,7 @@ def read_drill(
         for res in query_range(url, expr, start, end):
             metric = res["metric"]
             fields = {field: metric.get(lb, "none" if lb == "fault_mode" else "") for field, lb in labels}
-            key = SeriesKey("srv" if prefix == "shed" else prefix, **fields)
+            key = SeriesKey(prefix, **fields)
             target = per_config.setdefault(metric["config"], {}) if "config" in metric else grid
             for ts, value in res["values"]:
                 v = float(value)

@@ -63,7 +63,7 @@ def reduce_families(
                 elif name == CLIENT_LATENCY_BUCKET:
                     add(SeriesKey("lat", traffic=lb.get("traffic", ""), mode=lb.get("fault_mode", "none"),
                                   le=lb.get("le", "+Inf")), v)  # fmt: skip
-            elif name in (SERVER_CALLS, SERVER_SHED):
+            elif name == SERVER_CALLS:  # shed calls included: the admission layer counts them there
                 add(SeriesKey("srv", lb.get("service", "")), v)
             elif name == m.PROCESS_OPEN_FDS and service:
                 add(SeriesKey("fds", service), v)

@@ -16,7 +16,10 @@ from harness.core import headers as h
 from harness.core import metrics as m
 from harness.core import scope, token
 from harness.core.faults import Mode
-from harness.core.status import status_name
+from harness.core.status import STATUS_NAMES, status_name
+
+#: (traffic, fault_mode) pairs a call can carry: organic calls never carry a fault.
+_TRAFFIC_MODES = (("organic", Mode.NONE.value), *(("drill", mode.value) for mode in Mode))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +164,7 @@ class ClientRecorder:
         self._call_duration = m.ChildCache(m.GRPC_CLIENT_CALL_DURATION)
         self._attempt_started = m.ChildCache(m.GRPC_CLIENT_ATTEMPT_STARTED)
         self._attempt_duration = m.ChildCache(m.GRPC_CLIENT_ATTEMPT_DURATION)
+        self._seen_methods: set[str] = set()
 
     def attempt_started(self, method: str) -> None:
         self._attempt_started(method, self.target).inc()
@@ -172,6 +176,11 @@ class ClientRecorder:
         self, method: str, code, elapsed: float, fault_mode: str, traffic: str, exemplar: dict | None = None
     ) -> None:
         status = status_name(code)
+        if method not in self._seen_methods:  # first sight: every status x traffic x mode at 0 (rate() sees 1st inc)
+            self._seen_methods.add(method)
+            for tr, mode in _TRAFFIC_MODES:
+                for name in STATUS_NAMES:
+                    self._calls(self.service, method, name, mode, tr, self.config)
         self._calls(self.service, method, status, fault_mode, traffic, self.config).inc()
         self._latency(self.service, method, fault_mode, traffic, self.config).observe(elapsed, exemplar)
         self._call_duration(method, self.target, status).observe(elapsed, exemplar)

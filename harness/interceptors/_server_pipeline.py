@@ -25,7 +25,7 @@ from harness.core.faults import Mode
 from harness.core.gate import Decision, FaultGate, Outcome, SkipReason
 from harness.core.metrics import MethodLabels, method_label
 from harness.core.settings import FaultSettings
-from harness.core.status import status_name
+from harness.core.status import STATUS_NAMES, status_name
 from harness.core.tracing import ATTR_HIT, ATTR_MODE, ATTR_REQUEST_ID, ATTR_TENANT, extract_context, trace_id_hex
 
 #: A trusted origin deadline is clamped to [now - PAST, now + AHEAD] (seconds).
@@ -47,6 +47,10 @@ def _origin_deadline(md: dict[str, str], now: float) -> float | None:
     if not math.isfinite(value):
         return None
     return min(max(value, now - ORIGIN_DEADLINE_MAX_PAST_S), now + ORIGIN_DEADLINE_MAX_AHEAD_S)
+
+
+#: (traffic, fault_mode) pairs a call can carry: organic calls never carry a fault.
+_TRAFFIC_MODES = (("organic", Mode.NONE.value), *(("drill", mode.value) for mode in Mode))
 
 
 @dataclasses.dataclass(slots=True)
@@ -105,6 +109,7 @@ class ServerCore:
         self._started = m.ChildCache(m.GRPC_SERVER_CALL_STARTED)
         self._duration = m.ChildCache(m.GRPC_SERVER_CALL_DURATION)
         self._methods = MethodLabels(settings.methods, settings.max_methods)
+        self._seen_methods: set[str] = set()
         self._refusals = audit.RefusalLimiter()
         if settings.enabled and not settings.tenants:
             _log.warning(
@@ -117,6 +122,8 @@ class ServerCore:
     def plan(self, full_method: str, metadata) -> CallPlan:
         real = method_label(full_method)
         method = self._methods(real)
+        if method not in self._seen_methods:
+            self._precreate(method)
         md = h.metadata_dict(metadata)
         decision = self.gate.decide(md, real)
         # Only (authenticated) drill traffic may say when the edge caller gives up; organic
@@ -213,6 +220,16 @@ class ServerCore:
                 span.end()
         except Exception:  # noqa: BLE001 - observability must never fail a call
             pass
+
+    def _precreate(self, method: str) -> None:
+        """At first sight of a method: every status x traffic x mode call series at 0, so `rate()`
+        sees the first increment of each (organic calls carry no fault)."""
+        self._seen_methods.add(method)
+        if self.metrics:
+            for traffic, mode in _TRAFFIC_MODES:
+                for status in STATUS_NAMES:
+                    self._calls(self.service, method, status, traffic, mode)
+                self._gap(self.service, method, mode)
 
     # -- counting and audit ------------------------------------------------------------------
     def _count_decision(self, plan: CallPlan) -> None:

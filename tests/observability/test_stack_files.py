@@ -18,7 +18,8 @@ import yaml
 
 from harness import cli
 from harness.core.status import CLIENT_FAULT_CODES, SERVER_FAULT_CODES, STATUS_NAMES, StatusClass, classify
-from harness.dashboards import DATASOURCE_UID
+from harness.dashboards import DATASOURCE_UID, build_all, default_values, iter_queries, plan_defaults
+from harness.dashboards.rules import SLO_WINDOWS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
@@ -60,7 +61,8 @@ def test_recording_rules_mirror_status_classes() -> None:
         StatusClass.CANCELLED.value: {"CANCELLED"},
     }
     rules = _class_rules()
-    assert len(rules) == 4 * 2 * 3  # 4 classes, client and server, 3 windows
+    # 4 classes: client and server at the plan window, and the SLO's edge calls at every other burn window
+    assert len(rules) == 4 * (2 + len(SLO_WINDOWS) - 1)
     for rule in rules:
         assert _codes(rule["expr"]) == expected[rule["labels"]["status_class"]], rule["record"]
     # Together the four classes cover every status exactly once, as classify() decides it.
@@ -72,11 +74,36 @@ def test_recording_rules_mirror_status_classes() -> None:
 def test_error_ratio_rules_exclude_cancelled_from_both_sides() -> None:
     groups = _yaml(PROM_DIR / "rules/drill-recording.yml")["groups"]
     ratios = [r for g in groups for r in g["rules"] if "_error_ratio:" in r.get("record", "")]
-    assert len(ratios) == 6
+    assert len(ratios) == 2 + len(SLO_WINDOWS)
     for rule in ratios:
         numerator, denominator = rule["expr"].split("/")
         assert 'status_class="server-fault"' in numerator
         assert 'status_class!="cancelled"' in denominator
+        assert denominator.rstrip().endswith("> 0)"), "an idle period must give no sample, not NaN"
+
+
+def test_rules_and_dashboards_default_to_the_plan_and_the_edge() -> None:
+    """Issue 15: the plan's window and SLO, edge callers, the SLO's traffic; no instant-selector tricks."""
+    plan = plan_defaults.load()
+    assert (plan.budget, plan.window_s, plan.traffic) == (0.05, 2, "organic")  # retry-storm's slo
+    for model in build_all().values():
+        values = default_values(model)
+        assert values["caller"] == "loadgen|locust" and values["traffic"] == "organic", model["uid"]
+        assert values["window"] == "3s"
+        for q in iter_queries(model):
+            assert "unless on" not in q.expr, q.name
+            if " / " in q.expr and q.kind == "panel":
+                assert "> 0)" in q.expr.split(" / ", 1)[1], f"{q.name}: divide by (… > 0)"
+    assert default_values(next(m for m in build_all().values() if m["uid"] == "drill-mttr"))["slo"] == "0.05"
+    alerts = _yaml(PROM_DIR / "rules/drill-alerts.yml")["groups"][0]["rules"]
+    for rule in alerts:
+        assert 'drill:slo_error_ratio:rate' in rule["expr"], rule["alert"]
+    pairs = {(r["labels"]["scale"], r["alert"]): r["expr"] for r in alerts}
+    assert "rate1h > 0.72" in pairs[("workbook", "DrillSLOFastBurn")]
+    assert "rate5m > 0.72" in pairs[("workbook", "DrillSLOFastBurn")]
+    assert "rate6h > 0.3" in pairs[("workbook", "DrillSLOSlowBurn")]
+    assert "rate36s > 0.05" in pairs[("drill", "DrillSLOFastBurn")]
+    assert "rate3s > 0.05" in pairs[("drill", "DrillSLOFastBurn")]
 
 
 def test_generated_dashboards_and_rules_are_fresh(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,7 +155,7 @@ def test_dashboard_is_classic_json_wired_to_the_provisioned_datasource(path: pat
         if var["type"] == "query":
             assert var["datasource"]["uid"] == DATASOURCE_UID
     names = {v["name"] for v in model["templating"]["list"]}
-    assert {"config", "service", "traffic"} <= names
+    assert {"config", "caller", "service", "traffic", "window"} <= names
 
 
 def test_overview_shows_drill_phases_from_fault_active() -> None:
