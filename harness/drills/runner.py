@@ -202,6 +202,7 @@ class Runner:
         observed = audit_hit_ids(workdir)
         extras = {
             "config": config or "plain",
+            "started_unix": round(wall0, 3),
             "driver": load.name,
             "scrape_errors": scraper.errors,
             "hits": {

@@ -129,7 +129,7 @@ def _trials_for_ci(n: int, diff: float, lo: float, hi: float) -> int | None:
         return None
     if half == 0 or n < MIN_BOOTSTRAP_TRIALS:
         return max(n + 1, MIN_BOOTSTRAP_TRIALS)
-    need = math.ceil(n * (half / abs(diff)) ** 2)
+    need = max(n + 1, math.ceil(n * (half / abs(diff)) ** 2))
     return need if need <= MAX_TRIALS_ESTIMATE else None
 
 
@@ -219,11 +219,11 @@ def verdict(configs: Mapping[str, Mapping], order: Sequence[str], *, seed: int =
         text = f"{best} recovers best ({detail})."
         return {**base, "text": text, "winner": best, "conclusive": True, "best": best, "names": list(order)}
     more = (
-        f"; about {max(needed)} trials per configuration would likely settle it"
+        f"; about {max(needed)} trials per configuration ({max(needed) - n_min} more) would likely settle it"
         if needed and len(needed) == len(base["comparisons"])
         else "; more trials are unlikely to separate them at the observed difference"
     )
-    text = f"Inconclusive after {n_min} trials: {best} looks best ({detail}){more}."
+    text = f"Inconclusive after {n_min} trial{'' if n_min == 1 else 's'}: {best} looks best ({detail}){more}."
     out = {**base, "text": text, "winner": None, "conclusive": False, "best": best, "names": list(order)}
     if needed:
         out["trials_needed"] = max(needed)

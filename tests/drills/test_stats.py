@@ -7,8 +7,8 @@ import math
 import pytest
 
 from harness.drills import stats
-from harness.drills.results import assemble
 from harness.drills.model import Slo
+from harness.drills.results import assemble
 from tests.drills.synth import make_series
 
 
@@ -83,7 +83,7 @@ def test_overlapping_trials_are_inconclusive_with_an_estimate():
 def test_one_trial_each_is_never_conclusive():
     c, order = configs(naive=[breach(20.0)], resilient=[held()])
     v = stats.verdict(c, order)
-    assert v["winner"] is None and "Inconclusive after 1 trials" in v["text"]
+    assert v["winner"] is None and "Inconclusive after 1 trial:" in v["text"]
     assert v["trials_needed"] >= 3
 
 
