@@ -30,7 +30,7 @@ TINY = {
 }
 
 
-def _run(tmp_path, name: str, plan: dict = TINY, *extra: str) -> dict:
+def _run(tmp_path, name: str, plan: dict = TINY, *extra: str, code: int = 0) -> dict:
     path = tmp_path / f"{name}.yaml"
     path.write_text(json.dumps(plan))
     out = tmp_path / name
@@ -39,14 +39,17 @@ def _run(tmp_path, name: str, plan: dict = TINY, *extra: str) -> dict:
         [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(out), "--no-live", *extra],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == code, proc.stderr[-3000:]
+    if code == 3:  # a --fail-on condition: one line, after the outputs are written
+        assert proc.stderr.strip().startswith("drill: fail-on ") and len(proc.stderr.strip().splitlines()) == 1
     assert (out / "report.html").exists()
     return json.loads((out / "results.json").read_text())
 
 
 def test_trials_run_interleaved_and_the_same_seed_hits_the_same_request_ids(tmp_path):
     plan = {**{k: v for k, v in TINY.items() if k != "configs"}, "variants": [{"name": "a"}, {"name": "b"}]}
-    r = _run(tmp_path, "a", plan, "--trials", "2")
+    # every trial breaches (60 % of drill calls abort, SLO on all traffic): --fail-on breach exits 3
+    r = _run(tmp_path, "a", plan, "--trials", "2", "--fail-on", "breach", "--fail-on", "mttr>1000", code=3)
     assert set(r["configs"]) == {"a", "b"}
     trials = [(t["started_unix"], name, t["trial"]) for name in ("a", "b") for t in r["configs"][name]["trials"]]
     assert [(n, k) for _, n, k in sorted(trials)] == [("a", 1), ("b", 1), ("a", 2), ("b", 2)]  # A B A B
