@@ -136,7 +136,8 @@ def test_the_prometheus_cross_check_reads_each_trial_in_its_own_time_range(monke
 
     monkeypatch.setattr(prom, "read_drill", fake_read_drill)
     monkeypatch.setattr("time.sleep", lambda _s: None)
-    plan = from_dict({"configs": ["naive"], "trials": 2, "topology": {"hops": [{"name": "gateway"}, {"name": "ledger"}]}})
+    hops = [{"name": "gateway"}, {"name": "ledger"}]
+    plan = from_dict({"configs": ["naive"], "trials": 2, "topology": {"hops": hops}})
     runner = Runner(plan, tmp_path, prometheus=type("P", (), {"url": "http://prom"})(), log=lambda _: None)
     runner.trial_windows = {"naive": [(100.0, 150.0, 110.0, 120.0), (300.0, 350.0, 310.0, 320.0)]}
     out = runner._from_prometheus(100.0, 350.0)
