@@ -149,3 +149,24 @@ def test_serve_with_a_wildcard_tenant_allowlist():
     proc = drill("serve", "--port", "0", "--metrics-port", "-1", "--enable-faults",
                  env={"DRILL_FAULT_TENANTS": "*"})  # fmt: skip
     assert_one_line(proc, 2, "DRILL_FAULT_TENANTS")
+
+def test_run_with_zero_trials_is_a_usage_error(tmp_path):
+    proc = drill("run", write(tmp_path, PLAN), "--trials", "0", "--out", str(tmp_path / "o"))
+    assert_one_line(proc, 2, "--trials")
+
+
+def test_plan_with_zero_trials_names_its_path(tmp_path):
+    proc = drill("run", write(tmp_path, PLAN + "trials: 0\n"), "--out", str(tmp_path / "o"))
+    assert_one_line(proc, 2, "trials")
+
+
+@pytest.mark.parametrize("cond, needle", [("mttr>soon", "mttr>SECONDS"), ("regression:/nope.json", "baseline")])
+def test_run_with_a_bad_fail_on_stops_before_anything_starts(tmp_path, cond, needle):
+    proc = drill("run", write(tmp_path, PLAN), "--fail-on", cond, "--out", str(tmp_path / "o"))
+    assert_one_line(proc, 2, needle)
+    assert not (tmp_path / "o").exists()
+
+
+def test_analyze_with_a_missing_series_file(tmp_path):
+    proc = drill("analyze", "--series", str(tmp_path / "nope.json"), "--out", str(tmp_path / "o"))
+    assert_one_line(proc, 2, "nope.json")

@@ -46,16 +46,21 @@ PAGE = Template(
 <div class="verdict $verdict_class" id="verdict">$verdict</div>
 <h2>MTTR comparison</h2>
 <table id="mttr-table">
-<thead><tr><th>configuration</th><th>MTTR</th><th>TTD</th><th>TTM</th><th>TTR</th><th>amplification</th>
-<th>blast radius</th><th>error rate (fault)</th><th>requests</th></tr></thead>
+<thead><tr><th>configuration</th><th>trials</th><th>MTTR (median)</th><th>TTD</th><th>TTM</th><th>TTR</th>
+<th>amplification</th><th>success rate</th><th>attempts/success</th><th>blast radius</th><th>error rate (fault)</th>
+<th>requests</th></tr></thead>
 <tbody>
 $rows
 </tbody>
 </table>
-<p class="notes">MTTR: first SLO breach → SLO restored for good; "never" = not restored before the run ended;
-"no breach" = the SLO held throughout (MTTR 0). Amplification: peak requests/s at the deepest hop ÷ ingress
-requests/s (what users sent, before retries), fault window. Blast radius: organic error rate during the
-fault. Error rates exclude CANCELLED. Times are seconds; the shaded band is the fault window.</p>
+$trials
+<p class="notes">MTTR: first SLO breach → SLO restored for good, median over the trials that breached (min–max);
+"never" = not restored before the run ended; "held" = the SLO held throughout (no MTTR). TTD, TTR: median
+(min–max) over breached trials; the other columns: the median trial or the median over trials.
+Amplification: deepest-hop attempts ÷ edge first attempts (what users sent, before retries), over the fault
+window. Success rate: OK ÷ (all − CANCELLED) at the edge during the fault; attempts/success: deepest-hop
+attempts per successful edge call. Blast radius: organic error rate during the fault. Times are seconds; the
+shaded band is the fault window.</p>
 <h2>Over time</h2>
 <div class="grid" id="plots">
 $plots

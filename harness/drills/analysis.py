@@ -1,27 +1,38 @@
-"""MTTR analysis (DESIGN §10): TTD, TTM, TTR, MTTR, amplification, blast radius, from per-second series.
+"""MTTR analysis (DESIGN §10): TTD, TTM, TTR, MTTR, amplification, goodput, blast radius, from per-second series.
 
 Pure functions over a `RunSeries`; no I/O, no clocks. Definitions:
 
+- a sample at time t covers the second (t−1, t]. The **fault window** is the
+  samples whose second lies in [fault-on, fault-off): fault-on + ½ ≤ t < fault-off + ½
+  (so the last fault second is in and the last warm-up second is out).
 - a second is **bad** when its error rate (server-fault / (all − CANCELLED),
   `harness.core.status.error_rate`) on the SLO's traffic exceeds the SLO, or its
   p99 exceeds the latency SLO when one is set; **good** when it has at least
   `min_calls` calls and is not bad; otherwise it is *unknown* (neither).
 - **held** at t: the `hold_s` seconds starting at t are all good.
-- **TTD** = first bad second at or after fault-on − fault-on.
+- **detection range**: the fault window plus a grace (`slo.grace_s`, default
+  hold_s + window_s). **TTD** = first bad second in that range − fault-on.
+  A breach that starts after the range is a **post-fault breach**
+  (`{start_s: seconds after fault-off, duration_s: until held again, null if never}`):
+  a finding of its own, not TTD, and it does not make the trial `breached`.
 - **TTM** = first breach → first held point whose hold window ends while the
   fault is still on (mitigation: breaker, balancer, budget).
-- **TTR** = fault-off → first held point at or after fault-off (0 when the
-  system was already holding the SLO when the fault went off).
-- **MTTR** = first breach → the held point after the last bad second (restored
-  for good). `None` when never restored (never "0" for that). A run that never
-  breached has MTTR 0 with `breached: False` (the SLO was never lost, so there
-  was nothing to restore); TTD, TTM and TTR are `None` then.
-- **amplification** per hop = peak, over the fault window, of the hop's
-  requests ÷ ingress requests in a 5-s window. Ingress is every call the users
-  sent to the edge, organic and drill alike: the load the system is offered
-  before any retry (DESIGN §10 says "organic ingress"; drill users' first
-  attempts are offered load too, so counting them keeps a retry-free system
-  at 1.0 whatever the drill's share). The drill's amplification is the deepest hop's.
+- **TTR** = fault-off → first held point after fault-off (0 when the system was
+  already holding the SLO when the fault went off).
+- **MTTR** = first breach → the held point after the breach's last bad second
+  (restored for good). `None` when never restored. `None` too, with
+  `breached: False`, when the SLO held: never 0. Times are sample end-times.
+- **insufficient data**: fewer than 80 % of the fault window's seconds are
+  known, or no edge calls in it. Such a trial is never ranked as holding.
+- **amplification** per hop = the hop's attempts (server calls, shed included)
+  ÷ edge first attempts (every call users sent: organic and drill, the load
+  before any retry), summed over the fault window. The drill's amplification is
+  the deepest hop's. One definition for the runner, `drill analyze`, the
+  recording rules and the dashboards.
+- **goodput** beside it: `success_rate` = OK ÷ (all − CANCELLED) at the edge
+  over the fault window (all traffic; `success_rate_by_traffic` per class), and
+  `attempts_per_success` = deepest-hop attempts ÷ edge OK calls over the fault
+  window (shedding everything gives low amplification but no success).
 - **blast radius** = error rate of organic traffic over the fault window.
 """
 
@@ -34,6 +45,7 @@ from collections.abc import Sequence
 from harness.core.status import error_rate
 from harness.drills.model import SeriesKey, Slo
 from harness.drills.series import RunSeries
+from harness.drills.stats import summary_key
 
 
 # --- per-second series -------------------------------------------------------------------
@@ -158,6 +170,20 @@ def _index_at(t: Sequence[float], when: float) -> int:
     return len(t)
 
 
+def _window(series: RunSeries, start: float, end: float) -> range:
+    """Samples whose second (t−1, t] lies in [start, end): start + ½ ≤ t < end + ½."""
+    return range(_index_at(series.t, start + 0.5), _index_at(series.t, end + 0.5))
+
+
+def grace_s(slo: Slo) -> float:
+    """Detection grace after fault-off: `slo.grace_s`, default hold + window."""
+    return float(slo.grace_s) if slo.grace_s is not None else float(slo.hold_s + slo.window_s)
+
+
+#: a fault window with fewer known seconds than this share is `insufficient_data`
+MIN_KNOWN_SHARE = 0.8
+
+
 @dataclasses.dataclass
 class Recovery:
     breached: bool
@@ -168,6 +194,25 @@ class Recovery:
     first_breach_s: float | None
     restored_s: float | None
     flaps: int
+    insufficient_data: bool = False
+    known_share: float | None = None
+    post_fault_breach: dict | None = None
+    #: never restored: run end − first breach, a lower bound of the MTTR (for statistics only)
+    mttr_lower_bound_s: float | None = None
+
+
+def _post_fault_breach(states: Sequence[int], t: Sequence[float], start: int, hold: int, off: float) -> dict | None:
+    later = [i for i in range(start, len(states)) if states[i] == BAD]
+    if not later:
+        return None
+    restored = first_held(states, later[0] + 1, hold)
+    if restored is not None:  # the breach ends at the first hold after its last bad second
+        last = max((i for i in later if i < restored), default=later[0])
+        restored = first_held(states, last + 1, hold)
+    return {
+        "start_s": round(t[later[0]] - off, 3),
+        "duration_s": None if restored is None else round(t[restored] - t[later[0]], 3),
+    }
 
 
 def recovery(series: RunSeries, slo: Slo) -> Recovery:
@@ -175,11 +220,18 @@ def recovery(series: RunSeries, slo: Slo) -> Recovery:
     t = series.t
     states = slo_states(series, slo)
     hold = max(1, int(slo.hold_s))
-    on = _index_at(t, series.fault_on)
-    off = _index_at(t, series.fault_off)
-    bad = [i for i in range(on, len(states)) if states[i] == BAD]
+    win = _window(series, series.fault_on, series.fault_off)
+    expected = max(len(win), int(round(series.fault_off - series.fault_on)))
+    known = sum(1 for i in win if states[i] != UNKNOWN)
+    share = known / expected if expected else 0.0
+    edge_calls = sum(rps_series(series, "all")[i] for i in win)
+    insufficient = share < MIN_KNOWN_SHARE or edge_calls <= 0
+    on, off = win.start, win.stop
+    detect_end = _index_at(t, series.fault_off + grace_s(slo) + 0.5)
+    bad = [i for i in range(on, detect_end) if states[i] == BAD]
     if not bad:
-        return Recovery(False, None, None, None, 0.0, None, None, 0)
+        post = _post_fault_breach(states, t, detect_end, hold, series.fault_off)
+        return Recovery(False, None, None, None, None, None, None, 0, insufficient, round(share, 3), post)
     first = bad[0]
     first_t = t[first]
     ttd = first_t - series.fault_on
@@ -189,58 +241,74 @@ def recovery(series: RunSeries, slo: Slo) -> Recovery:
         ttm = t[held] - first_t
     ttr = None
     if off < len(t):
-        h = first_held(states, off, hold)
-        if h is not None:
-            ttr = max(0.0, t[h] - series.fault_off)
+        if off > 0 and first_held(states, off - 1, hold) == off - 1:
+            ttr = 0.0  # already holding when the fault went off
+        else:
+            h = first_held(states, off, hold)
+            if h is not None:
+                ttr = max(0.0, t[h] - series.fault_off)
     restored = first_held(states, bad[-1] + 1, hold)
     mttr = t[restored] - first_t if restored is not None else None
+    end_of_breach = restored if restored is not None else len(t)
     flaps = 0
-    for i in range(first + 1, len(states)):
+    for i in range(first + 1, end_of_breach):
         if states[i] == BAD and states[i - 1] != BAD:
             flaps += 1
-    return Recovery(True, ttd, ttm, ttr, mttr, first_t, t[restored] if restored is not None else None, flaps)
+    post = None
+    if restored is not None:
+        post = _post_fault_breach(states, t, max(restored, detect_end), hold, series.fault_off)
+    bound = None if mttr is not None else (t[-1] - first_t)
+    return Recovery(
+        True, ttd, ttm, ttr, mttr, first_t, t[restored] if restored is not None else None, flaps, insufficient,
+        round(share, 3), post, bound,
+    )  # fmt: skip
 
 
-# --- load shape ----------------------------------------------------------------------------
-def _window(series: RunSeries, start: float, end: float) -> range:
-    return range(_index_at(series.t, start), _index_at(series.t, end))
+# --- load shape and goodput ------------------------------------------------------------------
+def _sum_counts(series: RunSeries, win: range, traffic: str) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    for i in win:
+        for k, v in status_counts(series, i, traffic).items():
+            counts[k] = counts.get(k, 0.0) + v
+    return counts
 
 
 def aggregate_error_rate(series: RunSeries, start: float, end: float, traffic: str = "all") -> float | None:
-    counts: dict[str, float] = {}
-    for i in _window(series, start, end):
-        for k, v in status_counts(series, i, traffic).items():
-            counts[k] = counts.get(k, 0.0) + v
-    return error_rate(counts)
+    return error_rate(_sum_counts(series, _window(series, start, end), traffic))
 
 
-def amplification(series: RunSeries, hops: Sequence[str] | None = None, width: int = 5) -> dict[str, float | None]:
-    """Per hop: peak over the fault window of (hop requests ÷ ingress requests) in `width`-s windows.
+def success_rate(series: RunSeries, start: float, end: float, traffic: str = "all") -> float | None:
+    """OK ÷ (all − CANCELLED) of edge calls in [start, end); None without calls."""
+    counts = _sum_counts(series, _window(series, start, end), traffic)
+    den = sum(v for k, v in counts.items() if k != "CANCELLED")
+    return counts.get("OK", 0.0) / den if den > 0 else None
 
-    A ratio of sums over a short window rather than a ratio of per-second peaks:
-    both counters are scraped together, so scrape jitter cancels out.
-    """
-    win = _window(series, series.fault_on, series.fault_off + 1)
+
+def amplification(series: RunSeries, hops: Sequence[str] | None = None) -> dict[str, float | None]:
+    """Per hop: the hop's attempts ÷ edge first attempts (all traffic), summed over the fault window."""
+    win = _window(series, series.fault_on, series.fault_off)
     if not win:
         return {}
-    ingress = rps_series(series, "all")
+    ingress = sum(rps_series(series, "all")[i] for i in win)
     per_hop = hop_series(series)
     out: dict[str, float | None] = {}
     for hop in hops or sorted(per_hop):
         values = per_hop.get(hop)
-        if values is None:
+        if values is None or ingress <= 0:
             out[hop] = None
             continue
-        best = None
-        for i in win:
-            lo = max(win.start, i - width + 1)
-            den = sum(ingress[lo : i + 1])
-            if i - lo + 1 < min(width, len(win)) or den <= 0:
-                continue
-            ratio = sum(values[lo : i + 1]) / den
-            best = ratio if best is None else max(best, ratio)
-        out[hop] = None if best is None else round(best, 3)
+        out[hop] = round(sum(values[i] for i in win) / ingress, 3)
     return out
+
+
+def attempts_per_success(series: RunSeries, hop: str | None) -> float | None:
+    """The hop's attempts ÷ edge OK calls over the fault window (None when nothing succeeded)."""
+    win = _window(series, series.fault_on, series.fault_off)
+    values = hop_series(series).get(hop) if hop else None
+    if values is None:
+        return None
+    ok = _sum_counts(series, win, "all").get("OK", 0.0)
+    return round(sum(values[i] for i in win) / ok, 3) if ok > 0 else None
 
 
 def deadline_gaps(series: RunSeries) -> dict[str, dict[str, float]]:
@@ -271,7 +339,7 @@ def total_requests(series: RunSeries, traffic: str = "all") -> int:
 
 
 def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) -> dict:
-    """Every number results.json carries for one configuration."""
+    """Every number results.json carries for one trial of one configuration."""
     rec = recovery(series, slo)
     amp = amplification(series, hops)
     if hops:
@@ -286,14 +354,21 @@ def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) 
 
     return {
         "breached": rec.breached,
+        "insufficient_data": rec.insufficient_data,
+        "known_share": rec.known_share,
         "ttd_s": r(rec.ttd_s),
         "ttm_s": r(rec.ttm_s),
         "ttr_s": r(rec.ttr_s),
         "mttr_s": r(rec.mttr_s),
+        "mttr_lower_bound_s": r(rec.mttr_lower_bound_s),
+        "post_fault_breach": rec.post_fault_breach,
         "flaps": rec.flaps,
         "amplification": amp.get(deepest) if deepest else None,
         "deepest_hop": deepest,
         "amplification_by_hop": amp,
+        "success_rate": r(success_rate(series, on, off, "all")),
+        "success_rate_by_traffic": {tr: r(success_rate(series, on, off, tr)) for tr in ("organic", "drill")},
+        "attempts_per_success": attempts_per_success(series, deepest),
         "blast_radius": r(aggregate_error_rate(series, on, off, "organic")),
         "error_rate_during_fault": r(aggregate_error_rate(series, on, off, "all")),
         "drill_error_rate_during_fault": r(aggregate_error_rate(series, on, off, "drill")),
@@ -304,15 +379,26 @@ def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) 
     }
 
 
+def trial_key(c: dict) -> tuple:
+    """Sort key of one trial (or one configuration's representative numbers), best first:
+    held the SLO, then MTTR ascending, then never restored, then insufficient data (never "held")."""
+    if c.get("insufficient_data"):
+        return (3, 0.0)
+    if not c.get("breached"):
+        return (0, 0.0)
+    if c.get("mttr_s") is None:
+        return (2, 0.0)
+    return (1, c["mttr_s"])
+
+
 def rank(configs: dict[str, dict]) -> list[str]:
-    """Configurations, fastest recovery first: never breached, then MTTR ascending, then never restored."""
+    """Configurations, fastest recovery first (by their summary when they have one, see `stats.summary_key`)."""
 
     def key(name: str):
         c = configs[name]
-        if not c.get("breached"):
-            return (0, 0.0, name)
-        if c.get("mttr_s") is None:
-            return (2, 0.0, name)
-        return (1, c["mttr_s"], name)
+        summary = c.get("summary")
+        if summary is not None:
+            return (*summary_key(summary), name)
+        return (*trial_key(c), name)
 
     return sorted(configs, key=key)

@@ -1,6 +1,8 @@
-"""`drill analyze --prometheus URL --start T --end T`: MTTR table and report from a Prometheus.
+"""`drill analyze --prometheus URL --start T --end T` or `--series OUT/series.json`: the MTTR table again.
 
-For drills run elsewhere (the compose stack, a staging cluster, a drill started
+`--series` recomputes everything offline from a saved run (every trial of every
+configuration; SLO flags override the SLO saved with it). `--prometheus` is for
+drills run elsewhere (the compose stack, a staging cluster, a drill started
 from the Locust UI): the same per-second series, the same analysis
 (analysis.py), the same results.json and report.html as `drill run`.
 Times are unix seconds or ISO 8601 (`2026-01-31T12:00:00Z`); `--last 5m` is a
@@ -36,48 +38,102 @@ def _duration(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://127.0.0.1:9090")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prometheus", help="Prometheus base URL, e.g. http://127.0.0.1:9090")
+    src.add_argument("--series", help="a saved run's OUT/series.json: recompute offline")
     p.add_argument("--start", type=_when, default=None, help="range start (unix seconds or ISO 8601)")
     p.add_argument("--end", type=_when, default=None, help="range end (default now)")
     p.add_argument("--last", type=_duration, default=None, help="range = the last N (e.g. 5m) instead of --start")
     p.add_argument("--fault-start", type=_when, default=None, help="fault window start (else drill_fault_active)")
     p.add_argument("--fault-end", type=_when, default=None, help="fault window end")
-    p.add_argument("--plan", default="prometheus", help="plan name for the report")
+    p.add_argument("--plan", default=None, help="plan name for the report (default: the saved run's, or prometheus)")
     p.add_argument("--hops", default=None, help="comma-separated hops edge first (default: by name)")
     p.add_argument("--edge", default=None, help="regex of the edge client's `service` label (loadgen|locust)")
-    p.add_argument("--max-error-rate", type=float, default=0.05, help="SLO error rate (default 0.05)")
+    p.add_argument("--max-error-rate", type=float, default=None, help="SLO error rate (default 0.05)")
     p.add_argument("--max-p99", type=float, default=None, help="SLO p99 latency, seconds (default none)")
-    p.add_argument("--hold", type=int, default=3, help="SLO hold window, seconds (default 3)")
-    p.add_argument("--slo-traffic", default="all", choices=("all", "organic", "drill"), help="SLO traffic")
-    p.add_argument("--window", type=int, default=1, help="error-rate window, seconds (default 1)")
+    p.add_argument("--hold", type=int, default=None, help="SLO hold window, seconds (default 3)")
+    p.add_argument("--slo-traffic", default=None, choices=("all", "organic", "drill"), help="SLO traffic (all)")
+    p.add_argument("--window", type=int, default=None, help="error-rate window, seconds (default 1)")
+    p.add_argument("--grace", type=float, default=None, help="detection grace after fault-off (default hold+window)")
     p.add_argument("--out", default="drill-out", help="output directory")
+    from harness.drills.cli_run import add_fail_on
+
+    add_fail_on(p)
+
+
+def _slo(args: argparse.Namespace, saved: dict | None):
+    """The saved SLO (or the defaults) with every given flag over it."""
+    from pydantic import ValidationError
+
+    from harness.drills.model import Slo
+
+    flags = {
+        "max_error_rate": args.max_error_rate, "max_p99_s": args.max_p99, "hold_s": args.hold,
+        "traffic": args.slo_traffic, "window_s": args.window, "grace_s": args.grace,
+    }  # fmt: skip
+    try:
+        return Slo.model_validate({**(saved or {}), **{k: v for k, v in flags.items() if v is not None}})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise BadInput(f"analyze: SLO {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def _from_series(args: argparse.Namespace):
+    import json
+
+    from harness.drills.report import read_series_document
+
+    path = pathlib.Path(args.series)
+    try:
+        data = json.loads(path.read_text())
+        header, trials = read_series_document(data)
+    except OSError as exc:
+        raise BadInput(f"analyze: {path}: {exc.strerror}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BadInput(f"analyze: {path}: not a series.json ({exc.__class__.__name__}: {exc})") from None
+    if not trials:
+        raise BadInput(f"analyze: {path}: no configurations in it")
+    return header, trials
 
 
 def run(args: argparse.Namespace) -> int:
     from harness.drills.cli_run import print_summary
-    from harness.drills.model import Slo
-    from harness.drills.prom import EDGE_SERVICES, read_drill
+    from harness.drills.gate import check, parse_conditions
+    from harness.drills.model import Fault
     from harness.drills.report import write_outputs
     from harness.drills.results import assemble
 
-    end = args.end or time.time()
-    start = end - args.last if args.last else args.start
-    if start is None or start >= end:
-        raise BadInput("analyze: give --start (before --end) or --last")
-    fault = None
-    if args.fault_start is not None or args.fault_end is not None:
-        if args.fault_start is None or args.fault_end is None:
-            raise BadInput("analyze: --fault-start and --fault-end go together")
-        fault = (args.fault_start, args.fault_end)
-    slo = Slo(
-        max_error_rate=args.max_error_rate, max_p99_s=args.max_p99, hold_s=args.hold, traffic=args.slo_traffic,
-        window_s=args.window,
-    )
-    series = read_drill(args.prometheus, start, end, edge=args.edge or EDGE_SERVICES, fault=fault)
+    conditions = parse_conditions(args.fail_on)
     hops = args.hops.split(",") if args.hops else None
-    source = {"prometheus": args.prometheus, "start": start, "end": end}
-    results = assemble(series, slo, hops, plan_name=args.plan, source=source).model_dump()
+    if args.series:
+        header, series = _from_series(args)
+        slo = _slo(args, header.get("slo"))
+        hops = hops or header.get("hops")
+        fault = None
+        if isinstance(header.get("fault"), dict) and "ratio" in header["fault"]:
+            fault = Fault.model_validate(header["fault"])
+        source = {"series": str(args.series)}
+        results = assemble(series, slo, hops, plan_name=args.plan or header.get("plan") or "series", fault=fault,
+                           source=source).model_dump()  # fmt: skip
+        results["seed"] = header.get("seed")
+    else:
+        from harness.drills.prom import EDGE_SERVICES, read_drill
+
+        end = args.end or time.time()
+        start = end - args.last if args.last else args.start
+        if start is None or start >= end:
+            raise BadInput("analyze: give --start (before --end) or --last")
+        fault_window = None
+        if args.fault_start is not None or args.fault_end is not None:
+            if args.fault_start is None or args.fault_end is None:
+                raise BadInput("analyze: --fault-start and --fault-end go together")
+            fault_window = (args.fault_start, args.fault_end)
+        slo = _slo(args, None)
+        series = read_drill(args.prometheus, start, end, edge=args.edge or EDGE_SERVICES, fault=fault_window)
+        source = {"prometheus": args.prometheus, "start": start, "end": end}
+        results = assemble(series, slo, hops, plan_name=args.plan or "prometheus", source=source).model_dump()
     out = pathlib.Path(args.out)
     write_outputs(out, results, series)
     print_summary(results, out)
+    check(conditions, results)
     return 0

@@ -21,6 +21,11 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--configs", default=None, help="comma-separated configurations (or variant names) to run, in order")
     p.add_argument("--quick", action="store_true", help="apply the plan's quick: overrides (shorter phases)")
     p.add_argument(
+        "--trials", type=_positive, default=None,
+        help="trials per configuration, run interleaved (A B C A B C …) under the same seed (plan default)",
+    )  # fmt: skip
+    add_fail_on(p)
+    p.add_argument(
         "--prometheus",
         default="off",
         help="also watch the run with Prometheus: 'auto' = start the prometheus on PATH (1-s scrapes, fresh "
@@ -38,10 +43,32 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=None, help="Locust profile (loadtests/profiles/NAME.conf) for --driver locust")
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"a positive whole number, got {text!r}")
+    return n
+
+
+def add_fail_on(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--fail-on", action="append", default=[], metavar="COND",
+        help="exit 3 when a condition holds: 'breach' (any configuration breached the SLO in any trial), "
+        "'mttr>SECONDS' (a configuration's median MTTR above SECONDS, or never restored), "
+        "'regression:BASELINE.json' (median MTTR or breach probability significantly worse than the "
+        "baseline's); repeatable",
+    )  # fmt: skip
+
+
 def overrides_from(args: argparse.Namespace) -> dict:
     over: dict = {}
     if args.seed is not None:
         over["seed"] = args.seed
+    if getattr(args, "trials", None) is not None:
+        over["trials"] = args.trials
     traffic = {}
     if getattr(args, "driver", None):
         traffic["driver"] = args.driver
@@ -80,13 +107,18 @@ def _prometheus(args: argparse.Namespace, out: pathlib.Path, log):
     return None
 
 
-def execute(plan_name: str, args: argparse.Namespace) -> int:
+def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = None) -> int:
     """Load the plan (every error before anything starts), run it, print the summary."""
+    from harness.drills.gate import check, parse_conditions
     from harness.drills.live import LiveView
     from harness.drills.runner import Runner
 
     only = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else None
-    plan = load_plan(plan_name, quick=args.quick, overrides=overrides_from(args), only=only)
+    over = overrides_from(args)
+    if base:  # the demo's own settings, under the command line's
+        over = {**base, **over, "traffic": {**base.get("traffic", {}), **over.get("traffic", {})}}
+    plan = load_plan(plan_name, quick=args.quick, overrides=over, only=only)
+    conditions = parse_conditions(args.fail_on)
     out = pathlib.Path(args.out)
     prom = None
     with LiveView(plan.name, enabled=False if args.no_live else None) as view:
@@ -104,6 +136,7 @@ def execute(plan_name: str, args: argparse.Namespace) -> int:
             if prom is not None:
                 prom.stop()
     print_summary(results, out)
+    check(conditions, results)
     return 0
 
 
@@ -111,24 +144,41 @@ def print_summary(results: dict, out: pathlib.Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from harness.drills.report import _fmt, _fmt_s, _pct
+    from harness.drills.report import _fmt, _pct, mttr_text
 
-    table = Table(title=f"drill {results['plan']} (seed {results['seed']})")
-    for col in ("configuration", "MTTR", "TTD", "TTM", "TTR", "amplification", "blast radius", "err (fault)"):
+    trials = max((c.get("summary", {}).get("trials", 1) for c in results["configs"].values()), default=1)
+    title = f"drill {results['plan']} (seed {results['seed']}" + (f", {trials} trials each)" if trials > 1 else ")")
+    table = Table(title=title)
+    cols = ("configuration", "trials", "MTTR (median)", "TTD", "TTR", "amplification", "success", "att/success",
+            "blast radius")  # fmt: skip
+    for col in cols:
         table.add_column(col, justify="right")
     for name in results["ranking"]:
         c = results["configs"][name]
+        s = c.get("summary") or {}
         table.add_row(
-            name, _fmt_s(c["mttr_s"], breached=c["breached"]), _fmt(c["ttd_s"], " s", 1), _fmt(c["ttm_s"], " s", 1),
-            _fmt(c["ttr_s"], " s", 1), _fmt(c["amplification"], "×"), _pct(c["blast_radius"]),
-            _pct(c["error_rate_during_fault"]),
+            name, str(s.get("trials", 1)), mttr_text(c), _spread(s.get("ttd_s")) if s else _fmt(c["ttd_s"], " s", 1),
+            _spread(s.get("ttr_s")) if s else _fmt(c["ttr_s"], " s", 1),
+            _fmt(s.get("amplification", c.get("amplification")), "×"), _pct(s.get("success_rate")),
+            _fmt(s.get("attempts_per_success"), "", 2), _pct(s.get("blast_radius", c.get("blast_radius"))),
         )  # fmt: skip
     console = Console()
     if not console.is_terminal:
-        console = Console(width=140)
+        console = Console(width=160)
     console.print(table)
-    console.print(results["verdict"], highlight=False)
+    v = results["verdict"]
+    console.print(v["text"] if isinstance(v, dict) else v, highlight=False)
     console.print(f"wrote {out / 'results.json'} and {out / 'report.html'}", highlight=False)
+
+
+def _spread(spread: dict | None) -> str:
+    from harness.drills.report import _fmt
+
+    if not spread or spread.get("median") is None:
+        return "—"
+    if spread["n"] == 1:
+        return _fmt(spread["median"], " s", 1)
+    return f"{spread['median']:.1f} s ({spread['min']:.1f}–{spread['max']:.1f})"
 
 
 def run(args: argparse.Namespace) -> int:

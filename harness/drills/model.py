@@ -149,6 +149,9 @@ class Slo(_Strict):
     min_calls: float = Field(3.0, ge=0)
     #: the error rate of second t is taken over the `window_s` seconds ending at t (1 = that second)
     window_s: int = Field(1, ge=1)
+    #: a breach is detection (TTD) when it starts in the fault window or this many seconds after it;
+    #: later it is a post-fault breach. None = hold_s + window_s.
+    grace_s: float | None = Field(None, ge=0)
 
 
 class Probe(_Strict):
@@ -181,6 +184,8 @@ class PlanFile(_Strict):
     phases: Phases = Phases()
     slo: Slo = Slo()
     configs: list[str | None] = Field(default_factory=lambda: [None])
+    #: trials per configuration, run interleaved (A B C A B C …), all under the same seed
+    trials: int = Field(1, ge=1, le=100)
     variants: list[VariantSpec] = Field(default_factory=list)
     probe: Probe | None = None
     quick: dict | None = None
@@ -217,6 +222,7 @@ class Plan(_Strict):
     phases: Phases
     slo: Slo
     variants: tuple[Variant, ...]
+    trials: int = 1
     description: str = ""
     probe: Probe | None = None
     source: str = ""
@@ -238,6 +244,7 @@ class Plan(_Strict):
             "slo": self.slo.model_dump(),
             "configs": [v.config and pathlib.Path(v.config).name or "plain" for v in self.variants],
             "variants": [v.name for v in self.variants],
+            "trials": self.trials,
             "probe": self.probe.model_dump() if self.probe else None,
         }
 
@@ -303,7 +310,8 @@ class Results(BaseModel):
     hops: list[str]
     configs: dict[str, dict]
     ranking: list[str]
-    verdict: str
+    #: `harness.drills.stats.verdict`: {text, winner, conclusive, trials, comparisons, ...}
+    verdict: dict
     finished_at: str
     notes: list[str] = Field(default_factory=list)
     phases: dict | None = None

@@ -231,6 +231,7 @@ def from_dict(data: dict, source: str = "") -> Plan:
         phases=spec.phases,
         slo=spec.slo,
         variants=tuple(variants),
+        trials=spec.trials,
         description=spec.description,
         probe=spec.probe,
         source=source,

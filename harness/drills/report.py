@@ -14,18 +14,22 @@ import json
 import pathlib
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from harness.drills import analysis as a
+from harness.drills import stats
 from harness.drills._template import PAGE
+from harness.drills.results import as_trials, config_entry, representative_series
 from harness.drills.series import RunSeries
 
 COLORS = ("#d1495b", "#2e86ab", "#2e8b57", "#edae49", "#7b4b94", "#00798c", "#66462c")
 
 
-def _fmt_s(x: float | None, *, breached: bool = True) -> str:
+def _fmt_s(x: float | None, *, breached: bool = True, insufficient: bool = False) -> str:
+    if insufficient:
+        return "insufficient data"
     if not breached:
-        return "0 s (no breach)"
+        return "held (no breach)"
     return "never" if x is None else f"{x:.1f} s"
 
 
@@ -56,39 +60,41 @@ class Verdict:
 
 
 def verdict(results: dict) -> Verdict:
-    """One sentence: which configuration recovers faster and by how much."""
-    configs = results["configs"]
-    order = a.rank(configs)
-    if len(order) < 2:
-        only = order[0] if order else "?"
-        c = configs.get(only, {})
-        return Verdict(f"{only}: MTTR {_fmt_s(c.get('mttr_s'), breached=c.get('breached', True))}", True, (only,))
-    best, worst = order[0], order[-1]
-    b, w = configs[best], configs[worst]
-    if not w.get("breached"):
-        return Verdict("No configuration breached the SLO: the drill did not tell them apart.", True)
-    if not b.get("breached"):
-        held = [n for n in order if not configs[n].get("breached")]
-        restored = f"took {w['mttr_s']:.1f} s to restore it." if w.get("mttr_s") is not None else (
-            "never restored it within the run."
-        )
-        return Verdict(f"{', '.join(held)} held the SLO throughout (MTTR 0 s); {worst} {restored}", True,
-                       (*held, worst))  # fmt: skip
-    if b.get("mttr_s") is None:
-        return Verdict("No configuration recovered before the run ended.", False)
-    if w.get("mttr_s") is None:
-        return Verdict(
-            f"{best} recovers fastest (MTTR {b['mttr_s']:.1f} s); {worst} never recovered within the run.",
-            True, (best, worst),
-        )  # fmt: skip
-    diff = w["mttr_s"] - b["mttr_s"]
-    ratio = w["mttr_s"] / b["mttr_s"] if b["mttr_s"] > 0 else None
-    times = f", {ratio:.1f}× faster" if ratio else ""
-    return Verdict(
-        f"{best} recovers fastest: MTTR {b['mttr_s']:.1f} s vs {w['mttr_s']:.1f} s for {worst} "
-        f"({diff:.1f} s sooner{times}).",
-        True, (best, worst),
-    )  # fmt: skip
+    """The verdict of results.json (`stats.verdict`), computed from `configs` when absent."""
+    v = results.get("verdict")
+    if not isinstance(v, dict):
+        configs = {
+            n: c if "summary" in c else config_entry(c.get("trials") or [c]) for n, c in results["configs"].items()
+        }
+        v = stats.verdict(configs, a.rank(configs))
+    return Verdict(v["text"], bool(v.get("best")), tuple(v.get("names") or ()))
+
+
+def _median_cell(c: dict, field: str) -> str:
+    s = c.get("summary")
+    if not s:
+        return _fmt(c.get(field), " s", 1)
+    spread = s[field]
+    if spread["median"] is None:
+        return "—"
+    if spread["n"] == 1:
+        return f"{spread['median']:.1f} s"
+    return f"{spread['median']:.1f} s <small>({spread['min']:.1f}–{spread['max']:.1f})</small>"
+
+
+def mttr_text(c: dict) -> str:
+    """MTTR of a configuration: median over its breached trials, with how many breached / never restored."""
+    s = c.get("summary")
+    if not s or s["trials"] == 1:
+        return _fmt_s(c.get("mttr_s"), breached=c.get("breached", True), insufficient=c.get("insufficient_data"))
+    if not s["valid_trials"]:
+        return f"insufficient data ({s['trials']} trials)"
+    if not s["breaches"]:
+        return f"held in {s['valid_trials']}/{s['valid_trials']}"
+    med = s["mttr_s"]["median"]
+    head = "never" if med is None else f"{med:.1f} s"
+    tail = f", {s['never_restored']} never restored" if s["never_restored"] else ""
+    return f"{head} (breached {s['breaches']}/{s['valid_trials']}{tail})"
 
 
 def _rows(results: dict, color: dict[str, str]) -> str:
@@ -97,19 +103,70 @@ def _rows(results: dict, color: dict[str, str]) -> str:
     out = []
     for i, name in enumerate(order):
         c = configs[name]
+        s = c.get("summary") or {}
         br = c.get("breached", True)
         cls = ' class="best"' if i == 0 and len(order) > 1 else ""
         null = ' class="null"' if br and c.get("mttr_s") is None else ""
+        amp = s.get("amplification", c.get("amplification"))
+        ok = s.get("success_rate", c.get("success_rate"))
+        aps = s.get("attempts_per_success", c.get("attempts_per_success"))
+        blast = s.get("blast_radius", c.get("blast_radius"))
         out.append(
             f'<tr{cls} data-config="{html.escape(name)}"><td><span class="swatch" '
             f'style="background:{color[name]}"></span>{html.escape(name)}</td>'
-            f"<td{null}>{_fmt_s(c.get('mttr_s'), breached=br)}</td>"
-            f"<td>{_fmt(c.get('ttd_s'), ' s', 1)}</td><td>{_fmt(c.get('ttm_s'), ' s', 1)}</td>"
-            f"<td>{_fmt(c.get('ttr_s'), ' s', 1)}</td><td>{_fmt(c.get('amplification'), '×')}</td>"
-            f"<td>{_pct(c.get('blast_radius'))}</td><td>{_pct(c.get('error_rate_during_fault'))}</td>"
+            f"<td>{s.get('trials', 1)}</td>"
+            f"<td{null}>{html.escape(mttr_text(c))}</td>"
+            f"<td>{_median_cell(c, 'ttd_s')}</td><td>{_fmt(c.get('ttm_s'), ' s', 1)}</td>"
+            f"<td>{_median_cell(c, 'ttr_s')}</td><td>{_fmt(amp, '×')}</td>"
+            f"<td>{_pct(ok)}</td><td>{_fmt(aps, '', 2)}</td>"
+            f"<td>{_pct(blast)}</td><td>{_pct(c.get('error_rate_during_fault'))}</td>"
             f"<td>{c.get('requests', 0):,}</td></tr>"
         )
     return "\n".join(out)
+
+
+def trial_points(results: dict, colors: dict[str, str], width: int = 540) -> str:
+    """Every trial as a point: x = its MTTR; held trials at 0 (hollow), never restored at the right edge (×)."""
+    configs = results["configs"]
+    order = a.rank(configs)
+    rows = {n: configs[n].get("trials") or [configs[n]] for n in order}
+    xs = [t["mttr_s"] for ts in rows.values() for t in ts if t.get("mttr_s") is not None]
+    xs += [t["mttr_lower_bound_s"] for ts in rows.values() for t in ts if t.get("mttr_lower_bound_s") is not None]
+    x1 = max(xs, default=1.0) * 1.1 or 1.0
+    left, right, row_h = 110, 16, 26
+    height = row_h * len(order) + 30
+    pw = width - left - right
+
+    def sx(x: float) -> float:
+        return left + x / x1 * pw
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" role="img" '
+        f'aria-label="MTTR of every trial" data-chart="trials">',
+        f'<line x1="{left}" y1="{height - 24}" x2="{left + pw}" y2="{height - 24}" stroke="#9aa3b2"/>',
+    ]
+    for frac in (0.0, 0.5, 1.0):
+        parts.append(f'<text x="{sx(x1 * frac):.1f}" y="{height - 8}" text-anchor="middle">{x1 * frac:.0f}s</text>')
+    for r, name in enumerate(order):
+        y = 14 + r * row_h
+        parts.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end">{html.escape(name)}</text>')
+        for t in rows[name]:
+            label = html.escape(f"{name} trial {t.get('trial', 1)}: {mttr_text({**t, 'summary': None})}")
+            if t.get("insufficient_data"):
+                continue
+            if not t.get("breached"):
+                parts.append(f'<circle cx="{sx(0):.1f}" cy="{y}" r="5" fill="none" stroke="{colors[name]}" '
+                             f'stroke-width="2" class="trial held"><title>{label}</title></circle>')  # fmt: skip
+            elif t.get("mttr_s") is None:
+                x = sx(t.get("mttr_lower_bound_s") or x1)
+                parts.append(f'<text x="{x:.1f}" y="{y + 5}" text-anchor="middle" fill="{colors[name]}" '
+                             f'class="trial never">×<title>{label}</title></text>')  # fmt: skip
+            else:
+                parts.append(f'<circle cx="{sx(t["mttr_s"]):.1f}" cy="{y}" r="5" fill="{colors[name]}" '
+                             f'opacity="0.75" class="trial"><title>{label}</title></circle>')  # fmt: skip
+    parts.append("</svg>")
+    caption = "<figcaption>MTTR of every trial (hollow = SLO held, × = never restored)</figcaption>"
+    return f"<figure id='trials'>{caption}{''.join(parts)}</figure>"
 
 
 def line_chart(
@@ -265,7 +322,7 @@ def _hop_table(results: dict) -> str:
         fd = max(fdp.values()) if fdp else None
         rows.append(f"<tr><td>{html.escape(name)}</td>{cells}<td>{gap:,.0f}</td><td>{_fmt(fd, '', 0)}</td></tr>")
     return (
-        f"<table id='hop-table'><thead><tr><th>configuration (peak req/s ÷ ingress)</th>{head}"
+        f"<table id='hop-table'><thead><tr><th>configuration (attempts ÷ edge first attempts)</th>{head}"
         f"<th>deadline-gap calls</th><th>fd peak</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
@@ -313,14 +370,43 @@ def render(results: dict, series: dict[str, RunSeries]) -> str:
         verdict=v.html(),
         verdict_class="" if v.ok else "bad",
         rows=_rows(results, colors),
+        trials=trial_points(results, colors),
         plots=plots(series, colors, results.get("hops")),
         hops=_hop_table(results) + _probe_table(results),
         notes=html.escape(" ".join(results.get("notes", []))),
     )
 
 
-def write_outputs(out: pathlib.Path, results: dict, series: dict[str, RunSeries]) -> None:
+def write_outputs(
+    out: pathlib.Path, results: dict, series: Mapping[str, RunSeries | Sequence[RunSeries]], *, plan: dict | None = None
+) -> None:
+    """results.json, series.json (every trial, see docs/drills.md) and report.html (the representative trials)."""
+    trials = as_trials(series)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
-    (out / "series.json").write_text(json.dumps({n: s.to_json() for n, s in series.items()}) + "\n")
-    (out / "report.html").write_text(render(results, series))
+    (out / "series.json").write_text(json.dumps(series_document(results, trials)) + "\n")
+    (out / "report.html").write_text(render(results, representative_series(trials, results["configs"])))
+
+
+SERIES_FORMAT = 2
+
+
+def series_document(results: dict, trials: Mapping[str, Sequence[RunSeries]]) -> dict:
+    """series.json: format 2 = `{format, plan, seed, slo, hops, configs: {NAME: [trial series, …]}}`."""
+    return {
+        "format": SERIES_FORMAT,
+        "plan": results.get("plan"),
+        "seed": results.get("seed"),
+        "slo": results.get("slo"),
+        "hops": results.get("hops"),
+        "fault": results.get("fault"),
+        "configs": {n: [s.to_json() for s in runs] for n, runs in trials.items()},
+    }
+
+
+def read_series_document(data: dict) -> tuple[dict, dict[str, list[RunSeries]]]:
+    """(header, trials) from series.json; format 1 (`{NAME: series}`, one trial each) is read too."""
+    if isinstance(data, dict) and data.get("format") == SERIES_FORMAT:
+        trials = {n: [RunSeries.from_json(s) for s in runs] for n, runs in data["configs"].items()}
+        return {k: v for k, v in data.items() if k != "configs"}, trials
+    return {"format": 1}, {n: [RunSeries.from_json(s)] for n, s in data.items()}

@@ -96,17 +96,22 @@ class Runner:
         self.on_sample = on_sample
         self.log = log
         self.prometheus = prometheus
-        self.series: dict[str, RunSeries] = {}
-        self.extras: dict[str, dict] = {}
+        #: per configuration: one RunSeries per trial, in trial order
+        self.series: dict[str, list[RunSeries]] = {}
+        self.extras: dict[str, list[dict]] = {}
         self.topology: Topology | None = None
         #: per configuration: the fault window in unix seconds (for reading the run back from Prometheus)
         self.windows: dict[str, tuple[float, float]] = {}
+        #: per configuration: each trial's (run start, run end, fault on, fault off) in unix seconds
+        self.trial_windows: dict[str, list[tuple[float, float, float, float]]] = {}
 
     # -- one configuration -----------------------------------------------------------------
-    async def run_config(self, variant: Variant, index: int) -> RunSeries:
+    async def run_config(self, variant: Variant, index: int, trial: int = 1) -> RunSeries:
         plan = self.plan
         label, config = variant.name, variant.config
         workdir = self.out / "logs" / label
+        if plan.trials > 1:
+            workdir = workdir / f"trial-{trial}"
         if workdir.exists():
             for f in workdir.glob("*"):
                 f.unlink()
@@ -160,7 +165,8 @@ class Runner:
                 if self.on_sample is not None:
                     self.on_sample(
                         {
-                            "config": label, "index": index, "count": len(plan.variants), "phase": phase,
+                            "config": label if plan.trials == 1 else f"{label} #{trial}/{plan.trials}",
+                            "index": index, "count": len(plan.variants), "phase": phase,
                             "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
                             "hops": [h.name for h in variant.hops],
                         }
@@ -191,10 +197,12 @@ class Runner:
                 on, off = active[0], active[-1] + 1.0
         series = build_series(label, scraper.samples, on, off)
         self.windows[label] = (wall0 + on, wall0 + off)
+        self.trial_windows.setdefault(label, []).append((wall0, time.time(), wall0 + on, wall0 + off))
         expected = set(load.expected_hits())
         observed = audit_hit_ids(workdir)
-        self.extras[label] = {
+        extras = {
             "config": config or "plain",
+            "started_unix": round(wall0, 3),
             "driver": load.name,
             "scrape_errors": scraper.errors,
             "hits": {
@@ -206,7 +214,8 @@ class Runner:
             },
         }
         if probe is not None:
-            self.extras[label]["probe"] = _probe_summary(workdir / "probe.out")
+            extras["probe"] = _probe_summary(workdir / "probe.out")
+        self.extras.setdefault(label, []).append(extras)
         return series
 
     def _start_probe(self, spec: Probe, topo: Topology, workdir: pathlib.Path):
@@ -230,8 +239,10 @@ class Runner:
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
         started = time.time()
         try:
-            for i, variant in enumerate(plan.variants):
-                self.series[variant.name] = await self.run_config(variant, i)
+            for trial in range(1, plan.trials + 1):  # interleaved: A B C A B C …
+                for i, variant in enumerate(plan.variants):
+                    series = await self.run_config(variant, i, trial)
+                    self.series.setdefault(variant.name, []).append(series)
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
         results = self.results(started)
@@ -247,16 +258,27 @@ class Runner:
 
         time.sleep(2.0)  # let the last scrapes land
         out: dict = {"url": self.prometheus.url, "start": round(start, 3), "end": round(end, 3)}
+        hops = self.plan.hop_names
+        keys = ("breached", "ttd_s", "ttr_s", "mttr_s", "amplification")
+        out["configs"] = {}
         try:
-            series = read_drill(self.prometheus.url, start, end, faults=self.windows)
+            if self.plan.trials == 1:
+                series = read_drill(self.prometheus.url, start, end, faults=self.windows)
+                for name, s in series.items():
+                    res = analysis.analyze_run(s, self.plan.slo, hops)
+                    out["configs"][name] = {k: res[k] for k in keys}
+                return out
+            # several trials share a `config` label: read each trial's own time range
+            for name, windows in self.trial_windows.items():
+                per_trial = []
+                for t0, t1, on, off in windows:
+                    series = read_drill(self.prometheus.url, t0, t1, faults={name: (on, off)})
+                    s = series.get(name)
+                    res = analysis.analyze_run(s, self.plan.slo, hops) if s else {}
+                    per_trial.append({k: res.get(k) for k in keys})
+                out["configs"][name] = {**per_trial[0], "trials": per_trial}
         except PrometheusError as exc:
             out["error"] = str(exc)
-            return out
-        hops = self.plan.hop_names
-        out["configs"] = {}
-        for name, s in series.items():
-            res = analysis.analyze_run(s, self.plan.slo, hops)
-            out["configs"][name] = {k: res[k] for k in ("breached", "ttd_s", "ttr_s", "mttr_s", "amplification")}
         return out
 
     def results(self, started: float) -> Results:

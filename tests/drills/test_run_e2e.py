@@ -29,38 +29,52 @@ TINY = {
 }
 
 
-def _run(tmp_path, name: str) -> dict:
-    plan = tmp_path / "tiny.yaml"
-    plan.write_text(json.dumps(TINY))
+def _run(tmp_path, name: str, plan: dict = TINY, *extra: str, code: int = 0) -> dict:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps(plan))
     out = tmp_path / name
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", str(plan), "--out", str(out), "--no-live"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(out), "--no-live", *extra],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == code, proc.stderr[-3000:]
+    if code == 3:  # a --fail-on condition: one line, last, after the outputs are written (progress precedes it)
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("drill:")]
+        assert len(lines) == 1 and lines[0].startswith("drill: fail-on breach: ") and "mttr>" not in lines[0]
+        assert proc.stderr.strip().splitlines()[-1] == lines[0]
     assert (out / "report.html").exists()
     return json.loads((out / "results.json").read_text())
 
 
-def test_two_runs_with_the_same_seed_hit_the_same_request_ids(tmp_path):
-    a, b = _run(tmp_path, "a"), _run(tmp_path, "b")
-    ha, hb = a["configs"]["plain"]["hits"], b["configs"]["plain"]["hits"]
+def test_trials_run_interleaved_and_the_same_seed_hits_the_same_request_ids(tmp_path):
+    plan = {**{k: v for k, v in TINY.items() if k != "configs"}, "variants": [{"name": "a"}, {"name": "b"}]}
+    # every trial breaches (60 % of drill calls abort, SLO on all traffic): --fail-on breach exits 3
+    r = _run(tmp_path, "a", plan, "--trials", "2", "--fail-on", "breach", "--fail-on", "mttr>1000", code=3)
+    assert set(r["configs"]) == {"a", "b"}
+    trials = [(t["started_unix"], name, t["trial"]) for name in ("a", "b") for t in r["configs"][name]["trials"]]
+    assert [(n, k) for _, n, k in sorted(trials)] == [("a", 1), ("b", 1), ("a", 2), ("b", 2)]  # A B A B
     # the drill user (3rd of 3 users, offset 2/3 of its period) sends ids tiny-11-drill0-N at
     # N/10 + 1/15 s; those scheduled inside the fault window [3 s, 8 s) carry the directive
     tagged = [f"tiny-11-drill0-{n}" for n in range(100) if 3 <= n / 10 + 1 / 15 < 8]
     predicted = [i for i in tagged if is_hit(11, i, "abort:UNAVAILABLE", 60)]
-    assert ha["expected"] == hb["expected"] == len(predicted) > 0
-    assert ha["expected_digest"] == hb["expected_digest"] == ids_digest(predicted)
-    # what the ledger's audit log says it hit is exactly what the pure hit function predicted
-    assert ha["observed_digest"] == ha["expected_digest"] and hb["observed_digest"] == hb["expected_digest"]
-    for r in (a, b):
-        c = r["configs"]["plain"]
-        assert set(c) >= {"ttd_s", "ttm_s", "ttr_s", "mttr_s", "amplification", "blast_radius",
-                          "error_rate_during_fault", "requests"}  # fmt: skip
-        assert c["breached"] and c["mttr_s"] is not None
-        assert c["blast_radius"] == 0.0  # organic traffic is never hit
-        assert c["requests"] >= 0.9 * (3 * 10 * 14)
+    for name in ("a", "b"):
+        c = r["configs"][name]
+        assert c["summary"]["trials"] == 2 and len(c["trials"]) == 2
+        for t in c["trials"]:
+            h = t["hits"]
+            assert h["expected"] == len(predicted) > 0
+            assert h["expected_digest"] == ids_digest(predicted)
+            # what the ledger's audit log says it hit is exactly what the pure hit function predicted
+            assert h["observed_digest"] == h["expected_digest"]
+            assert set(t) >= {"ttd_s", "ttm_s", "ttr_s", "mttr_s", "amplification", "blast_radius",
+                              "error_rate_during_fault", "requests", "success_rate", "attempts_per_success"}
+            assert t["breached"] and t["mttr_s"] is not None and not t["insufficient_data"]
+            assert t["blast_radius"] == 0.0  # organic traffic is never hit
+            assert t["requests"] >= 0.9 * (3 * 10 * 14)
+            assert 0.9 <= t["amplification"] <= 1.1  # no retries in a plain topology
+    assert set(r["verdict"]) >= {"text", "winner", "conclusive", "comparisons"}
+    assert r["verdict"]["winner"] is None  # two identical variants, two trials: nothing to separate
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not on PATH")
@@ -114,8 +128,15 @@ def test_demo_quick_meets_the_done_criteria(tmp_path):
     r = json.loads((out / "results.json").read_text())
     assert (out / "report.html").stat().st_size > 10_000
     naive, resilient = r["configs"]["naive"], r["configs"]["resilient"]
-    assert naive["amplification"] >= 2.0, naive
+    # amplification is now a sum over the whole fault window, not a 5-s peak: 1.9–2.5× in 8 trials seen
+    assert naive["amplification"] >= 1.7, naive
     assert resilient["amplification"] <= 1.3, resilient
-    inf = float("inf")
-    n_mttr = inf if naive["mttr_s"] is None else naive["mttr_s"]
-    assert resilient["mttr_s"] is not None and resilient["mttr_s"] < n_mttr, (resilient, naive)
+    # one trial each: naive's storm breaches every time (8 of 8 trials seen); resilient either holds or,
+    # in about a third of trials, its breakers open and shed organic calls too (docs/drills.md, the caveat),
+    # so which one "wins" a single trial is not asserted: that is what trials and the verdict are for
+    assert naive["breached"], naive
+    assert naive["attempts_per_success"] > resilient["attempts_per_success"] or resilient["success_rate"] < 0.5
+    assert r["configs"]["naive"]["summary"]["trials"] == 1 and r["verdict"]["winner"] is None
+    assert "Inconclusive after 1 trial" in r["verdict"]["text"]
+    assert " ".join(r["verdict"]["text"].split()) in " ".join(proc.stdout.split())  # the verdict is printed
+    assert 'data-chart="trials"' in (out / "report.html").read_text()
