@@ -3,8 +3,8 @@
 `EmergencyStop` turns injection off for the life of the process, never on. It is
 tripped by SIGUSR1 (`install_stop_signal`, which `drill serve` calls and a
 service may call), by the appearance of the file named by `DRILL_FAULT_STOP_FILE`
-(looked at, at most once a second, from the hot path: one attribute read and one
-clock read otherwise), or by `trip()`. Tripping releases every registered wait
+(looked at once a second by a small daemon thread, so waits in flight are released
+even when no new call arrives; the hot path reads one flag), or by `trip()`. Tripping releases every registered wait
 at once (a delayed call answers now, a drop closes now), sets `drill_fault_switch`
 to 0 and writes one audit line.
 
@@ -41,7 +41,7 @@ class EmergencyStop:
         self._finished = False
         self.reason = ""
         self._files: tuple[str, ...] = ()
-        self._next_look = 0.0
+        self._watcher: threading.Thread | None = None
         self._lock = threading.Lock()
         self._releasers: dict[int, Callable[[], None]] = {}
         self._listeners: list[Callable[[], None]] = []
@@ -52,23 +52,34 @@ class EmergencyStop:
         return self._tripped
 
     def watch_file(self, path: str | None) -> None:
-        """Also trip when `path` exists (looked at from `check`, at most once a second)."""
-        if path and path not in self._files:
+        """Also trip when `path` exists: looked at now, then once a second by a daemon thread."""
+        if not path or path in self._files:
+            return
+        with self._lock:
             self._files = (*self._files, path)
-            self._next_look = 0.0
+            start = self._watcher is None
+            if start:
+                self._watcher = threading.Thread(target=self._watch, name="drill-stop-file", daemon=True)
+        self._look()
+        if start and not self._tripped:
+            self._watcher.start()
+
+    def _look(self) -> None:
+        for path in self._files:
+            if os.path.exists(path):
+                self.trip(f"file:{path}")
+                return
+
+    def _watch(self) -> None:
+        while not self._tripped:
+            time.sleep(STOP_FILE_INTERVAL_S)
+            try:
+                self._look()
+            except Exception:  # noqa: BLE001 - a watcher error must not end the watch
+                pass
 
     def check(self) -> bool:
-        """Hot path: True once injection is stopped. Looks at the stop files at most once a second."""
-        if self._tripped:
-            return True
-        if self._files:
-            now = time.monotonic()
-            if now >= self._next_look:
-                self._next_look = now + STOP_FILE_INTERVAL_S
-                for path in self._files:
-                    if os.path.exists(path):
-                        self.trip(f"file:{path}")
-                        break
+        """Hot path: True once injection is stopped (one attribute read)."""
         return self._tripped
 
     def on_trip(self, listener: Callable[[], None]) -> None:

@@ -293,18 +293,24 @@ def test_emergency_stop_releases_delay_and_drop_at_once_and_stays_off(flavour, c
     assert len(lines) == 1 and '"reason":"test"' in lines[0] and '"released":2' in lines[0]
 
 
-def test_the_stop_file_turns_injection_off_within_a_second(tmp_path):
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_the_stop_file_turns_injection_off_and_releases_waits_without_new_calls(flavour, tmp_path):
     stop_file = tmp_path / "STOP"
     stop = EmergencyStop()
-    with server("aio", settings("stopfile", stop_file=str(stop_file)), stop=stop) as port:
+    svc = f"stopfile-{flavour}"
+    with server(flavour, settings(svc, stop_file=str(stop_file)), stop=stop) as port:
         assert call(port, drill_md("abort:UNAVAILABLE"))[:2] == ("UNAVAILABLE", "abort")
+        delayed = in_thread(call, port, drill_md("delay:20000", "held"))
+        assert wait_for(lambda: sample("drill_fault_active_calls", service=svc) == 1)
         stop_file.write_text("")
-        assert wait_for(lambda: call(port, drill_md("abort:UNAVAILABLE"))[:2] == ("OK", None), 5)
+        delayed[0].join(10)  # no other call arrives: the watcher alone releases it
+        assert delayed[1]["r"][:2] == ("OK", "delay") and delayed[1]["r"][2] < 10
+        assert call(port, drill_md("abort:UNAVAILABLE"))[:2] == ("OK", None)
         stop_file.unlink()  # never on again
         time.sleep(1.1)
         assert call(port, drill_md("abort:UNAVAILABLE"))[:2] == ("OK", None)
     assert stop.tripped and stop.reason == f"file:{stop_file}"
-    assert sample("drill_fault_switch", service="stopfile") == 0
+    assert sample("drill_fault_switch", service=svc) == 0
 
 
 def test_installing_the_signal_handler_never_replaces_a_foreign_one_silently():
