@@ -10,10 +10,14 @@ gateway's retries are new draws) and `delay:20`, ratio 30, targeted at the ledge
 
 At the end it asserts:
 - open fds of every process back within ±5 of the start;
-- RSS growth of each server < 10 % after the warm-up;
+- RSS growth of each server < 10 % after the warm-up (the first off/on cycle of the fault,
+  so every code path has run); RSS is sampled at every switch and reported as a series;
 - zero organic calls faulted (client: no `x-drill-fault` trailer; server: fault_mode none);
 - audit lines = `drill_fault_hits_total` = the hits `is_hit_attempt` predicts for the
-  ids and attempts sent (the gateway's naive retries are replayed by the prediction);
+  ids and attempts sent (the gateway's naive retries are replayed by the prediction),
+  checked per request id from the audit lines: exactly for every drill call that was
+  answered; a call that ran out of its 2 s deadline may have lost retries the gateway
+  never sent, so for those the audit count is bounded by the prediction and reported;
 - `drill_fault_active_calls` back to 0.
 Then, separately, 5,000 calls with distinct hostile values in every drill header, half of
 them to unknown methods, must grow the /metrics exposition by fewer than 50 series.
@@ -109,9 +113,16 @@ def metric_sum(url: str, name: str, **labels: str) -> float:
     return total
 
 
-def audit_hits(log: pathlib.Path) -> int:
+def audit_hits(log: pathlib.Path) -> dict[str, int]:
+    """Hits per request id, from the `fault_hit` audit lines of a server log."""
+    out: dict[str, int] = {}
     with open(log, errors="replace") as fh:
-        return sum('"event":"fault_hit"' in line for line in fh)
+        for line in fh:
+            if '"event":"fault_hit"' not in line:
+                continue
+            record = json.loads(line[line.index("{") :])
+            out[record["request_id"]] = out.get(record["request_id"], 0) + 1
+    return out
 
 
 # --- the topology --------------------------------------------------------------------------
@@ -149,7 +160,7 @@ def start_topology(workdir: pathlib.Path) -> Topology:
 # --- traffic ---------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Books:
-    """What the generator sent and saw; constant memory (predictions are summed as calls are sent)."""
+    """What the generator sent and saw (per-id predictions kept for tagged drill calls only)."""
 
     organic: int = 0
     organic_failed: int = 0
@@ -161,6 +172,10 @@ class Books:
     predicted_hits: int = 0
     skipped_overload: int = 0
     other_errors: dict = dataclasses.field(default_factory=dict)
+    #: request id -> predicted ledger hits, for tagged drill calls
+    expected: dict = dataclasses.field(default_factory=dict)
+    #: tagged drill calls that ended other than OK/UNAVAILABLE (their retries may not all have been sent)
+    unanswered: set = dataclasses.field(default_factory=set)
 
 
 def predicted(request_id: str, directive: str) -> int:
@@ -197,6 +212,8 @@ async def one_call(stub, books: Books, drill: bool, directive: str | None, seq: 
         if not (drill and err.code() is grpc.StatusCode.UNAVAILABLE):
             key = f"{'drill' if drill else 'organic'}:{err.code().name}"
             books.other_errors[key] = books.other_errors.get(key, 0) + 1
+            if drill and directive:
+                books.unanswered.add(request_id)
     injected = h.has_fault_marker(trailing)
     if drill:
         books.drill_failed += failed
@@ -225,13 +242,15 @@ async def capacity(stub, seconds: float, workers: int = 32) -> float:
     return done / (time.monotonic() - t0)
 
 
-async def drive(stub, books: Books, rate: float, seconds: float, switch_s: float, on_warm) -> None:
-    """Open-loop arrivals at `rate`/s for `seconds`; the fault is on in odd windows of `switch_s`."""
+async def drive(stub, books: Books, rate: float, seconds: float, switch_s: float, on_window) -> None:
+    """Open-loop arrivals at `rate`/s for `seconds`; the fault is on in odd windows of `switch_s`.
+
+    `on_window(n)` is called as window n starts."""
     rng = random.Random(SEED)
     total = int(rate * seconds)
     tasks: set[asyncio.Task] = set()
     start = time.monotonic()
-    warmed = False
+    current = 0
     for seq in range(total):
         due = start + seq / rate
         now = time.monotonic()
@@ -241,9 +260,9 @@ async def drive(stub, books: Books, rate: float, seconds: float, switch_s: float
         if elapsed > seconds + 5:  # time bound even if the loop fell behind
             break
         window = int(elapsed // switch_s)
-        if not warmed and window >= 1:
-            warmed = True
-            on_warm()
+        if window != current:
+            current = window
+            on_window(window)
         if len(tasks) >= MAX_IN_FLIGHT:
             books.skipped_overload += 1
             continue
@@ -253,7 +272,10 @@ async def drive(stub, books: Books, rate: float, seconds: float, switch_s: float
             books.drill += 1
             if directive:
                 books.drill_tagged += 1
-                books.predicted_hits += predicted(f"soak-{seq}", directive)
+                expect = predicted(f"soak-{seq}", directive)
+                books.predicted_hits += expect
+                if expect:
+                    books.expected[f"soak-{seq}"] = expect
         else:
             books.organic += 1
         task = asyncio.ensure_future(one_call(stub, books, drill, directive if drill else None, seq))
@@ -336,13 +358,17 @@ async def soak(seconds: float, switch_s: float, workdir: pathlib.Path, capacity_
             cap = await capacity(stub, capacity_s)
             rate = cap * LOAD_SHARE
             rss_warm: dict[str, int] = {}
+            rss_series: list[dict] = []
             cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
             t0 = time.monotonic()
 
-            def on_warm() -> None:
-                rss_warm.update({k: rss_bytes(p) for k, p in pids.items()})
+            def on_window(n: int) -> None:
+                rss = {k: rss_bytes(p) for k, p in pids.items()}
+                rss_series.append({"t": n * switch_s, **{k: round(v / 2**20, 1) for k, v in rss.items()}})
+                if n == 2:  # warm: one full off/on cycle of the fault has run
+                    rss_warm.update(rss)
 
-            await drive(stub, books, rate, seconds, switch_s, on_warm)
+            await drive(stub, books, rate, seconds, switch_s, on_window)
             wall = time.monotonic() - t0
             cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
         await asyncio.sleep(2.0)  # let the servers close the channel's connection
@@ -350,7 +376,7 @@ async def soak(seconds: float, switch_s: float, workdir: pathlib.Path, capacity_
         rss_end = {k: rss_bytes(p) for k, p in pids.items()}
         ledger_url = topo.ledger.metrics_url
         hits = metric_sum(ledger_url, "drill_fault_hits_total")
-        audit = audit_hits(topo.ledger.log_path)
+        per_id = audit_hits(topo.ledger.log_path)
         active = metric_sum(ledger_url, "drill_fault_active_calls") + metric_sum(
             topo.gateway.metrics_url, "drill_fault_active_calls"
         )
@@ -363,6 +389,10 @@ async def soak(seconds: float, switch_s: float, workdir: pathlib.Path, capacity_
     finally:
         stop_processes([s.proc for s in topo.servers])
     calls = books.organic + books.drill
+    answered = {rid: n for rid, n in books.expected.items() if rid not in books.unanswered}
+    mismatched = sorted(rid for rid, n in answered.items() if per_id.get(rid, 0) != n)
+    unexpected = sorted(rid for rid in per_id if rid not in books.expected)
+    over = sorted(rid for rid in books.unanswered if per_id.get(rid, 0) > books.expected.get(rid, 0))
     return {
         "seconds": round(wall, 1),
         "switch_s": switch_s,
@@ -370,15 +400,25 @@ async def soak(seconds: float, switch_s: float, workdir: pathlib.Path, capacity_
         "capacity_per_s": round(cap, 1),
         "rate_per_s": round(rate, 1),
         "calls": calls,
-        "books": dataclasses.asdict(books),
+        "books": {k: v for k, v in dataclasses.asdict(books).items() if k not in ("expected", "unanswered")},
         "cpu_ms_per_call": {k: round(v * 1000 / max(calls, 1), 3) for k, v in cpu.items()},
         "fds_start": fds0,
         "fds_end": fds1,
         "rss_warm_mb": {k: round(v / 2**20, 1) for k, v in rss_warm.items()},
         "rss_end_mb": {k: round(v / 2**20, 1) for k, v in rss_end.items()},
+        "rss_series_mb": rss_series,
         "hits_metric": int(hits),
-        "audit_lines": audit,
+        "audit_lines": sum(per_id.values()),
         "predicted_hits": books.predicted_hits,
+        "predicted_hits_answered": sum(answered.values()),
+        "audit_hits_answered": sum(per_id.get(rid, 0) for rid in answered),
+        "unanswered_drill_calls": len(books.unanswered),
+        "unanswered_predicted": sum(books.expected.get(rid, 0) for rid in books.unanswered),
+        "unanswered_audited": sum(per_id.get(rid, 0) for rid in books.unanswered),
+        "ids_mismatched": mismatched[:10],
+        "ids_mismatched_count": len(mismatched),
+        "ids_unexpected": unexpected[:10],
+        "ids_over_prediction": over[:10],
         "active_calls_end": active,
         "organic_server_faulted": int(organic_server_faulted),
         "hostile": hostile_result,
@@ -394,14 +434,21 @@ def check(r: dict) -> list[str]:
     for k in ("gateway", "ledger"):
         warm, end = r["rss_warm_mb"].get(k), r["rss_end_mb"][k]
         if warm is None:
-            bad.append(f"no warm-up RSS for {k} (run shorter than one window)")
+            bad.append(f"no warm-up RSS for {k} (run shorter than three windows)")
         elif end > warm * 1.10:
             bad.append(f"RSS of {k} grew {warm} -> {end} MB (>= 10 %)")
     b = r["books"]
     if b["organic_injected"] or r["organic_server_faulted"]:
         bad.append(f"organic calls faulted: client {b['organic_injected']}, server {r['organic_server_faulted']}")
-    if not (r["audit_lines"] == r["hits_metric"] == r["predicted_hits"]):
-        bad.append(f"audit {r['audit_lines']} / metric {r['hits_metric']} / predicted {r['predicted_hits']} differ")
+    if r["audit_lines"] != r["hits_metric"]:
+        bad.append(f"audit lines {r['audit_lines']} != drill_fault_hits_total {r['hits_metric']}")
+    if r["ids_mismatched_count"] or r["ids_unexpected"] or r["ids_over_prediction"]:
+        bad.append(
+            f"per-id hits differ from is_hit_attempt: {r['ids_mismatched_count']} answered ids "
+            f"{r['ids_mismatched']}, unexpected {r['ids_unexpected']}, over {r['ids_over_prediction']}"
+        )
+    if r["audit_lines"] != r["audit_hits_answered"] + r["unanswered_audited"]:
+        bad.append("audit lines are not all accounted for by the ids sent")
     if r["predicted_hits"] == 0:
         bad.append("no fault was predicted: the run proves nothing")
     if r["active_calls_end"] != 0:
@@ -441,8 +488,12 @@ def main(argv: list[str] | None = None) -> int:
           f"({b['organic_failed']} failed, {b['organic_injected']} injected), {b['drill']} drill "
           f"({b['drill_tagged']} tagged, {b['drill_failed']} failed, {b['drill_injected']} injected)")  # fmt: skip
     print(f"soak: hits audit={result['audit_lines']} metric={result['hits_metric']} "
-          f"predicted={result['predicted_hits']}; fds {result['fds_start']} -> {result['fds_end']}; "
-          f"RSS MB {result['rss_warm_mb']} -> {result['rss_end_mb']}; "
+          f"predicted={result['predicted_hits']} (answered calls: predicted {result['predicted_hits_answered']}, "
+          f"audited {result['audit_hits_answered']}, ids differing {result['ids_mismatched_count']}; "
+          f"{result['unanswered_drill_calls']} tagged drill calls out of deadline: predicted "
+          f"{result['unanswered_predicted']}, audited {result['unanswered_audited']})")  # fmt: skip
+    print(f"soak: fds {result['fds_start']} -> {result['fds_end']}; "
+          f"RSS MB after warm-up {result['rss_warm_mb']} -> end {result['rss_end_mb']}; "
           f"CPU ms/call {result['cpu_ms_per_call']}")  # fmt: skip
     print(f"soak: hostile {HOSTILE_CALLS} calls grew the exposition by {result['hostile']['growth']} series "
           f"({result['hostile']['before']} -> {result['hostile']['after']})")  # fmt: skip
