@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hits": ("harness.drills.cli_hits", "preview which request ids (stdin) a directive would hit"),
     "client": ("harness.demo.client_cli", "send tagged and untagged calls to a service and summarise"),
     "probe": ("harness.demo.probe", "socket-level probes (half-open connections)"),
+    "stop": ("harness.demo.stop", "emergency stop: turn fault injection off for good in running servers (SIGUSR1)"),
     "dashboards": ("harness.dashboards.cli", "build or push the Grafana dashboards"),
 }
 

@@ -12,7 +12,12 @@ it fit for drills:
   with fewer threads than users, slow calls of one user class stall every other
   user in the process and the load generator fakes blast radius;
 * the channel carries the harness client interceptor, so every call is tagged
-  and counted in `drill_client_calls_total` / `drill_client_latency_seconds`.
+  and counted in `drill_client_calls_total` / `drill_client_latency_seconds`;
+* a failure is named by whether the server marked it as injected (the
+  `x-drill-fault` trailer): `UNAVAILABLE (server-fault, injected)` and
+  `UNAVAILABLE (server-fault, collateral)` are separate rows of the failure table,
+  and the request context carries `injected` ("true"/"false"), so a report splits
+  the drill's own failures from the damage it did.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ grpc_gevent.init_gevent()  # before any channel exists (Locust's recipe)
 import gevent  # noqa: E402
 from locust import User, constant, constant_throughput  # noqa: E402
 
+from harness.core.headers import has_fault_marker  # noqa: E402
 from harness.core.status import classify, status_name  # noqa: E402
 from harness.interceptors import ORGANIC, SyncDrillClientInterceptor, Tagging, call_with_cancel  # noqa: E402
 from loadtests import options as drill_options  # noqa: E402
@@ -44,9 +50,11 @@ CLIENT_SERVICE = "locust"
 class GrpcStatusError(Exception):
     """A non-OK, non-CANCELLED final status, as Locust records the failure (no traceback)."""
 
-    def __init__(self, code: str) -> None:
-        super().__init__(f"{code} ({classify(code).value})")
+    def __init__(self, code: str, injected: bool = False) -> None:
+        origin = "injected" if injected else "collateral"
+        super().__init__(f"{code} ({classify(code).value}, {origin})")
         self.code = code
+        self.injected = injected
 
 
 class _Threadpool:
@@ -125,16 +133,25 @@ class GrpcUser(User):
         start = time.perf_counter()
         reply = None
         code = "OK"
+        injected = False
         try:
             if cancel_after_ms is not None:
                 reply = call_with_cancel(multicallable, request, cancel_after_ms, timeout=self.opts.timeout)
             else:
-                reply = multicallable(request, timeout=self.opts.timeout)
+                reply, call = multicallable.with_call(request, timeout=self.opts.timeout)
+                injected = has_fault_marker(call.trailing_metadata())
         except grpc.RpcError as e:
             code = status_name(e.code()) if hasattr(e, "code") else "UNKNOWN"
+            trailing = getattr(e, "trailing_metadata", None)
+            injected = has_fault_marker(trailing() if callable(trailing) else None)
         elapsed_ms = (time.perf_counter() - start) * 1000.0
         fault_mode = self.interceptor.tagging.fault_mode
-        context = {"traffic": self.traffic, "grpc_status": code, "fault_mode": fault_mode}
+        context = {
+            "traffic": self.traffic,
+            "grpc_status": code,
+            "fault_mode": fault_mode,
+            "injected": "true" if injected else "false",
+        }
         name = f"{self.traffic}/{method}"
         events = self.environment.events.request
         if code == "OK":
@@ -161,7 +178,7 @@ class GrpcUser(User):
                 name=name,
                 response_time=elapsed_ms,
                 response_length=0,
-                exception=GrpcStatusError(code),
+                exception=GrpcStatusError(code, injected),
                 context=context,
             )
         return reply

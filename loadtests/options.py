@@ -45,6 +45,10 @@ class DrillOptions:
     ratio: int = 100
     target: str | None = None
     instances: int | None = None
+    #: `x-fault-scope`: request (every retry of a hit id is hit again) or attempt (one draw per attempt)
+    scope: str = "request"
+    #: `x-fault-attempts`: a hit id is faulted only on its first N attempts (None = all)
+    attempts: int | None = None
     config: str = "none"
     plan: str = "adhoc"
     phases: tuple[Phase, ...] = ()
@@ -133,6 +137,12 @@ def from_namespace(ns: Any) -> DrillOptions:
     instances = _optional_int(getattr(ns, "drill_instances", None))
     if instances is not None and not 0 <= instances <= 100:
         raise ValueError(f"--drill-instances {instances}: must be 0-100")
+    scope = (getattr(ns, "drill_fault_scope", None) or "request").strip().lower()
+    if scope not in ("request", "attempt"):
+        raise ValueError(f"--drill-fault-scope {scope!r}: must be request or attempt")
+    attempts = _optional_int(getattr(ns, "drill_fault_attempts", None))
+    if attempts is not None and attempts < 1:
+        raise ValueError(f"--drill-fault-attempts {attempts}: must be >= 1")
     timeout = float(getattr(ns, "drill_timeout", 2.0))
     if timeout <= 0:
         raise ValueError("--drill-timeout must be > 0")
@@ -148,6 +158,8 @@ def from_namespace(ns: Any) -> DrillOptions:
         ratio=ratio,
         target=(getattr(ns, "drill_target", "") or "").strip() or None,
         instances=instances,
+        scope=scope,
+        attempts=attempts,
         config=getattr(ns, "drill_config", None) or "none",
         plan=getattr(ns, "drill_plan", None) or "adhoc",
         phases=parse_phases(getattr(ns, "drill_phases", "")),
@@ -192,6 +204,12 @@ def _optional_percent(text: str) -> str:
     return text
 
 
+def _optional_attempts(text: str) -> str:
+    if text not in (None, "") and int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be >= 1")
+    return text
+
+
 def add_arguments(parser: Any) -> None:
     """Declare the `--drill-*` arguments on Locust's parser (each also LOCUST_DRILL_*)."""
 
@@ -204,6 +222,13 @@ def add_arguments(parser: Any) -> None:
     arg("--drill-ratio", type=_percent, default=100, help="x-fault-ratio, 0-100")
     arg("--drill-target", default="", help="x-fault-target service name (empty = first hop)")
     arg("--drill-instances", type=_optional_percent, default="", help="x-fault-instances, 0-100 (empty = all)")
+    arg(
+        "--drill-fault-scope",
+        choices=("request", "attempt"),
+        default="request",
+        help="x-fault-scope: request (retries of a hit id are hit again) or attempt (one draw per attempt)",
+    )
+    arg("--drill-fault-attempts", type=_optional_attempts, default="", help="x-fault-attempts N (empty = all)")
     arg("--drill-config", default="none", help="value of the `config` label on client metrics")
     arg("--drill-plan", default="adhoc", help="plan name, the `plan` label of drill_phase/drill_fault_active")
     phases_help = "e.g. warmup=10,fault=20,recovery=20 (empty = obey -u/-r/-t)"

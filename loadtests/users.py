@@ -49,7 +49,13 @@ class DrillUser(DemoUser):
         o = self.opts
         self._quiet = Tagging(tenant=o.tenant)
         self._fault = Tagging(
-            tenant=o.tenant, directive=o.directive, ratio=o.ratio, target=o.target, instances=o.instances
+            tenant=o.tenant,
+            directive=o.directive,
+            ratio=o.ratio,
+            target=o.target,
+            instances=o.instances,
+            scope=o.scope,
+            attempts=o.attempts,
         )
         self._cancel_credit = 0
         super().on_start()

@@ -62,6 +62,55 @@ def is_hit(seed: int, request_id: str | None, directive: str, ratio: int) -> boo
     return hit_bucket(seed, request_id, directive) < ratio
 
 
+def splitmix64(z: int) -> int:
+    """SplitMix64's finalizer with its standard constants, 64-bit wraparound, signed result (a Java `long`)."""
+    z = (z + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return _wrap64(z ^ (z >> 31))
+
+
+class Scope(str, enum.Enum):
+    """`x-fault-scope` (DESIGN §2): one decision per request, or one per attempt."""
+
+    REQUEST = "request"
+    ATTEMPT = "attempt"
+
+
+def attempt_bucket(seed: int, request_id: str | None, directive: str, attempt: int) -> int:
+    """The bucket of attempt `n` under `x-fault-scope: attempt`: attempt 0 is `hit_bucket`,
+    attempt n >= 1 is `floorMod(splitmix64(value + n), 100)` (DESIGN §4)."""
+    value = _wrap64(31 * seed + jhash(request_id) + jhash(directive))
+    if attempt <= 0:
+        return value % 100
+    return splitmix64(_wrap64(value + attempt)) % 100
+
+
+def is_hit_attempt(
+    seed: int,
+    request_id: str | None,
+    directive: str,
+    ratio: int,
+    attempt: int = 0,
+    scope: Scope | str = Scope.REQUEST,
+    attempts: int | None = None,
+) -> bool:
+    """Whether attempt `attempt` (0-based) of this request is faulted (DESIGN §4).
+
+    `scope` request: every attempt shares the request's decision (`is_hit`); attempt: each
+    attempt is its own reproducible draw. `attempts` N: a hit is faulted only on attempts < N.
+    """
+    if attempts is not None and attempt >= attempts:
+        return False
+    if ratio >= 100:
+        return True
+    if ratio <= 0:
+        return False
+    if scope == Scope.ATTEMPT:
+        return attempt_bucket(seed, request_id, directive, attempt) < ratio
+    return hit_bucket(seed, request_id, directive) < ratio
+
+
 def instance_selected(seed: int, instance_id: str, share: int) -> bool:
     """Whether this replica is among the `share` percent of the target's replicas that inject."""
     if share >= 100:
@@ -104,6 +153,9 @@ class RejectReason(str, enum.Enum):
     OK_CODE = "ok_code"
     BAD_RATIO = "bad_ratio"
     BAD_INSTANCES = "bad_instances"
+    BAD_SCOPE = "bad_scope"
+    BAD_ATTEMPTS = "bad_attempts"
+    BAD_ATTEMPT_NUMBER = "bad_attempt_number"
 
 
 class DirectiveError(ValueError):
@@ -192,3 +244,41 @@ def parse_percent(raw: str | None, reason: RejectReason, default: int = 100) -> 
     if len(text) > 3 or not (text.isascii() and text.isdigit()) or int(text) > 100:
         raise DirectiveError(reason, repr(raw[:16]))
     return int(text)
+
+
+#: Highest attempt number or `x-fault-attempts` accepted (gRPC caps attempts at 5; this is generous).
+MAX_ATTEMPTS = 1000
+
+
+def parse_scope(raw: str | None) -> Scope:
+    """Parse `x-fault-scope`: `request` (default when absent) or `attempt`."""
+    if raw is None:
+        return Scope.REQUEST
+    text = raw.strip(" ").lower()
+    if text == "request":
+        return Scope.REQUEST
+    if text == "attempt":
+        return Scope.ATTEMPT
+    raise DirectiveError(RejectReason.BAD_SCOPE, repr(raw[:16]))
+
+
+def _small_int(raw: str, reason: RejectReason, minimum: int) -> int:
+    text = raw.strip(" ")
+    if len(text) > 4 or not (text.isascii() and text.isdigit()) or not minimum <= int(text) <= MAX_ATTEMPTS:
+        raise DirectiveError(reason, repr(raw[:16]))
+    return int(text)
+
+
+def parse_attempts(raw: str | None) -> int | None:
+    """Parse `x-fault-attempts` (an integer >= 1; absent = unlimited)."""
+    if raw is None:
+        return None
+    return _small_int(raw, RejectReason.BAD_ATTEMPTS, 1)
+
+
+def parse_attempt_number(grpc_value: str | None, drill_value: str | None) -> int:
+    """The 0-based attempt number from `grpc-previous-rpc-attempts`, else `x-drill-previous-rpc-attempts`."""
+    raw = grpc_value if grpc_value is not None else drill_value
+    if raw is None:
+        return 0
+    return _small_int(raw, RejectReason.BAD_ATTEMPT_NUMBER, 0)

@@ -18,10 +18,14 @@ from harness.core.faults import (
     DirectiveError,
     Mode,
     RejectReason,
+    Scope,
     instance_selected,
-    is_hit,
+    is_hit_attempt,
+    parse_attempt_number,
+    parse_attempts,
     parse_directive,
     parse_percent,
+    parse_scope,
 )
 from harness.core.settings import FaultSettings
 
@@ -42,6 +46,10 @@ class SkipReason(str, enum.Enum):
     INSTANCE = "instance"
     TARGET = "target"
     TOKEN = "token"
+    #: A hit request past its `x-fault-attempts` (it succeeds from then on).
+    ATTEMPTS = "attempts"
+    #: DRILL_FAULT_MAX_ACTIVE faults were in flight (decided at handler entry, not by the gate).
+    MAX_ACTIVE = "max_active"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,6 +69,9 @@ class Decision:
     detail: str = ""
     #: The refusal concerns a caller the server could authenticate (valid token); never rate-limited.
     authenticated: bool = False
+    #: 0-based attempt number (`grpc-previous-rpc-attempts` / `x-drill-previous-rpc-attempts`).
+    attempt: int = 0
+    scope: str = Scope.REQUEST.value
 
     @property
     def mode(self) -> Mode:
@@ -157,9 +168,14 @@ class FaultGate:
             directive = parse_directive(raw, ABSOLUTE_MAX_DELAY_MS)
             ratio = parse_percent(md.get(h.FAULT_RATIO), RejectReason.BAD_RATIO)
             instances = parse_percent(md.get(h.FAULT_INSTANCES), RejectReason.BAD_INSTANCES)
+            fault_scope = parse_scope(md.get(h.FAULT_SCOPE))
+            max_attempts = parse_attempts(md.get(h.FAULT_ATTEMPTS))
+            attempt = 0
+            if fault_scope is Scope.ATTEMPT or max_attempts is not None:
+                attempt = parse_attempt_number(md.get(h.PREVIOUS_RPC_ATTEMPTS), md.get(h.DRILL_PREVIOUS_RPC_ATTEMPTS))
         except DirectiveError as err:
             return Decision(Outcome.REJECTED, reason=err.reason.value, raw_directive=raw[:64], **base)
-        base.update(directive=directive, raw_directive=raw, ratio=ratio)
+        base.update(directive=directive, raw_directive=raw, ratio=ratio, attempt=attempt, scope=fault_scope.value)
         if not ours or (fault_method and method and fault_method != method):
             # Not our hop (or not our method): forward the drill keys downstream untouched.
             fwd = tuple((k, md[k]) for k in h.DRILL_KEYS if k in md)
@@ -168,7 +184,9 @@ class FaultGate:
             return Decision(Outcome.REJECTED, reason=RejectReason.OVER_MAX.value, **base)
         if not instance_selected(s.seed, s.instance_id, instances):
             return Decision(Outcome.SKIPPED, reason=SkipReason.INSTANCE.value, **base)
-        if not is_hit(s.seed, request_id, raw, ratio):
+        if not is_hit_attempt(s.seed, request_id, raw, ratio, attempt, fault_scope):
             return Decision(Outcome.SKIPPED, reason=SkipReason.RATIO.value, **base)
+        if max_attempts is not None and attempt >= max_attempts:
+            return Decision(Outcome.SKIPPED, reason=SkipReason.ATTEMPTS.value, **base)
         delay = directive.delay_ms(s.seed, request_id) if directive.mode is not Mode.ABORT else 0
         return Decision(Outcome.HIT, delay_ms=delay, **base)

@@ -13,6 +13,12 @@ FAULT_TARGET = "x-fault-target"
 FAULT_INSTANCES = "x-fault-instances"
 #: Method (`pkg.Service/Method`) at the target that injects; absent = any method. Signed by the token.
 FAULT_METHOD = "x-fault-method"
+#: `request` (default: every retry of a hit request is hit again) or `attempt` (one draw per attempt).
+FAULT_SCOPE = "x-fault-scope"
+#: Integer N >= 1: a hit request is faulted only on its first N attempts, then succeeds.
+FAULT_ATTEMPTS = "x-fault-attempts"
+#: Trailing metadata of every injected call, value the mode (`delay`, `abort`, `drop`); no other call has it.
+FAULT_MARKER = "x-drill-fault"
 REQUEST_ID = "x-request-id"
 DRILL_TOKEN = "x-drill-token"
 #: Absolute wall-clock deadline (unix seconds, decimal) of the edge caller, so every
@@ -38,6 +44,8 @@ DRILL_KEYS: tuple[str, ...] = (
     FAULT_TARGET,
     FAULT_INSTANCES,
     FAULT_METHOD,
+    FAULT_SCOPE,
+    FAULT_ATTEMPTS,
     REQUEST_ID,
     DRILL_TOKEN,
 )
@@ -69,3 +77,13 @@ def metadata_dict(metadata) -> dict[str, str]:
             continue
         out[key] = value
     return out
+
+
+def has_fault_marker(trailing_metadata) -> bool:
+    """Whether a call's trailing metadata carries the injected-fault marker (`x-drill-fault`)."""
+    if not trailing_metadata:
+        return False
+    try:
+        return any(item[0] == FAULT_MARKER for item in trailing_metadata)
+    except Exception:  # noqa: BLE001 - odd metadata objects are simply "no marker"
+        return False

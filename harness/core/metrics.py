@@ -57,6 +57,16 @@ FAULT_SKIPPED = Counter(
 FAULT_REJECTED = Counter(
     "drill_fault_rejected", "Malformed or unsafe directives refused.", ["service", "grpc_method", "reason"]
 )
+FAULT_ACTIVE_CALLS = Gauge(
+    "drill_fault_active_calls",
+    "Injected faults in flight (capped by DRILL_FAULT_MAX_ACTIVE).",
+    ["service"],
+)
+FAULT_SWITCH = Gauge(
+    "drill_fault_switch",
+    "Injection switch of this server: 1 on, 0 off or stopped (the emergency stop is one way).",
+    ["service"],
+)
 SERVER_LATENCY = Histogram(
     "drill_server_latency_seconds",
     "Server-side latency by injected fault mode and traffic class.",
@@ -89,8 +99,9 @@ CLIENT_LATENCY = Histogram(
 )
 CLIENT_CALLS = Counter(
     "drill_client_calls",
-    "Client calls by final status, traffic class, requested fault mode and resilience config.",
-    ["service", "grpc_method", "grpc_status", "fault_mode", "traffic", "config"],
+    "Client calls by final status, traffic class, requested fault mode, resilience config and whether "
+    "the server marked the call as injected (x-drill-fault trailer).",
+    ["service", "grpc_method", "grpc_status", "fault_mode", "traffic", "config", "injected"],
 )
 
 # --- resilience --------------------------------------------------------------------------

@@ -37,6 +37,11 @@ class FaultSettings:
     max_methods: int = 100
     #: Methods registered on the server (`pkg.Service/Method`); when given, all others are `other`.
     methods: frozenset[str] | None = None
+    #: Concurrently injected faults per server interceptor (one per `drill serve` process); beyond it a
+    #: call that would be faulted passes untouched (`skipped{reason="max_active"}`). 0 = no injection.
+    max_active: int = 100
+    #: A file whose appearance stops injection for the life of the process (checked at most once a second).
+    stop_file: str | None = None
 
     def __post_init__(self) -> None:
         bad = sorted(t for t in self.tenants if not t or "*" in t or "?" in t)
@@ -46,6 +51,8 @@ class FaultSettings:
             )
         if not 0 < self.token_max_ttl_s <= 7 * 86400:
             raise SettingsError(f"token lifetime cap must be within (0, 604800] s, got {self.token_max_ttl_s}")
+        if not 0 <= self.max_active <= 1_000_000:
+            raise SettingsError(f"DRILL_FAULT_MAX_ACTIVE must be within 0..1000000, got {self.max_active}")
         if not 0 <= self.max_delay_ms <= ABSOLUTE_MAX_DELAY_MS:
             raise SettingsError(
                 f"max delay must be within 0..{ABSOLUTE_MAX_DELAY_MS} ms, got {self.max_delay_ms}"
@@ -80,6 +87,15 @@ class FaultSettings:
                 values["token_max_ttl_s"] = float(env["DRILL_FAULT_TOKEN_MAX_TTL_S"])
             except ValueError as exc:
                 raise SettingsError("DRILL_FAULT_TOKEN_MAX_TTL_S is not a number") from exc
+        if env.get("DRILL_FAULT_MAX_ACTIVE", "").strip():
+            try:
+                values["max_active"] = int(env["DRILL_FAULT_MAX_ACTIVE"])
+            except ValueError as exc:
+                raise SettingsError(
+                    f"DRILL_FAULT_MAX_ACTIVE is not an integer: {env['DRILL_FAULT_MAX_ACTIVE']!r}"
+                ) from exc
+        if env.get("DRILL_FAULT_STOP_FILE", "").strip():
+            values["stop_file"] = env["DRILL_FAULT_STOP_FILE"].strip()
         if env.get("DRILL_FAULT_SECRET"):
             values["secret"] = env["DRILL_FAULT_SECRET"]
         values["instance_id"] = env.get("DRILL_INSTANCE_ID") or f"{socket.gethostname()}:{os.getpid()}"

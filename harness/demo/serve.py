@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from harness.core.errors import RunFailed
+from harness.core.safety import install_stop_signal
 from harness.core.settings import FaultSettings
 from harness.demo.conntrack import watch_port
 from harness.demo.downstream import downstream_for
@@ -212,6 +213,7 @@ async def _serve(args: argparse.Namespace) -> int:
         ",".join(sorted(settings.tenants)),
         metrics_port or "-",
     )
+    install_stop_signal()  # SIGUSR1 (`drill stop`): injection off for the life of this process
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,4 +1,9 @@
-"""`drill hits`: preview a drill's blast radius. Reads request ids from stdin, prints `id<TAB>hit|miss`."""
+"""`drill hits`: preview a drill's blast radius. Reads request ids from stdin, prints `id<TAB>hit|miss`.
+
+With `--scope attempt --attempts K` (or `--attempts K` alone, i.e. `x-fault-attempts: K`
+with request scope) it prints `id` then K tab-separated `hit|miss` columns, one per
+attempt 0..K-1 (DESIGN §4).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import argparse
 import sys
 
 from harness.core.errors import BadInput
-from harness.core.faults import DirectiveError, is_hit, parse_directive, seed_from_drill_id
+from harness.core.faults import MAX_ATTEMPTS, DirectiveError, is_hit_attempt, parse_directive, seed_from_drill_id
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,6 +20,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     seed.add_argument("--drill-id", help="the servers' DRILL_FAULT_DRILL_ID (seed = its Java hash)")
     p.add_argument("--directive", required=True, help="the x-fault value, e.g. delay:250")
     p.add_argument("--ratio", type=int, default=100, help="x-fault-ratio, 0-100 (default 100)")
+    p.add_argument(
+        "--scope",
+        choices=("request", "attempt"),
+        default="request",
+        help="x-fault-scope: request (every retry of a hit id is hit) or attempt (one draw per attempt)",
+    )
+    p.add_argument(
+        "--attempts",
+        type=int,
+        default=None,
+        help="print one hit|miss column per attempt 0..K-1 (with --scope request: x-fault-attempts K)",
+    )
     p.add_argument("--summary", action="store_true", help="print the hit share to stderr at the end")
 
 
@@ -25,17 +42,23 @@ def run(args: argparse.Namespace) -> int:
         parse_directive(args.directive, max_delay_ms=10**9)
     except DirectiveError as err:
         raise BadInput(f"hits: servers would reject this directive ({err}); nothing would be hit") from None
+    if args.attempts is not None and not 1 <= args.attempts <= MAX_ATTEMPTS:
+        raise BadInput(f"hits: --attempts must be 1-{MAX_ATTEMPTS}, got {args.attempts}")
     seed = args.seed if args.seed is not None else seed_from_drill_id(args.drill_id)
+    columns = args.attempts or 1
     hits = total = 0
     out = sys.stdout
     for line in sys.stdin:
         request_id = line.rstrip("\r\n")
         if not request_id:
             continue
-        hit = is_hit(seed, request_id, args.directive, args.ratio)
+        row = [
+            is_hit_attempt(seed, request_id, args.directive, args.ratio, n, args.scope)
+            for n in range(columns)
+        ]
         total += 1
-        hits += hit
-        out.write(f"{request_id}\t{'hit' if hit else 'miss'}\n")
+        hits += row[0]
+        out.write(request_id + "".join("\thit" if hit else "\tmiss" for hit in row) + "\n")
     if args.summary:
         share = hits / total if total else 0.0
         print(f"{hits}/{total} hit ({share:.1%}) seed={seed}", file=sys.stderr)

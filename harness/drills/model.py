@@ -91,6 +91,8 @@ class Fault(_Strict):
     target: str | None = None
     instances: int | None = Field(None, ge=0, le=100)
     tenant: str = h.DEFAULT_DRILL_TENANT
+    scope: Literal["request", "attempt"] = "request"
+    attempts: int | None = Field(None, ge=1, le=1000)
 
     @field_validator("directive")
     @classmethod
@@ -113,7 +115,7 @@ class Fault(_Strict):
     def tagging(self) -> Tagging:
         return Tagging(
             tenant=self.tenant, directive=self.directive, ratio=self.ratio, target=self.target,
-            instances=self.instances,
+            instances=self.instances, scope=self.scope, attempts=self.attempts,
         )  # fmt: skip
 
 

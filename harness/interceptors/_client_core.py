@@ -38,6 +38,17 @@ class Tagging:
     #: Method (`pkg.Service/Method`) at the target that injects; default: the method called.
     #: Sent as `x-fault-method` when given or when signing.
     method: str | None = None
+    #: `x-fault-scope`: `request` (default, not sent: every retry of a hit request is hit again) or
+    #: `attempt` (each attempt is its own reproducible draw; transient loss).
+    scope: str = "request"
+    #: `x-fault-attempts`: a hit request is faulted only on its first N attempts (None = all).
+    attempts: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.scope not in ("request", "attempt"):
+            raise ValueError(f"scope must be 'request' or 'attempt', got {self.scope!r}")
+        if self.attempts is not None and self.attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {self.attempts}")
 
     @property
     def fault_mode(self) -> str:
@@ -49,6 +60,9 @@ class Tagging:
 
 
 ORGANIC = Tagging()
+
+#: The `injected` label of `drill_client_calls_total`, by whether the marker trailer was present.
+INJECTED = {True: "true", False: "false"}
 
 
 def outgoing_metadata(
@@ -94,6 +108,10 @@ def outgoing_metadata(
             md.append((h.FAULT_TARGET, t.target))
         if t.instances is not None:
             md.append((h.FAULT_INSTANCES, str(t.instances)))
+        if t.scope != "request" and h.FAULT_SCOPE not in present:
+            md.append((h.FAULT_SCOPE, t.scope))
+        if t.attempts is not None and h.FAULT_ATTEMPTS not in present:
+            md.append((h.FAULT_ATTEMPTS, str(t.attempts)))
     fault_method = t.method or method
     if t.tenant is not None and (t.method is not None or t.secret is not None) and h.FAULT_METHOD not in present:
         if fault_method:
@@ -173,15 +191,23 @@ class ClientRecorder:
         self._attempt_duration(method, self.target, status_name(code)).observe(elapsed)
 
     def call_finished(
-        self, method: str, code, elapsed: float, fault_mode: str, traffic: str, exemplar: dict | None = None
+        self,
+        method: str,
+        code,
+        elapsed: float,
+        fault_mode: str,
+        traffic: str,
+        exemplar: dict | None = None,
+        injected: bool = False,
     ) -> None:
+        """Count one logical call; `injected`: its last attempt carried the `x-drill-fault` trailer."""
         status = status_name(code)
         if method not in self._seen_methods:  # first sight: every status x traffic x mode at 0 (rate() sees 1st inc)
             self._seen_methods.add(method)
             for tr, mode in _TRAFFIC_MODES:
                 for name in STATUS_NAMES:
-                    self._calls(self.service, method, name, mode, tr, self.config)
-        self._calls(self.service, method, status, fault_mode, traffic, self.config).inc()
+                    self._calls(self.service, method, name, mode, tr, self.config, INJECTED[False])
+        self._calls(self.service, method, status, fault_mode, traffic, self.config, INJECTED[injected]).inc()
         self._latency(self.service, method, fault_mode, traffic, self.config).observe(elapsed, exemplar)
         self._call_duration(method, self.target, status).observe(elapsed, exemplar)
 

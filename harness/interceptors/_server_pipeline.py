@@ -18,7 +18,7 @@ import time
 import grpc
 from opentelemetry.trace import SpanKind
 
-from harness.core import audit, scope
+from harness.core import audit, safety, scope
 from harness.core import headers as h
 from harness.core import metrics as m
 from harness.core.faults import Mode
@@ -65,6 +65,8 @@ class CallPlan:
     span: object = None
     #: The called method (`pkg.Service/Method`); `method` is its metric label (may be `other`).
     real_method: str = ""
+    #: Holds a DRILL_FAULT_MAX_ACTIVE slot (released in `end`).
+    slot: bool = False
 
 
 #: A caller whose deadline is this close (or past) when its call ends left because of the
@@ -94,7 +96,9 @@ _DELAY_STREAM_STEPS = (Step.WAIT, Step.RUN)  # a stream's first message is late
 class ServerCore:
     """Per-server state (gate, cached metric children, optional tracer) and the call pipeline."""
 
-    def __init__(self, settings: FaultSettings, *, metrics: bool = True, tracer=None) -> None:
+    def __init__(
+        self, settings: FaultSettings, *, metrics: bool = True, tracer=None, stop: safety.EmergencyStop | None = None
+    ) -> None:
         self.settings = settings
         self.service = settings.service
         self.gate = FaultGate(settings)
@@ -111,6 +115,16 @@ class ServerCore:
         self._methods = MethodLabels(settings.methods, settings.max_methods)
         self._seen_methods: set[str] = set()
         self._refusals = audit.RefusalLimiter()
+        #: The one-way emergency stop (the process's unless a private one is given, e.g. in tests).
+        self.stop = safety.PROCESS_STOP if stop is None else stop
+        self.stop.watch_file(settings.stop_file)
+        self.active = safety.ActiveFaults(
+            settings.max_active, m.FAULT_ACTIVE_CALLS.labels(self.service) if metrics else None
+        )
+        if metrics:
+            switch = m.FAULT_SWITCH.labels(self.service)
+            switch.set(1 if settings.enabled and not self.stop.tripped else 0)
+            self.stop.on_trip(lambda: switch.set(0))
         if settings.enabled and not settings.tenants:
             _log.warning(
                 "drill faults are ON for %s but the tenant allowlist (DRILL_FAULT_TENANTS) is empty: "
@@ -173,6 +187,8 @@ class ServerCore:
         if self.metrics:
             self._started(plan.method).inc()
         d = plan.decision
+        if d.outcome is Outcome.HIT:
+            d = self._admit(plan)
         if self.tracer is not None:
             plan.span = self.tracer.start_span(
                 plan.method,
@@ -189,9 +205,34 @@ class ServerCore:
             self._audit_hit(plan)  # here, not in plan(): the line carries the span's trace id
         return t0, scope.enter(plan.scope)
 
+    def _admit(self, plan: CallPlan) -> Decision:
+        """A hit is injected only while the stop has not tripped and a DRILL_FAULT_MAX_ACTIVE slot is free.
+
+        Decided here, at handler entry, so every counted hit has its audit line and its
+        slot is released by `end` (a call cancelled before its handler ran never takes one).
+        """
+        d = plan.decision
+        reason = None
+        if self.stop.check():
+            reason = SkipReason.SWITCH.value
+        elif not self.active.acquire():
+            reason = SkipReason.MAX_ACTIVE.value
+        if reason is not None:
+            d = plan.decision = dataclasses.replace(d, outcome=Outcome.SKIPPED, reason=reason)
+            if self.metrics:
+                self._skipped(self.service, plan.method, reason).inc()
+            return d
+        plan.slot = True
+        if self.metrics:
+            self._hits(self.service, plan.method, d.mode.value).inc()
+        return d
+
     # -- 3. end: at handler exit, whatever happened --------------------------------------------
     def end(self, plan: CallPlan, token, code, t0: float) -> None:
         """End and leave the scope, record the call. Never raises."""
+        if plan.slot:
+            plan.slot = False
+            self.active.release()
         scope.end(plan.scope)
         scope.leave(token)
         elapsed = time.perf_counter() - t0
@@ -235,8 +276,7 @@ class ServerCore:
     def _count_decision(self, plan: CallPlan) -> None:
         d = plan.decision
         if d.outcome is Outcome.HIT:
-            if self.metrics:
-                self._hits(self.service, plan.method, d.mode.value).inc()
+            pass  # counted at handler entry (`_admit`), where the cap and the stop are applied
         elif d.outcome is Outcome.SKIPPED:
             if self.metrics:
                 self._skipped(self.service, plan.method, d.reason).inc()
@@ -284,10 +324,34 @@ class ServerCore:
             mode=d.mode.value,
             argument=(str(d.delay_ms) if d.mode is not Mode.ABORT else directive.argument) if directive else "",
             ratio=d.ratio,
+            scope=d.scope,
+            attempt=d.attempt,
             seed=self.settings.seed,
             instance=self.settings.instance_id,
             trace_id=trace_id_hex(plan.span),
         )
+
+
+#: The trailing metadata pair of an injected call (DESIGN §2), per mode.
+_MARKERS = {mode: (h.FAULT_MARKER, mode.value) for mode in (Mode.DELAY, Mode.ABORT, Mode.DROP)}
+
+
+def marker(decision: Decision) -> tuple[str, str] | None:
+    """`(x-drill-fault, MODE)` for an injected call, else None."""
+    return _MARKERS.get(decision.mode) if decision.outcome is Outcome.HIT else None
+
+
+def mark(context, decision: Decision) -> None:
+    """Add the injected-fault marker to the call's trailing metadata, keeping what the handler set."""
+    pair = marker(decision)
+    if pair is None:
+        return
+    try:
+        existing = tuple(context.trailing_metadata() or ())
+    except Exception:  # noqa: BLE001 - an odd context: set the marker alone
+        existing = ()
+    if not any(item[0] == h.FAULT_MARKER for item in existing):
+        context.set_trailing_metadata((*existing, pair))
 
 
 def abort_details(decision: Decision) -> tuple[str, str]:
@@ -306,10 +370,17 @@ class ServerInterceptorBase:
     handler is returned: no wrap, no cost.
     """
 
-    def __init__(self, settings: FaultSettings | None = None, *, metrics: bool | None = None, tracer=None) -> None:
+    def __init__(
+        self,
+        settings: FaultSettings | None = None,
+        *,
+        metrics: bool | None = None,
+        tracer=None,
+        stop: safety.EmergencyStop | None = None,
+    ) -> None:
         self.settings = settings or FaultSettings.from_env()
         metrics = self.settings.enabled if metrics is None else metrics  # metrics follow the switch by default
-        self.core = ServerCore(self.settings, metrics=metrics, tracer=tracer)
+        self.core = ServerCore(self.settings, metrics=metrics, tracer=tracer, stop=stop)
         self._active = self.settings.enabled or metrics or tracer is not None
 
     def _wrapped(self, handler, handler_call_details):

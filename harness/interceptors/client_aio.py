@@ -12,7 +12,7 @@ import time
 import grpc
 from grpc import aio
 
-from harness.core.headers import traffic_of
+from harness.core.headers import has_fault_marker, traffic_of
 from harness.core.metrics import method_label
 from harness.core.tracing import client_span_metadata, end_client_span, start_client_span, trace_id_hex
 from harness.interceptors._client_core import ClientInterceptorBase, outgoing_metadata
@@ -78,7 +78,8 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
             elapsed = time.perf_counter() - start
             rec.attempt_finished(method, code, elapsed)
             if self.record_calls:
-                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic)
+                injected = not c.cancelled() and has_fault_marker(await c.trailing_metadata())
+                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic, injected=injected)
 
         call.add_done_callback(lambda c: asyncio.ensure_future(record(c)))
         return call
@@ -94,8 +95,10 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
         if self.cancel_after_ms is not None:
             timer = asyncio.get_running_loop().call_later(self.cancel_after_ms / 1000.0, call.cancel)
         code = grpc.StatusCode.OK
+        injected = False
         try:
             await call
+            injected = has_fault_marker(await call.trailing_metadata())
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
             if not call.cancelled():
@@ -105,6 +108,7 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
             ) from None
         except aio.AioRpcError as err:
             code = err.code()
+            injected = has_fault_marker(err.trailing_metadata())
             raise
         finally:
             if timer is not None:
@@ -117,7 +121,7 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
                 exemplar = {"trace_id": tid} if tid else None
             if self.record_calls:
                 traffic = traffic_of(tenant, self.drill_tenants)
-                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic, exemplar)
+                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic, exemplar, injected)
             if span is not None:
                 end_client_span(span, code)
         return call

@@ -12,7 +12,7 @@ import time
 
 import grpc
 
-from harness.core.headers import traffic_of
+from harness.core.headers import has_fault_marker, traffic_of
 from harness.core.metrics import method_label
 from harness.interceptors._client_core import ClientInterceptorBase, outgoing_metadata
 
@@ -62,7 +62,13 @@ class SyncDrillClientInterceptor(
             elapsed = time.perf_counter() - start
             rec.attempt_finished(method, code, elapsed)
             if self.record_calls:
-                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic)
+                injected = False
+                if not fut.cancelled():
+                    try:
+                        injected = has_fault_marker(fut.trailing_metadata())
+                    except Exception:  # noqa: BLE001 - a call object without trailers: not marked
+                        injected = False
+                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic, injected=injected)
 
         if self.cancel_after_ms is not None and not outcome.done():
             timer = threading.Timer(self.cancel_after_ms / 1000.0, outcome.cancel)

@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
+import threading
 
 import grpc
 from grpc import aio
 
 from harness.core import scope
+from harness.core.safety import EmergencyStop
 from harness.interceptors._server_pipeline import (
     CallPlan,
     ServerInterceptorBase,
     Step,
     abort_details,
     ended_by_deadline,
+    mark,
+    marker,
 )
 
 try:  # grpc's adapter that gives a sync handler the sync context API on an aio server
@@ -49,22 +52,36 @@ def is_async_handler(behavior) -> bool:
     )
 
 
+def _with_marker(args: tuple, kwargs: dict, pair: tuple[str, str] | None) -> tuple[tuple, dict]:
+    """`abort(code, details, trailing_metadata)` arguments with the injected-fault marker added."""
+    if pair is None:
+        return args, kwargs
+    if len(args) >= 3:
+        args = (*args[:2], (*tuple(args[2] or ()), pair), *args[3:])
+    elif "trailing_metadata" in kwargs:
+        kwargs = {**kwargs, "trailing_metadata": (*tuple(kwargs["trailing_metadata"] or ()), pair)}
+    return args, kwargs
+
+
 class _HeldAbortContext:
     """The handler's context under an injected delay: `abort` waits out the delay first.
 
     grpc.aio's `context.abort` sends the status at once, before the handler's exception
-    reaches the interceptor, so the hold has to happen inside `abort` itself.
+    reaches the interceptor, so the hold has to happen inside `abort` itself. The
+    call stays marked as injected whatever trailing metadata the handler passes.
     """
 
-    def __init__(self, context, hold) -> None:
+    def __init__(self, context, hold, pair=None) -> None:
         self._context = context
         self._hold = hold
+        self._pair = pair
 
     def __getattr__(self, name):
         return getattr(self._context, name)
 
     async def abort(self, *args, **kwargs):
         await self._hold()
+        args, kwargs = _with_marker(args, kwargs, self._pair)
         return await self._context.abort(*args, **kwargs)
 
 
@@ -73,7 +90,36 @@ class _HeldAbortSyncContext(_HeldAbortContext):
 
     def abort(self, *args, **kwargs):
         self._hold()
+        args, kwargs = _with_marker(args, kwargs, self._pair)
         return self._context.abort(*args, **kwargs)
+
+
+async def releasable_sleep(seconds: float, stop: EmergencyStop) -> None:
+    """`asyncio.sleep(seconds)` that the emergency stop ends at once (from any thread)."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def wake() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    timer = loop.call_later(seconds, wake)
+    key = stop.add_releaser(lambda: loop.call_soon_threadsafe(wake))
+    try:
+        await fut
+    finally:
+        timer.cancel()
+        stop.remove_releaser(key)
+
+
+def releasable_sleep_sync(seconds: float, stop: EmergencyStop) -> None:
+    """`time.sleep(seconds)` on a worker thread that the emergency stop ends at once."""
+    done = threading.Event()
+    key = stop.add_releaser(done.set)
+    try:
+        done.wait(seconds)
+    finally:
+        stop.remove_releaser(key)
 
 
 class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
@@ -87,7 +133,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
 
     async def _perform(self, step: Step, plan: CallPlan, context) -> None:
         if step is Step.WAIT:
-            await asyncio.sleep(self.core.wait_s(plan))
+            await releasable_sleep(self.core.wait_s(plan), self.core.stop)
         else:  # Step.ABORT
             code, details = abort_details(plan.decision)
             await context.abort(grpc.StatusCode[code], details)
@@ -106,12 +152,10 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
 
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
         core = self.core
-        steps = core.steps(plan)
         on_loop = is_async_handler(behavior)
 
-        hold_errors = Step.RUN in steps and Step.WAIT in steps[steps.index(Step.RUN) + 1 :]  # a delay
-
-        async def run(request, context, held: list[bool]):
+        async def run(request, context, held: list[bool], hold_errors: bool):
+            pair = marker(plan.decision)
             if on_loop:
                 if hold_errors:
 
@@ -119,7 +163,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                         held.append(True)
                         await self._perform(Step.WAIT, plan, context)
 
-                    context = _HeldAbortContext(context, hold)
+                    context = _HeldAbortContext(context, hold, pair)
                 return await behavior(request, context)
             loop = asyncio.get_running_loop()
             sync_context = _SyncServicerContext(context)
@@ -127,13 +171,16 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
 
                 def hold_sync() -> None:
                     held.append(True)
-                    time.sleep(core.wait_s(plan))
+                    releasable_sleep_sync(core.wait_s(plan), core.stop)
 
-                sync_context = _HeldAbortSyncContext(sync_context, hold_sync)
+                sync_context = _HeldAbortSyncContext(sync_context, hold_sync, pair)
             return await loop.run_in_executor(None, scope.run_bound, plan.scope, behavior, request, sync_context)
 
         async def unary(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
+            steps = core.steps(plan)  # after begin: the cap and the stop may have turned a hit into a pass
+            hold_errors = Step.RUN in steps and Step.WAIT in steps[steps.index(Step.RUN) + 1 :]  # a delay
+            mark(context, plan.decision)
             exc: BaseException | None = None
             response = None
             held: list[bool] = []
@@ -144,7 +191,8 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                             await self._perform(step, plan, context)
                         continue
                     try:
-                        response = await run(request, context, held)
+                        response = await run(request, context, held, hold_errors)
+                        mark(context, plan.decision)  # the handler may have set trailers of its own
                     except Exception:
                         if hold_errors and not held:  # a delay holds errors and aborts too (DESIGN §3)
                             await self._perform(Step.WAIT, plan, context)
@@ -160,11 +208,12 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
 
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
         core = self.core
-        steps = core.steps(plan, streaming=True)
         on_loop = is_async_handler(behavior)
 
         async def stream(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
+            steps = core.steps(plan, streaming=True)
+            mark(context, plan.decision)
             exc: BaseException | None = None
             try:
                 for step in steps:
@@ -190,6 +239,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                             yield item
                     else:
                         await result
+                    mark(context, plan.decision)
             except BaseException as e:
                 exc = e
                 raise

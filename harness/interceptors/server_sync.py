@@ -12,21 +12,29 @@ import threading
 
 import grpc
 
+from harness.core.safety import EmergencyStop
 from harness.interceptors._server_pipeline import (
     CallPlan,
     ServerInterceptorBase,
     Step,
     abort_details,
     ended_by_deadline,
+    mark,
 )
 
 
-def _wait(context, seconds: float) -> bool:
-    """Sleep up to `seconds`; return False early if the call terminated meanwhile."""
+def _wait(context, seconds: float, stop: EmergencyStop) -> bool:
+    """Sleep up to `seconds`; True to go on (time is up, or the emergency stop released the wait),
+    False when the call terminated meanwhile (the caller left)."""
     done = threading.Event()
     if not context.add_callback(done.set):
         return False
-    return not done.wait(seconds)
+    key = stop.add_releaser(done.set)
+    try:
+        done.wait(seconds)
+    finally:
+        stop.remove_releaser(key)
+    return context.is_active()
 
 
 class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
@@ -38,7 +46,7 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
     def _perform(self, step: Step, plan: CallPlan, context) -> bool:
         """Do a WAIT or ABORT step; False when the caller left during a wait."""
         if step is Step.WAIT:
-            return _wait(context, self.core.wait_s(plan))
+            return _wait(context, self.core.wait_s(plan), self.core.stop)
         code, details = abort_details(plan.decision)
         context.abort(grpc.StatusCode[code], details)  # raises; on a dead call grpc drops it quietly
         return False  # pragma: no cover - abort raised
@@ -56,10 +64,11 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
 
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
         core = self.core
-        steps = core.steps(plan)
 
         def unary(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
+            steps = core.steps(plan)  # after begin: the cap and the stop may have turned a hit into a pass
+            mark(context, plan.decision)
             failed = False
             response = None
             try:
@@ -67,6 +76,7 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
                     if step is Step.RUN:
                         try:
                             response = behavior(request, context)
+                            mark(context, plan.decision)  # the handler may have set trailers of its own
                         except Exception:
                             if Step.WAIT in steps[i + 1 :]:  # a delay holds errors and aborts too (DESIGN §3)
                                 self._perform(Step.WAIT, plan, context)
@@ -86,15 +96,17 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
 
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
         core = self.core
-        steps = core.steps(plan, streaming=True)
 
         def stream(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
+            steps = core.steps(plan, streaming=True)
+            mark(context, plan.decision)
             failed = False
             try:
                 for step in steps:
                     if step is Step.RUN:
                         yield from behavior(request, context)
+                        mark(context, plan.decision)
                     elif not self._perform(step, plan, context):
                         return  # the caller left during the wait
             except BaseException:

@@ -289,10 +289,12 @@ class ResilientCaller:
         fault_mode, traffic = self._labels(present, cur)
         start = time.perf_counter()
         code: grpc.StatusCode = grpc.StatusCode.OK
+        injected = False  # a reply carries no trailers here: only a failure can be seen as injected
         try:
             return await self._attempts(plan, request, md_in, request_id, cur, timeout)
         except aio.AioRpcError as err:
             code = err.code()
+            injected = h.has_fault_marker(err.trailing_metadata())
             raise
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
@@ -301,7 +303,9 @@ class ResilientCaller:
             code = grpc.StatusCode.UNKNOWN  # not a gRPC outcome, but never an OK
             raise
         finally:
-            self.recorder.call_finished(label, code, time.perf_counter() - start, fault_mode, traffic)
+            self.recorder.call_finished(
+                label, code, time.perf_counter() - start, fault_mode, traffic, injected=injected
+            )
 
     def _choose(self, avoid: frozenset[str]) -> tuple[Backend | None, CircuitBreaker | None, str]:
         """A backend whose breaker lets the call through, or a reason.

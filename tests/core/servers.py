@@ -36,10 +36,10 @@ class CountingAioServicer(drill_pb2_grpc.DemoServicer):
 
 
 @contextlib.asynccontextmanager
-async def aio_server(settings: FaultSettings, metrics: bool | None = True, tracer=None, servicer=None):
+async def aio_server(settings: FaultSettings, metrics: bool | None = True, tracer=None, servicer=None, stop=None):
     """A real grpc.aio server with the fault interceptor on 127.0.0.1; yields (port, servicer)."""
     servicer = CountingAioServicer() if servicer is None else servicer
-    server = aio.server(interceptors=[FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)])
+    server = aio.server(interceptors=[FaultServerInterceptor(settings, metrics=metrics, tracer=tracer, stop=stop)])
     drill_pb2_grpc.add_DemoServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -73,11 +73,11 @@ class CountingServicer(drill_pb2_grpc.DemoServicer):
 
 
 @contextlib.contextmanager
-def sync_server(settings: FaultSettings, metrics: bool | None = True, servicer=None):
+def sync_server(settings: FaultSettings, metrics: bool | None = True, servicer=None, stop=None):
     servicer = CountingServicer() if servicer is None else servicer
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=16),
-        interceptors=[SyncFaultServerInterceptor(settings, metrics=metrics)],
+        interceptors=[SyncFaultServerInterceptor(settings, metrics=metrics, stop=stop)],
     )
     drill_pb2_grpc.add_DemoServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")

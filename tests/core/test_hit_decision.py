@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from harness.core.faults import hit_bucket, is_hit, jhash, seed_from_drill_id
+from harness.core.faults import hit_bucket, is_hit, is_hit_attempt, jhash, seed_from_drill_id, splitmix64
 
 
 def _vector_rows(shared_dir):
@@ -79,3 +79,43 @@ def test_ratio_bounds():
     assert is_hit(1, "x", "delay:1", 100) is True
     assert is_hit(1, "x", "delay:1", 0) is False
     assert is_hit(1, "x", "delay:1", 150) is True
+
+
+def _attempt_rows(shared_dir):
+    path = shared_dir / "vectors" / "fault_hit_attempt_java.tsv"
+    with open(path, newline="", encoding="utf-8") as fh:
+        lines = [line for line in fh if not line.startswith("#")]
+    return list(csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def test_every_java_attempt_vector_row_matches(shared_dir):
+    rows = _attempt_rows(shared_dir)
+    assert len(rows) >= 300
+    mismatches = [
+        row
+        for row in rows
+        if is_hit_attempt(
+            int(row["seed"]), row["request_id"], row["spec"], int(row["ratio"]), int(row["attempt"]), "attempt"
+        )
+        != (row["hit"] == "true")
+    ]
+    assert not mismatches, mismatches[:3]
+
+
+def test_attempt_zero_is_the_request_decision_and_later_attempts_are_independent_draws():
+    rng = random.Random(11)
+    ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(4000)]
+    assert all(
+        is_hit_attempt(3, rid, "abort:UNAVAILABLE", 40, 0, "attempt") == is_hit(3, rid, "abort:UNAVAILABLE", 40)
+        for rid in ids
+    )
+    first = [rid for rid in ids if is_hit(3, rid, "abort:UNAVAILABLE", 40)]
+    again = sum(is_hit_attempt(3, rid, "abort:UNAVAILABLE", 40, 1, "attempt") for rid in first)
+    assert 0.35 <= again / len(first) <= 0.45  # P(hit on 1 | hit on 0) = ratio, not 1
+
+
+def test_fault_attempts_limits_a_hit_to_its_first_n_attempts():
+    assert [is_hit_attempt(1, "r", "abort:UNAVAILABLE", 100, n, "request", 2) for n in range(4)] == [
+        True, True, False, False,
+    ]  # fmt: skip
+    assert splitmix64(0) == -2152535657050944081  # 0xE220A8397B1DCDAF, SplitMix64's first output for seed 0

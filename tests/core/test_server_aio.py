@@ -124,7 +124,8 @@ def test_cancel_during_delay_is_cancelled_and_the_server_logs_nothing_at_warning
         traffic="drill", fault_mode="delay",
     ) == 1  # fmt: skip
     # Client side: counted as CANCELLED, never as an error status.
-    client = dict(service="c-cancel", grpc_method=M, fault_mode="delay", traffic="drill", config="none")
+    client = dict(service="c-cancel", grpc_method=M, fault_mode="delay", traffic="drill", config="none",
+                  injected="false")
     assert sample("drill_client_calls_total", grpc_status="CANCELLED", **client) == 1
     assert sample_sum("drill_client_calls_total", service="c-cancel") == 1
 

@@ -88,7 +88,8 @@ def test_future_calls_are_cancelled_by_the_interceptor():
             fut = stub.Call.future(drill_pb2.CallRequest())
             with pytest.raises(grpc.FutureCancelledError):
                 fut.result(timeout=2)
-    client = dict(service="c-sync-cancel", grpc_method=M, fault_mode="delay", traffic="drill", config="none")
+    client = dict(service="c-sync-cancel", grpc_method=M, fault_mode="delay", traffic="drill", config="none",
+              injected="false")
     assert sample("drill_client_calls_total", grpc_status="CANCELLED", **client) == 1
 
 

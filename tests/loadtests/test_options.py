@@ -114,3 +114,16 @@ def test_namespace_carries_every_drill_value():
 def test_out_of_range_values_are_refused(kw):
     with pytest.raises(ValueError):
         options.from_namespace(_ns(**kw))
+
+
+def test_fault_scope_and_attempts_reach_the_drill_users_tagging():
+    o = options.from_namespace(_ns(drill_fault_scope="attempt", drill_fault_attempts="2"))
+    assert (o.scope, o.attempts) == ("attempt", 2)
+    d = options.from_namespace(_ns())
+    assert (d.scope, d.attempts) == ("request", None)  # absent keys: today's behaviour
+
+
+@pytest.mark.parametrize("kw", [{"drill_fault_scope": "retry"}, {"drill_fault_attempts": "0"}])
+def test_bad_fault_scope_or_attempts_are_refused(kw):
+    with pytest.raises(ValueError):
+        options.from_namespace(_ns(**kw))

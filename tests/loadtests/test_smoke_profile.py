@@ -57,6 +57,12 @@ def test_smoke_run_separates_traffic_classes_and_hits_drill_at_the_ratio(tmp_pat
     assert int(cancelled["Failure Count"]) == 0
     assert total(client, calls, traffic="drill", grpc_status="CANCELLED") > 0
     assert all("CANCELLED" not in f["Error"] for f in run.failures), run.failures
-    # Failures are grouped by status (one row), not one traceback per request.
-    assert [f["Error"] for f in run.failures] == ["GrpcStatusError('UNAVAILABLE (server-fault)')"]
+    # Failures are grouped by status and origin (one row), not one traceback per request: every
+    # drill failure here was injected, so it carries the x-drill-fault marker and says so.
+    assert [f["Error"] for f in run.failures] == ["GrpcStatusError('UNAVAILABLE (server-fault, injected)')"]
+    # The client metric splits by the marker: injected failures are the server's hits, organic has none.
+    injected = total(client, calls, injected="true")
+    assert injected == total(client, calls, traffic="drill", grpc_status="UNAVAILABLE", injected="true") > 0
+    assert total(client, calls, traffic="drill", grpc_status="UNAVAILABLE", injected="false") == 0
+    assert total(client, calls, traffic="organic", injected="false") == organic
     assert int(run.row("grpc", "organic/Call")["Failure Count"]) == 0

@@ -78,7 +78,8 @@ def test_non_idempotent_write_is_never_retried():
 
 
 def test_logical_calls_are_recorded_once_with_the_config_label():
-    labels = dict(service="label-client", grpc_method="drill.v1.Demo/Call", fault_mode="abort", traffic="drill")
+    labels = dict(service="label-client", grpc_method="drill.v1.Demo/Call", fault_mode="abort", traffic="drill",
+                  injected="true")
     before = sample("drill_client_calls_total", grpc_status="UNAVAILABLE", config="jitter", **labels)
     retries_before = sample(
         "drill_retry_attempts_total", service="label-client", grpc_method="drill.v1.Demo/Call", config="jitter"
