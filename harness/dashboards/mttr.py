@@ -54,11 +54,13 @@ ERROR_BY_CONFIG = _error_by_config()
 
 
 def _over_fault(counter: str, by: str) -> str:
-    """A counter's increase over the seconds the fault is on (in the range): its value at the fault's last
-    second minus its value at the first. Exact, unlike a sum of windowed rates; a counter reset inside
-    the fault window (a hop restarting mid-fault) undercounts it."""
-    masked = f"(sum by ({by}) ({counter}) and {FAULT_ON})[$__range:1s]"
-    return f"(max_over_time({masked}) - min_over_time({masked}))"
+    """A counter's increase over the seconds the fault is on (in the range), as the runner counts it: each
+    fault second covers (t-1, t], so the baseline is the value one scrape *before* the first fault second
+    (`offset 1s` at 1-s scrapes) and the end is the value at the last. Exact, unlike a sum of windowed
+    rates; a counter reset inside the fault window (a hop restarting mid-fault) undercounts it."""
+    end = f"(sum by ({by}) ({counter}) and {FAULT_ON})[$__range:1s]"
+    start = f"(sum by ({by}) ({counter} offset 1s) and {FAULT_ON})[$__range:1s]"
+    return f"(max_over_time({end}) - min_over_time({start}))"
 
 
 def _fault_error_rate() -> str:

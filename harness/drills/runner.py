@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
+import re
 import signal
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 
 from prometheus_client import start_http_server
@@ -29,6 +31,7 @@ from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
 from harness.drills.series import RunSeries, build_series
 from harness.drills.topology import Topology
+from harness.procs.prometheus import PrometheusError, api_get
 from harness.procs.spawn import python_env, spawn, stop_processes
 
 
@@ -140,6 +143,10 @@ class Runner:
                 )  # fmt: skip
             if self.prometheus is not None:
                 self.prometheus.set_targets(topo.endpoints() + load.metrics_endpoints())
+                # a new target is discovered and first scraped a few seconds later: without this wait the
+                # hops' first seconds (all of warm-up in a short plan) are missing from Prometheus
+                if not await asyncio.to_thread(self._wait_scraped, [url for _, url in topo.endpoints()]):
+                    self.log(f"[{label}] prometheus has not scraped every replica yet: first seconds may be missing")
             scraper = Scraper(lambda: topo.endpoints() + load.metrics_endpoints(), config=label)
             wall0 = time.time() - (time.monotonic() - scraper.t0)
             await scraper.scrape_once()  # baseline
@@ -251,6 +258,23 @@ class Runner:
         out = results.model_dump()
         report.write_outputs(self.out, out, self.series)
         return out
+
+    def _wait_scraped(self, urls: list[str], timeout_s: float = 15.0) -> bool:
+        """True once the Prometheus watching the run has scraped every one of `urls` successfully."""
+        if getattr(self.prometheus, "sd_file", True) is None:
+            return True  # an external Prometheus we do not feed targets to: nothing to wait for
+        instances = "|".join(re.escape(urllib.parse.urlsplit(u).netloc) for u in urls)
+        query = [("query", f'count(up{{instance=~"{instances}"}} == 1)')]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                got = api_get(self.prometheus.url, "query", query, timeout_s=2.0)["result"]
+            except PrometheusError:
+                got = []
+            if got and float(got[0]["value"][1]) >= len(urls):
+                return True
+            time.sleep(0.25)
+        return False
 
     def _from_prometheus(self, start: float, end: float) -> dict:
         """The same analysis from the local Prometheus' samples: a cross-check of the scraper."""
