@@ -6,7 +6,6 @@ import asyncio
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 
@@ -77,7 +76,7 @@ def test_trials_run_interleaved_and_the_same_seed_hits_the_same_request_ids(tmp_
     assert r["verdict"]["winner"] is None  # two identical variants, two trials: nothing to separate
 
 
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not on PATH")
+@pytest.mark.scraped_here
 def test_analyze_from_prometheus_agrees_with_the_runner(tmp_path):
     from harness.drills import cli_analyze
     from harness.drills.runner import Runner, runner_metrics_url

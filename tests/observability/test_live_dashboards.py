@@ -14,7 +14,7 @@ from harness.dashboards import build_all, iter_queries, substitute
 from harness.procs.prometheus import finite_values
 from tests.observability.live_drill import CONFIG, SERVICE, DrillRun, LiveDrill
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.scraped_here]
 
 #: Every caller and traffic class (this drill's loadgen is not the runner's); the plan's SLO and window.
 VARIABLES = {"slo": "0.05", "window": "3s"}

@@ -25,7 +25,7 @@ from harness.drills.runner import Runner
 from harness.drills.series import RunSeries
 from harness.procs.prometheus import LocalPrometheus, finite_values
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.scraped_here]
 
 PLAN = pathlib.Path(__file__).parent / "plans/storm-3hop.yaml"
 

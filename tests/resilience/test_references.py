@@ -209,7 +209,10 @@ def test_a_local_exception_is_counted_unknown_and_leaves_breaker_and_percentiles
     )
     fleet = Fleet({"a": [AttributeError("'Stub' object has no attribute 'Cal'")]})
     c = caller(["a"], cfg, fleet, service="t13-local")
-    labels = dict(service="t13-local", grpc_method=LABEL, config="t13-local", fault_mode="none", traffic="organic")
+    labels = dict(
+        service="t13-local", grpc_method=LABEL, config="t13-local", fault_mode="none", traffic="organic",
+        injected="false",
+    )
 
     async def go():
         raised = 0
