@@ -196,6 +196,7 @@ class Runner:
             if active:
                 on, off = active[0], active[-1] + 1.0
         series = build_series(label, scraper.samples, on, off)
+        series.planned_rps = load.planned_rps()
         self.windows[label] = (wall0 + on, wall0 + off)
         self.trial_windows.setdefault(label, []).append((wall0, time.time(), wall0 + on, wall0 + off))
         expected = set(load.expected_hits())
