@@ -25,6 +25,7 @@ import pathlib
 import shutil
 import sys
 import time
+import urllib.request
 from typing import Protocol
 
 from grpc import aio
@@ -231,6 +232,9 @@ class LocustLoad:
             argv += ["--drill-cancel-ms", f"{tr.cancel_ms:g}"]
         env = python_env({"DRILL_FAULT_SEED": str(self.seed)})
         self.proc = spawn(argv, self.workdir / "locust.log", env)
+        # Locust's phase clock starts with its /metrics (same init): wait for it, so the runner's
+        # scrapes cover Locust's whole recovery phase rather than starting seconds early
+        await asyncio.to_thread(_wait_http, self.metrics_endpoints()[0][1], LOCUST_START_S, self.proc)
 
     def expected_hits(self) -> list[str]:
         f = self.fault
@@ -239,6 +243,27 @@ class LocustLoad:
     def planned_rps(self) -> dict[str, float]:
         return planned_rps(self.traffic)
 
+    async def stop(self) -> None:
+        from harness.procs.spawn import stop_processes
+
+        if self.proc is not None:
+            stop_processes([self.proc])
+
+
+#: Seconds Locust may take to start (imports, gevent) before the drill fails
+LOCUST_START_S = 30.0
+
+
+def _wait_http(url: str, timeout_s: float, proc) -> None:
+    """Poll `url` until it answers (bounded); give up early when the process has exited."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.1)
+
 
 def read_tagged_ids(directory: pathlib.Path) -> list[str]:
     """Every id the Locust processes of a run sent with the directive (`--drill-ids-dir`)."""
@@ -246,12 +271,6 @@ def read_tagged_ids(directory: pathlib.Path) -> list[str]:
     for path in sorted(directory.glob("ids-*.txt")):
         ids += [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
     return ids
-
-    async def stop(self) -> None:
-        from harness.procs.spawn import stop_processes
-
-        if self.proc is not None:
-            stop_processes([self.proc])
 
 
 def _venv_locust() -> str | None:

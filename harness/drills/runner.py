@@ -143,8 +143,8 @@ class Runner:
             scraper = Scraper(lambda: topo.endpoints() + load.metrics_endpoints(), config=label)
             wall0 = time.time() - (time.monotonic() - scraper.t0)
             await scraper.scrape_once()  # baseline
+            await load.start(topo.edge)  # returns once the load's clock runs (Locust: once it is up)
             t_load = time.monotonic() - scraper.t0
-            await load.start(topo.edge)
             ph = plan.phases
             end_at = scraper.t0 + t_load + ph.total + 1.0
             state = {"phase": None}
