@@ -64,7 +64,7 @@ class Schedule:
         if rate <= 0:
             raise ValueError("an open-loop schedule needs a rate above 0")
         self.rate = rate
-        self.offset = (spread_index * _PHI) % 1.0 / rate
+        self.offset = ((spread_index + 0.5) * _PHI) % 1.0 / rate  # never on a whole second (phase edges)
         self.start: float | None = None
         self.n = 0
 

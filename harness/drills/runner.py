@@ -168,7 +168,7 @@ class Runner:
                             "config": label if plan.trials == 1 else f"{label} #{trial}/{plan.trials}",
                             "index": index, "count": len(plan.variants), "phase": phase,
                             "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
-                            "hops": [h.name for h in variant.hops],
+                            "hops": [h.name for h in variant.hops], "planned_rps": load.planned_rps(),
                         }
                     )  # fmt: skip
 
