@@ -228,8 +228,11 @@ class LocustLoad:
             argv += ["--drill-target", f.target]
         if f.instances is not None:
             argv += ["--drill-instances", str(f.instances)]
+        # the plan decides cancels, not the profile (smoke cancels 10 % of drill calls after 1 ms)
         if tr.cancel_ms:
-            argv += ["--drill-cancel-ms", f"{tr.cancel_ms:g}"]
+            argv += ["--drill-cancel-ms", f"{tr.cancel_ms:g}", "--drill-cancel-share", "100"]
+        else:
+            argv += ["--drill-cancel-ms", "", "--drill-cancel-share", "0"]
         env = python_env({"DRILL_FAULT_SEED": str(self.seed)})
         self.proc = spawn(argv, self.workdir / "locust.log", env)
         # Locust's phase clock starts with its /metrics (same init): wait for it, so the runner's
