@@ -2,8 +2,7 @@
 
 Both call `drill.v1.Demo/Call` through the harness client interceptor, open loop
 when a rate is set (`GrpcUser.next_call`), each call with a seed-derived request
-id. A drill
-user always sends its tenant (so its traffic is counted as `drill`) and adds the
+id. A drill user always sends its tenant (so its traffic is counted as `drill`) and adds the
 directive, ratio, target and instances only while the process's `PhaseState`
 says the fault is on. During the fault it also cancels a deterministic share of
 its calls (`--drill-cancel-share`) after `--drill-cancel-ms`, and logs the ids it

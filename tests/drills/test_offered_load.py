@@ -79,3 +79,17 @@ def test_planned_rates_travel_in_series_json_so_analyze_recomputes_the_check():
 def test_without_a_plan_the_check_is_absent_not_failed():
     r = a.analyze_run(make_series([0.0] * 40), SLO)  # e.g. read back from Prometheus
     assert r["offered_rps"] == {} and r["load_fell_behind"] is None and r["insufficient_data"] is False
+
+
+def test_the_report_shows_offered_load_per_trial_and_which_fell_behind():
+    from harness.drills import report
+
+    ok = make_series([0.0] * 40, config="ok")
+    ok.planned_rps = {"organic": 90.0, "drill": 10.0}
+    behind = make_series([0.0] * 40, config="behind")
+    behind.planned_rps = {"organic": 200.0, "drill": 10.0}
+    out = res.assemble({"ok": [ok], "behind": [behind]}, SLO, ["gateway", "ledger"]).model_dump()
+    page = report.render(out, {"ok": ok, "behind": behind})
+    assert "Offered load during the fault" in page and "id='offered-table'" in page
+    assert "90.0 / 90.0" in page and "90.0 / 200.0 behind" in page
+    assert "insufficient data (load fell behind)" in page
