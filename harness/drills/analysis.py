@@ -193,6 +193,8 @@ def grace_s(slo: Slo) -> float:
 MIN_KNOWN_SHARE = 0.8
 #: achieved below this share of the planned rate is `load_fell_behind` (and `insufficient_data`)
 MIN_OFFERED_SHARE = 0.9
+#: how long past its timeout a call may still be seen ending (deadline timer, scheduling)
+TIMEOUT_SLACK_S = 0.1
 
 
 @dataclasses.dataclass
@@ -354,7 +356,9 @@ def started_rps(series: RunSeries, start: float, end: float, traffic: str) -> fl
 
     A sample at t counts calls that ended in (t−1, t]; one in latency bucket
     (lo, hi] started in (t−1−hi, t−lo]. Each bucket's calls are spread evenly
-    over that interval and the part inside [start, end) is counted.
+    over that interval and the part inside [start, end) is counted. With the
+    client's timeout known, no call is taken to have lasted longer than it
+    (plus `TIMEOUT_SLACK_S`): calls that timed out at 2 s sit in the (2, 3] bucket.
     """
     if end <= start:
         return None
@@ -374,8 +378,12 @@ def started_rps(series: RunSeries, start: float, end: float, traffic: str) -> fl
             prev = le_cum
             if hi == math.inf:
                 hi = lo  # beyond the last bucket: taken as the last bound
+            top, bottom = hi, lo
+            if series.timeout_s is not None:
+                top = min(hi, series.timeout_s + TIMEOUT_SLACK_S)
+                bottom = min(lo, series.timeout_s)
             if n > 0:
-                a, b = t - dt[i] - hi, t - lo
+                a, b = t - dt[i] - top, t - bottom
                 overlap = max(0.0, min(b, end) - max(a, start))
                 started += n * (overlap / (b - a) if b > a else float(start <= a < end))
             lo = hi

@@ -8,6 +8,7 @@ same series code the analysis uses.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -25,18 +26,21 @@ from harness.drills.series import build_series
 PHASE_STYLE = {"warmup": "cyan", "fault": "bold red", "recovery": "green", "done": "dim"}
 
 
-#: the live offered rate is taken over this many seconds, ending this many seconds ago (calls are
-#: counted when they end: a call started now is seen up to a timeout later)
-OFFERED_SPAN_S, OFFERED_LAG_S = 3.0, 3.0
+#: the live offered rate is taken over this many seconds, ending a timeout (+1 s) ago: calls are
+#: counted when they end, so a call started now is seen up to a timeout later
+OFFERED_SPAN_S = 3.0
 
 
 def offered_now(update: dict) -> dict[str, float | None]:
     """Calls started per second by traffic class, over a recent span (see OFFERED_SPAN_S)."""
-    samples = update["samples"][-int(OFFERED_SPAN_S + OFFERED_LAG_S + 2) :]
-    if len(samples) < OFFERED_SPAN_S + OFFERED_LAG_S + 1:
+    timeout = update.get("timeout_s") or 2.0
+    lag = math.ceil(timeout) + 1.0
+    samples = update["samples"][-int(OFFERED_SPAN_S + lag + 2) :]
+    if len(samples) < OFFERED_SPAN_S + lag + 1:
         return {}
     s = build_series(update["config"], samples, 0.0, 0.0)
-    end = s.t[-1] - OFFERED_LAG_S
+    s.timeout_s = timeout
+    end = s.t[-1] - lag
     return {tr: a.started_rps(s, end - OFFERED_SPAN_S, end, tr) for tr in ("organic", "drill")}
 
 

@@ -169,6 +169,7 @@ class Runner:
                             "index": index, "count": len(plan.variants), "phase": phase,
                             "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
                             "hops": [h.name for h in variant.hops], "planned_rps": load.planned_rps(),
+                            "timeout_s": tr.timeout_s,
                         }
                     )  # fmt: skip
 
@@ -196,7 +197,7 @@ class Runner:
             if active:
                 on, off = active[0], active[-1] + 1.0
         series = build_series(label, scraper.samples, on, off)
-        series.planned_rps = load.planned_rps()
+        series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
         self.windows[label] = (wall0 + on, wall0 + off)
         self.trial_windows.setdefault(label, []).append((wall0, time.time(), wall0 + on, wall0 + off))
         expected = set(load.expected_hits())

@@ -13,8 +13,10 @@ from tests.drills.synth import make_series
 SLO = a.Slo(max_error_rate=0.05, hold_s=3)
 
 
-def slow_fault_series(started: float, latency_bucket: tuple[str, str], *, n: int = 40) -> RunSeries:
-    """`started` drill calls/s at a steady schedule; in the fault (t in [11, 20]) each takes ~1.75 s.
+def slow_fault_series(
+    started: float, latency_bucket: tuple[str, str], *, n: int = 40, latency: float = 1.75
+) -> RunSeries:
+    """`started` drill calls/s at a steady schedule; in the fault (t in [10, 20)) each takes `latency` s.
 
     Completions are what the client series count: during the fault they lag the starts by the
     latency, so the window holds fewer completions than calls started in it.
@@ -23,7 +25,7 @@ def slow_fault_series(started: float, latency_bucket: tuple[str, str], *, n: int
     fast, slow = [0.0] * n, [0.0] * n
     for start_s in [i / started for i in range(int(n * started))]:
         slow_call = 10 <= start_s < 20
-        end = start_s + (1.75 if slow_call else 0.05)
+        end = start_s + (latency if slow_call else 0.05)
         i = int(end)  # the sample at t = i + 1 covers (i, i + 1]
         if i < n:
             (slow if slow_call else fast)[i] += 1.0
@@ -43,6 +45,15 @@ def test_achieved_counts_calls_started_in_the_fault_window_not_calls_ended():
     offered, behind = a.offered_load(s)
     assert abs(offered["drill"]["achieved"] - 10.0) <= 0.5  # what was actually sent
     assert offered["drill"]["planned"] == 10.0 and behind is False
+
+
+def test_calls_that_time_out_are_not_taken_to_have_lasted_the_whole_bucket():
+    # every fault call times out at 2 s and lands in the (2, 3] bucket: spread over it, their starts
+    # would be placed up to a second early and the first half second of the window would look empty
+    s = slow_fault_series(10.0, ("2.0", "3.0"), latency=2.02)
+    s.timeout_s = 2.0
+    offered, behind = a.offered_load(s)
+    assert abs(offered["drill"]["achieved"] - 10.0) <= 0.3 and behind is False
 
 
 def test_a_generator_that_slows_down_falls_behind_and_is_insufficient_data():
