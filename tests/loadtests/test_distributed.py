@@ -57,7 +57,7 @@ def test_processes_two_workers_run_the_drill(tmp_path, drill_server):
         tmp_path,
         drill_server.host,
         "--processes", "2", *DRILL, "--drill-metrics-port", str(base), "--drill-seed", "5",
-        "--drill-ids-dir", str(ids_dir),
+        "--drill-ids-dir", str(ids_dir), "--drill-weights", "organic=0,drill=1",  # drill users on both workers
         profile="abort-drill",
         scrape_ports=[base, base + 1, base + 2],
         timeout=45,
