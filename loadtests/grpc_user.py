@@ -7,10 +7,15 @@ it fit for drills:
   reported under its own request type (`grpc-cancelled`), never as a failure;
   other non-OK statuses are failures whose message is the status name and class,
   so the log gets no traceback per request and the failure table stays small;
-* the gevent hub threadpool grows with the users of the process. gevent-patched
-  grpc parks each in-flight blocking call on a hub threadpool thread (default 10):
-  with fewer threads than users, slow calls of one user class stall every other
-  user in the process and the load generator fakes blast radius;
+* the gevent hub threadpool grows with the calls the process can have in flight.
+  gevent-patched grpc parks each in-flight blocking call on a hub threadpool
+  thread (default 10): with fewer threads than calls, slow calls of one user
+  class stall every other user in the process and the load generator fakes
+  blast radius;
+* with a rate (`--drill-rate`), a user is open loop (`loadtests.openloop`): call
+  n is scheduled at a fixed time and runs in its own greenlet, so slow responses
+  never slow the arrivals down (no coordinated omission); every call carries a
+  seed-derived `x-request-id`;
 * the channel carries the harness client interceptor, so every call is tagged
   and counted in `drill_client_calls_total` / `drill_client_latency_seconds`;
 * a failure is named by whether the server marked it as injected (the
@@ -22,7 +27,9 @@ it fit for drills:
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -31,11 +38,14 @@ import grpc.experimental.gevent as grpc_gevent
 grpc_gevent.init_gevent()  # before any channel exists (Locust's recipe)
 
 import gevent  # noqa: E402
-from locust import User, constant, constant_throughput  # noqa: E402
+import gevent.pool  # noqa: E402
+from locust import User, constant  # noqa: E402
+from locust.runners import WorkerRunner  # noqa: E402
 
-from harness.core.headers import has_fault_marker  # noqa: E402
+from harness.core.headers import REQUEST_ID, has_fault_marker  # noqa: E402
 from harness.core.status import classify, status_name  # noqa: E402
 from harness.interceptors import ORGANIC, SyncDrillClientInterceptor, Tagging, call_with_cancel  # noqa: E402
+from loadtests import openloop  # noqa: E402
 from loadtests import options as drill_options  # noqa: E402
 
 #: Request type of calls that ended CANCELLED: their own row in Locust's stats, never failures.
@@ -96,7 +106,14 @@ class GrpcUser(User):
         rate = self.opts.rate
         if self.traffic == "organic" and self.opts.organic_rate is not None:
             rate = self.opts.organic_rate
-        self._wait = constant_throughput(rate) if rate > 0 else constant(0)
+        self.rate = rate
+        # open loop: the task itself waits for each scheduled arrival; closed loop (rate 0): flat out
+        self._wait = constant(0)
+        self.schedule: openloop.Schedule | None = None
+        self.inflight = openloop.inflight_bound(rate, self.opts.timeout) if rate > 0 else 1
+        self._calls: gevent.pool.Pool | None = None
+        self._closed_n = 0
+        self.user_name = ""
         self.interceptor: SyncDrillClientInterceptor | None = None
         self._channel: grpc.Channel | None = None
         self.stub: Any = None
@@ -109,7 +126,15 @@ class GrpcUser(User):
 
     def on_start(self) -> None:
         _Threadpool.fixed = self.opts.threadpool
-        _Threadpool.grow(1)
+        _Threadpool.grow(self.inflight)
+        runner = self.environment.runner
+        worker = getattr(runner, "worker_index", -1) if isinstance(runner, WorkerRunner) else None
+        if worker is not None and worker < 0:
+            worker = os.getpid()  # index not known yet: the pid still keeps ids unique
+        self.user_name, spread = openloop.NAMES.next(self.traffic, worker)
+        if self.rate > 0:
+            self.schedule = openloop.Schedule(self.rate, spread)
+            self._calls = gevent.pool.Pool(self.inflight)
         target = target_of(self.host or self.environment.host)
         self.interceptor = SyncDrillClientInterceptor(
             self.initial_tagging(),
@@ -122,30 +147,51 @@ class GrpcUser(User):
         self.stub = self.stub_class(grpc.intercept_channel(self._channel, self.interceptor))
 
     def on_stop(self) -> None:
-        _Threadpool.grow(-1)
+        _Threadpool.grow(-self.inflight)
+        if self._calls is not None:
+            self._calls.kill(block=False)
         if self._channel is not None:
             self._channel.close()
             self._channel = None
 
-    def call(self, method: str, request: Any, *, cancel_after_ms: float | None = None) -> Any:
+    def next_call(self, send: Callable[[int], Any]) -> None:
+        """Run `send(n)` for the next call: open loop, in its own greenlet at its scheduled time;
+        closed loop (no rate), right here. The pool blocks only when `inflight` calls are out."""
+        if self.schedule is None:
+            self._closed_n += 1
+            send(self._closed_n - 1)
+            return
+        gevent.sleep(self.schedule.delay())
+        self._calls.spawn(send, self.schedule.take())
+
+    def request_id(self, n: int) -> str:
+        """`PLAN-SEED-USER-N`: the same form as the in-runner load's ids, unique across processes."""
+        return openloop.request_id(self.opts.plan, self.opts.seed, self.user_name, n)
+
+    def call(
+        self, method: str, request: Any, *, cancel_after_ms: float | None = None, request_id: str | None = None
+    ) -> Any:
         """Call `method` on the stub; report to `events.request`; return the reply or None."""
         multicallable = getattr(self.stub, method)
+        metadata = ((REQUEST_ID, request_id),) if request_id else None
+        fault_mode = self.interceptor.tagging.fault_mode  # before the call: other greenlets may retag
         start = time.perf_counter()
         reply = None
         code = "OK"
         injected = False
         try:
             if cancel_after_ms is not None:
-                reply = call_with_cancel(multicallable, request, cancel_after_ms, timeout=self.opts.timeout)
+                reply = call_with_cancel(
+                    multicallable, request, cancel_after_ms, timeout=self.opts.timeout, metadata=metadata
+                )
             else:
-                reply, call = multicallable.with_call(request, timeout=self.opts.timeout)
+                reply, call = multicallable.with_call(request, timeout=self.opts.timeout, metadata=metadata)
                 injected = has_fault_marker(call.trailing_metadata())
         except grpc.RpcError as e:
             code = status_name(e.code()) if hasattr(e, "code") else "UNKNOWN"
             trailing = getattr(e, "trailing_metadata", None)
             injected = has_fault_marker(trailing() if callable(trailing) else None)
         elapsed_ms = (time.perf_counter() - start) * 1000.0
-        fault_mode = self.interceptor.tagging.fault_mode
         context = {
             "traffic": self.traffic,
             "grpc_status": code,

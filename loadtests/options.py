@@ -64,6 +64,10 @@ class DrillOptions:
     metrics_host: str = "127.0.0.1"
     metrics_fixed: bool = False
     threadpool: int = 0
+    #: seed in the request ids (`PLAN-SEED-USER-N`); the runner passes the plan's
+    seed: int = 0
+    #: directory where each process appends the ids it sent with the directive (empty = none)
+    ids_dir: str | None = None
 
     @property
     def total_seconds(self) -> float:
@@ -174,6 +178,8 @@ def from_namespace(ns: Any) -> DrillOptions:
         metrics_host=getattr(ns, "drill_metrics_host", None) or "127.0.0.1",
         metrics_fixed=bool(getattr(ns, "drill_metrics_fixed", False)),
         threadpool=int(getattr(ns, "drill_threadpool", 0) or 0),
+        seed=int(getattr(ns, "drill_seed", 0) or 0),
+        ids_dir=(getattr(ns, "drill_ids_dir", "") or "").strip() or None,
     )
 
 
@@ -236,7 +242,7 @@ def add_arguments(parser: Any) -> None:
     arg("--drill-users", type=int, default=20, help="total users while phases run")
     weights_help = "user class weights, e.g. organic=3,drill=1 (0 leaves a class out)"
     arg("--drill-weights", type=_validated(parse_weights), default="organic=1,drill=1", help=weights_help)
-    arg("--drill-rate", type=float, default=0.0, help="requests/s per user (0 = as fast as possible)")
+    arg("--drill-rate", type=float, default=0.0, help="requests/s per user, open loop (0 = closed loop, flat out)")
     arg("--drill-organic-rate", default="", help="requests/s per organic user (default: --drill-rate)")
     arg("--drill-timeout", type=float, default=2.0, help="per-call timeout, seconds")
     arg("--drill-cancel-ms", default="", help="actively cancel a share of drill calls after N ms")
@@ -254,4 +260,6 @@ def add_arguments(parser: Any) -> None:
         default=False,
         help="every process binds the base port (one Locust process per container)",
     )
-    arg("--drill-threadpool", type=int, default=0, help="gevent hub threadpool size (0 = track live users)")
+    arg("--drill-threadpool", type=int, default=0, help="gevent hub threadpool size (0 = track in-flight calls)")
+    arg("--drill-seed", type=int, default=0, help="seed in the request ids PLAN-SEED-USER-N")
+    arg("--drill-ids-dir", default="", help="append the ids sent with the directive to DIR/ids-PID.txt")

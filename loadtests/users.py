@@ -1,10 +1,12 @@
 """The two traffic classes of a drill profile: `OrganicUser` (untagged) and `DrillUser` (tagged).
 
-Both call `drill.v1.Demo/Call` through the harness client interceptor. A drill
-user always sends its tenant (so its traffic is counted as `drill`) and adds the
+Both call `drill.v1.Demo/Call` through the harness client interceptor, open loop
+when a rate is set (`GrpcUser.next_call`), each call with a seed-derived request
+id. A drill user always sends its tenant (so its traffic is counted as `drill`) and adds the
 directive, ratio, target and instances only while the process's `PhaseState`
 says the fault is on. During the fault it also cancels a deterministic share of
-its calls (`--drill-cancel-share`) after `--drill-cancel-ms`. Weights come from
+its calls (`--drill-cancel-share`) after `--drill-cancel-ms`, and logs the ids it
+sent with the directive (`--drill-ids-dir`, for the expected hits). Weights come from
 `--drill-weights` (set by `configure_weights` on the process that dispatches users).
 """
 
@@ -14,6 +16,7 @@ from locust import task
 
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import Tagging
+from loadtests import openloop
 from loadtests import options as drill_options
 from loadtests.grpc_user import GrpcUser
 from loadtests.phase import STATE
@@ -37,7 +40,10 @@ class OrganicUser(DemoUser):
 
     @task
     def unary(self) -> None:
-        self.call(self.method, self.request())
+        self.next_call(self.send)
+
+    def send(self, n: int) -> None:
+        self.call(self.method, self.request(), request_id=self.request_id(n))
 
 
 class DrillUser(DemoUser):
@@ -75,10 +81,17 @@ class DrillUser(DemoUser):
 
     @task
     def unary(self) -> None:
+        self.next_call(self.send)
+
+    def send(self, n: int) -> None:
         fault = STATE.fault_active and self.opts.directive is not None
+        rid = self.request_id(n)
+        if fault:
+            openloop.TAGGED_IDS.write(self.opts.ids_dir, rid)
+        # no gevent switch between retagging and the interceptor reading the tagging
         self.interceptor.tagging = self._fault if fault else self._quiet
         cancel = self.opts.cancel_ms if STATE.fault_active and self._cancel_now() else None
-        self.call(self.method, self.request(), cancel_after_ms=cancel)
+        self.call(self.method, self.request(), cancel_after_ms=cancel, request_id=rid)
 
 
 def configure_weights(opts: drill_options.DrillOptions) -> None:

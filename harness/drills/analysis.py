@@ -23,7 +23,16 @@ Pure functions over a `RunSeries`; no I/O, no clocks. Definitions:
   (restored for good). `None` when never restored. `None` too, with
   `breached: False`, when the SLO held: never 0. Times are sample end-times.
 - **insufficient data**: fewer than 80 % of the fault window's seconds are
-  known, or no edge calls in it. Such a trial is never ranked as holding.
+  known, or no edge calls in it, or the load fell behind. Such a trial is never
+  ranked as holding.
+- **offered load**: per traffic class, `planned` requests/s (what the load
+  driver was asked to send) and `achieved`: the calls the edge client *started*
+  in the fault window ÷ its length. Calls are counted when they end, so each
+  second's completions are moved back by their latency (spread over their
+  latency bucket) before counting: a slow fault does not look like a load drop.
+  **load fell behind** when achieved < 90 % of planned for a class: the
+  generator slowed down with the system (coordinated omission) and the drill
+  cannot say a configuration held.
 - **amplification** per hop = the hop's attempts (server calls, shed included)
   ÷ edge first attempts (every call users sent: organic and drill, the load
   before any retry), summed over the fault window. The drill's amplification is
@@ -182,6 +191,10 @@ def grace_s(slo: Slo) -> float:
 
 #: a fault window with fewer known seconds than this share is `insufficient_data`
 MIN_KNOWN_SHARE = 0.8
+#: achieved below this share of the planned rate is `load_fell_behind` (and `insufficient_data`)
+MIN_OFFERED_SHARE = 0.9
+#: how long past its timeout a call may still be seen ending (deadline timer, scheduling)
+TIMEOUT_SLACK_S = 0.1
 
 
 @dataclasses.dataclass
@@ -338,6 +351,62 @@ def total_requests(series: RunSeries, traffic: str = "all") -> int:
     return int(round(sum(r * d for r, d in zip(rps_series(series, traffic), dt, strict=True))))
 
 
+def started_rps(series: RunSeries, start: float, end: float, traffic: str) -> float | None:
+    """Calls of one traffic class the edge client started in [start, end), per second.
+
+    A sample at t counts calls that ended in (t−1, t]; one in latency bucket
+    (lo, hi] started in (t−1−hi, t−lo]. Each bucket's calls are spread evenly
+    over that interval and the part inside [start, end) is counted. With the
+    client's timeout known, no call is taken to have lasted longer than it
+    (plus `TIMEOUT_SLACK_S`): calls that timed out at 2 s sit in the (2, 3] bucket.
+    """
+    if end <= start:
+        return None
+    keys = [k for k in series.select("lat") if k.traffic == traffic]
+    if not keys:
+        return None
+    les = sorted({k.le for k in keys}, key=lambda le: math.inf if le == "+Inf" else float(le))
+    bounds = [math.inf if le == "+Inf" else float(le) for le in les]
+    dt = _dts(series.t)
+    started = 0.0
+    for i, t in enumerate(series.t):
+        cum = [sum(series.values[k][i] or 0.0 for k in keys if k.le == le) for le in les]
+        lo = 0.0
+        prev = 0.0
+        for le_cum, hi in zip(cum, bounds, strict=True):
+            n = (le_cum - prev) * dt[i]
+            prev = le_cum
+            if hi == math.inf:
+                hi = lo  # beyond the last bucket: taken as the last bound
+            top, bottom = hi, lo
+            if series.timeout_s is not None:
+                top = min(hi, series.timeout_s + TIMEOUT_SLACK_S)
+                bottom = min(lo, series.timeout_s)
+            if n > 0:
+                a, b = t - dt[i] - top, t - bottom
+                overlap = max(0.0, min(b, end) - max(a, start))
+                started += n * (overlap / (b - a) if b > a else float(start <= a < end))
+            lo = hi
+    return started / (end - start)
+
+
+def offered_load(series: RunSeries) -> tuple[dict[str, dict], bool | None]:
+    """Per class `{planned, achieved, fell_behind}` over the fault window, and whether any class fell behind."""
+    if not series.planned_rps:
+        return {}, None
+    out = {}
+    for traffic, planned in sorted(series.planned_rps.items()):
+        if planned <= 0:
+            continue
+        achieved = started_rps(series, series.fault_on, series.fault_off, traffic) or 0.0
+        out[traffic] = {
+            "planned": round(planned, 3),
+            "achieved": round(achieved, 3),
+            "fell_behind": achieved < MIN_OFFERED_SHARE * planned,
+        }
+    return out, any(c["fell_behind"] for c in out.values())
+
+
 def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) -> dict:
     """Every number results.json carries for one trial of one configuration."""
     rec = recovery(series, slo)
@@ -348,14 +417,17 @@ def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) 
         deepest = max((h for h in amp if amp[h] is not None), key=lambda h: amp[h], default=None)
 
     on, off = series.fault_on, series.fault_off
+    offered, fell_behind = offered_load(series)
 
     def r(x):
         return None if x is None else round(x, 3)
 
     return {
         "breached": rec.breached,
-        "insufficient_data": rec.insufficient_data,
+        "insufficient_data": rec.insufficient_data or bool(fell_behind),
         "known_share": rec.known_share,
+        "offered_rps": offered,
+        "load_fell_behind": fell_behind,
         "ttd_s": r(rec.ttd_s),
         "ttm_s": r(rec.ttm_s),
         "ttr_s": r(rec.ttr_s),

@@ -144,13 +144,13 @@ def print_summary(results: dict, out: pathlib.Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from harness.drills.report import _fmt, _pct, mttr_text
+    from harness.drills.report import _fmt, _pct, mttr_text, offered_text
 
     trials = max((c.get("summary", {}).get("trials", 1) for c in results["configs"].values()), default=1)
     title = f"drill {results['plan']} (seed {results['seed']}" + (f", {trials} trials each)" if trials > 1 else ")")
     table = Table(title=title)
     cols = ("configuration", "trials", "MTTR (median)", "TTD", "TTR", "amplification", "success", "att/success",
-            "blast radius")  # fmt: skip
+            "blast radius", "offered req/s organic · drill")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right")
     for name in results["ranking"]:
@@ -161,11 +161,16 @@ def print_summary(results: dict, out: pathlib.Path) -> None:
             _spread(s.get("ttr_s")) if s else _fmt(c["ttr_s"], " s", 1),
             _fmt(s.get("amplification", c.get("amplification")), "×"), _pct(s.get("success_rate")),
             _fmt(s.get("attempts_per_success"), "", 2), _pct(s.get("blast_radius", c.get("blast_radius"))),
+            f"{offered_text(c, 'organic')} · {offered_text(c, 'drill')}",
         )  # fmt: skip
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)
     console.print(table)
+    behind = [f"{n} #{t.get('trial', 1)}" for n, c in results["configs"].items() for t in c.get("trials") or [c]
+              if t.get("load_fell_behind")]  # fmt: skip
+    if behind:
+        console.print(f"load fell behind the plan (insufficient data): {', '.join(behind)}", highlight=False)
     v = results["verdict"]
     console.print(v["text"] if isinstance(v, dict) else v, highlight=False)
     console.print(f"wrote {out / 'results.json'} and {out / 'report.html'}", highlight=False)

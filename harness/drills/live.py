@@ -8,6 +8,7 @@ same series code the analysis uses.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -25,6 +26,24 @@ from harness.drills.series import build_series
 PHASE_STYLE = {"warmup": "cyan", "fault": "bold red", "recovery": "green", "done": "dim"}
 
 
+#: the live offered rate is taken over this many seconds, ending a timeout (+1 s) ago: calls are
+#: counted when they end, so a call started now is seen up to a timeout later
+OFFERED_SPAN_S = 3.0
+
+
+def offered_now(update: dict) -> dict[str, float | None]:
+    """Calls started per second by traffic class, over a recent span (see OFFERED_SPAN_S)."""
+    timeout = update.get("timeout_s") or 2.0
+    lag = math.ceil(timeout) + 1.0
+    samples = update["samples"][-int(OFFERED_SPAN_S + lag + 2) :]
+    if len(samples) < OFFERED_SPAN_S + lag + 1:
+        return {}
+    s = build_series(update["config"], samples, 0.0, 0.0)
+    s.timeout_s = timeout
+    end = s.t[-1] - lag
+    return {tr: a.started_rps(s, end - OFFERED_SPAN_S, end, tr) for tr in ("organic", "drill")}
+
+
 def last_second(update: dict) -> dict | None:
     """Numbers for the latest second of the running configuration."""
     samples = update["samples"][-2:]
@@ -32,7 +51,8 @@ def last_second(update: dict) -> dict | None:
         return None
     s = build_series(update["config"], samples, 0.0, 0.0)
     i = len(s.t) - 1
-    out: dict = {"rps": {}, "err": {}, "p99": {}, "hops": {}}
+    out: dict = {"rps": {}, "err": {}, "p99": {}, "hops": {}, "offered": offered_now(update)}
+    out["planned"] = update.get("planned_rps") or {}
     for tr in ("organic", "drill"):
         out["rps"][tr] = a.rps_series(s, tr)[i]
         out["err"][tr] = a.error_rate_series(s, tr)[i]
@@ -50,6 +70,16 @@ def last_second(update: dict) -> dict | None:
 
 def _n(x, fmt="{:.0f}") -> str:
     return "—" if x is None else fmt.format(x)
+
+
+def offered_cell(nums: dict, traffic: str) -> str:
+    """`offered/planned` req/s of a class, with `BEHIND` below 90 % (the drill's own load check)."""
+    planned = nums.get("planned", {}).get(traffic)
+    got = nums.get("offered", {}).get(traffic)
+    if not planned:
+        return "—"
+    behind = got is not None and got < a.MIN_OFFERED_SHARE * planned
+    return f"{_n(got)}/{planned:.0f}" + (" BEHIND" if behind else "")
 
 
 class LiveView:
@@ -87,6 +117,7 @@ class LiveView:
                 f"[{update['config']}] {update['phase']:<8} {update['elapsed']:5.1f}/{update['total']:.0f}s "
                 f"organic {_n(nums['rps'].get('organic'))} req/s err {_n(err and 100 * err, '{:.1f}')}% "
                 f"drill {_n(nums['rps'].get('drill'))} req/s "
+                f"offered organic {offered_cell(nums, 'organic')} drill {offered_cell(nums, 'drill')} "
                 + " ".join(f"{h}={_n(v['rps'])}/s" for h, v in nums["hops"].items()),
                 highlight=False,
             )
@@ -105,13 +136,13 @@ class LiveView:
         if nums is None:
             return Panel(Group(head, bar))
         traffic = Table(title="edge (client side)", expand=False)
-        for col in ("traffic", "fault mode", "req/s", "error rate", "p99"):
+        for col in ("traffic", "fault mode", "req/s", "offered/planned", "error rate", "p99"):
             traffic.add_column(col, justify="right")
         for (tr, mode), p99 in sorted(nums["p99"].items()):
             err = nums["err"].get(tr)
             traffic.add_row(
-                tr, mode, _n(nums["rps"].get(tr)), _n(err and 100 * err, "{:.1f}%") if err is not None else "—",
-                _n(p99, "{:.3f} s"),
+                tr, mode, _n(nums["rps"].get(tr)), offered_cell(nums, tr),
+                _n(err and 100 * err, "{:.1f}%") if err is not None else "—", _n(p99, "{:.3f} s"),
             )  # fmt: skip
         hops = Table(title="per service", expand=False)
         for col in ("service", "req/s", "hits/s", "retries/s", "deadline gap/s", "open fds", "breaker"):

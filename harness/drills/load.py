@@ -10,6 +10,11 @@ same ids carry the directive: the hit set is a pure function of the plan.
 `AioLoad` is open loop (a user does not slow down when the system does, up to
 `max_inflight` outstanding calls per user), bounded in count (rate × duration)
 and in time (every call has a deadline; stop() cancels what is left).
+`LocustLoad` is open loop too (loadtests/openloop.py): its users keep the same
+per-user rates and send ids of the same form, and each Locust process logs the
+ids it sent with the directive, so both drivers know their expected hits.
+Both say what they planned to offer (`planned_rps`); the analysis checks it
+against what the edge client actually sent (`offered_rps`, `load_fell_behind`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import pathlib
 import shutil
 import sys
 import time
+import urllib.request
 from typing import Protocol
 
 from grpc import aio
@@ -45,6 +51,16 @@ class LoadDriver(Protocol):
     async def stop(self) -> None: ...
 
     def expected_hits(self) -> list[str]: ...
+
+    def planned_rps(self) -> dict[str, float]: ...
+
+
+def planned_rps(traffic: Traffic) -> dict[str, float]:
+    """Requests/s the plan offers per traffic class (users × per-user rate)."""
+    return {
+        "organic": traffic.organic_users * traffic.organic_rate,
+        "drill": traffic.drill_users * traffic.drill_rate,
+    }
 
 
 def request_id(plan: str, seed: int, user: str, n: int) -> str:
@@ -145,6 +161,9 @@ class AioLoad:
         f = self.fault
         return [r for r in self._tagged if is_hit(self.seed, r, f.directive, f.ratio)]
 
+    def planned_rps(self) -> dict[str, float]:
+        return planned_rps(self.traffic)
+
     async def wait(self, timeout_s: float) -> None:
         """Wait for the schedule to finish and outstanding calls to end (bounded)."""
         if self._tasks:
@@ -165,8 +184,10 @@ class LocustLoad:
     """Locust headless as a subprocess, from a profile in loadtests/profiles, with the drill flags.
 
     Locust runs the phases itself (`--drill-phases`); its client metrics are on
-    `--drill-metrics-port`. Expected hits are not known here (Locust derives the
-    request ids), so `expected_hits` is empty and the audit logs are the record.
+    `--drill-metrics-port`. Its users are open loop at the plan's per-user rates
+    and send `PLAN-SEED-USER-N` ids; each Locust process appends the ids it sent
+    with the directive to `WORKDIR/ids-PID.txt`, and the expected hits
+    are those `is_hit` says are hit.
     """
 
     name = "locust"
@@ -178,6 +199,7 @@ class LocustLoad:
         self.plan, self.seed, self.config_label = plan, seed, config_label
         self.traffic, self.fault, self.phases = traffic, fault, phases
         self.workdir = workdir
+        self.ids_dir = workdir  # ids-PID.txt beside the services' logs
         self.port = free_port()
         self.proc = None
 
@@ -200,24 +222,60 @@ class LocustLoad:
             "--drill-rate", f"{tr.drill_rate:g}", "--drill-organic-rate", f"{tr.organic_rate:g}",
             "--drill-timeout", f"{tr.timeout_s:g}",
             "--drill-metrics-port", str(self.port),
+            "--drill-seed", str(self.seed), "--drill-ids-dir", str(self.ids_dir),
         ]  # fmt: skip
         if f.target:
             argv += ["--drill-target", f.target]
         if f.instances is not None:
             argv += ["--drill-instances", str(f.instances)]
+        # per-attempt faults reach Locust as they reach the in-runner load (through Fault.tagging)
+        argv += ["--drill-fault-scope", f.scope, "--drill-fault-attempts", str(f.attempts or "")]
+        # the plan decides cancels, not the profile (smoke cancels 10 % of drill calls after 1 ms)
         if tr.cancel_ms:
-            argv += ["--drill-cancel-ms", f"{tr.cancel_ms:g}"]
+            argv += ["--drill-cancel-ms", f"{tr.cancel_ms:g}", "--drill-cancel-share", "100"]
+        else:
+            argv += ["--drill-cancel-ms", "", "--drill-cancel-share", "0"]
         env = python_env({"DRILL_FAULT_SEED": str(self.seed)})
         self.proc = spawn(argv, self.workdir / "locust.log", env)
+        # Locust's phase clock starts with its /metrics (same init): wait for it, so the runner's
+        # scrapes cover Locust's whole recovery phase rather than starting seconds early
+        await asyncio.to_thread(_wait_http, self.metrics_endpoints()[0][1], LOCUST_START_S, self.proc)
 
     def expected_hits(self) -> list[str]:
-        return []
+        f = self.fault
+        return [r for r in read_tagged_ids(self.ids_dir) if is_hit(self.seed, r, f.directive, f.ratio)]
+
+    def planned_rps(self) -> dict[str, float]:
+        return planned_rps(self.traffic)
 
     async def stop(self) -> None:
         from harness.procs.spawn import stop_processes
 
         if self.proc is not None:
             stop_processes([self.proc])
+
+
+#: Seconds Locust may take to start (imports, gevent) before the drill fails
+LOCUST_START_S = 30.0
+
+
+def _wait_http(url: str, timeout_s: float, proc) -> None:
+    """Poll `url` until it answers (bounded); give up early when the process has exited."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.1)
+
+
+def read_tagged_ids(directory: pathlib.Path) -> list[str]:
+    """Every id the Locust processes of a run sent with the directive (`--drill-ids-dir`)."""
+    ids: list[str] = []
+    for path in sorted(directory.glob("ids-*.txt")):
+        ids += [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return ids
 
 
 def _venv_locust() -> str | None:

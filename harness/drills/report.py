@@ -86,7 +86,8 @@ def mttr_text(c: dict) -> str:
     """MTTR of a configuration: median over its breached trials, with how many breached / never restored."""
     s = c.get("summary")
     if not s or s["trials"] == 1:
-        return _fmt_s(c.get("mttr_s"), breached=c.get("breached", True), insufficient=c.get("insufficient_data"))
+        text = _fmt_s(c.get("mttr_s"), breached=c.get("breached", True), insufficient=c.get("insufficient_data"))
+        return text + " (load fell behind)" if c.get("load_fell_behind") else text
     if not s["valid_trials"]:
         return f"insufficient data ({s['trials']} trials)"
     if not s["breaches"]:
@@ -327,6 +328,40 @@ def _hop_table(results: dict) -> str:
     )
 
 
+def offered_text(trial: dict, traffic: str) -> str:
+    """`achieved / planned req/s` of one traffic class over the fault window, `behind` when it fell behind."""
+    o = (trial.get("offered_rps") or {}).get(traffic)
+    if not o:
+        return "—"
+    return f"{o['achieved']:.1f} / {o['planned']:.1f}" + (" behind" if o.get("fell_behind") else "")
+
+
+def _offered_table(results: dict) -> str:
+    """Per trial: the load each traffic class offered during the fault, against the plan (the drill's self-check)."""
+    rows = []
+    for name in a.rank(results["configs"]):
+        c = results["configs"][name]
+        for t in c.get("trials") or [c]:
+            if not t.get("offered_rps"):
+                continue
+            behind = t.get("load_fell_behind")
+            cls = ' class="null"' if behind else ""
+            rows.append(
+                f"<tr{cls}><td>{html.escape(name)}</td><td>{t.get('trial', 1)}</td>"
+                f"<td>{html.escape(str(t.get('driver', '—')))}</td><td>{offered_text(t, 'organic')}</td>"
+                f"<td>{offered_text(t, 'drill')}</td>"
+                f"<td>{'yes: insufficient data' if behind else 'no'}</td></tr>"
+            )
+    if not rows:
+        return ""
+    return (
+        "<h2>Offered load during the fault</h2><table id='offered-table'><thead><tr><th>configuration</th>"
+        "<th>trial</th><th>driver</th><th>organic req/s (achieved / planned)</th>"
+        "<th>drill req/s (achieved / planned)</th><th>load fell behind (&lt; 90 %)</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 def _probe_table(results: dict) -> str:
     rows = []
     for name in a.rank(results["configs"]):
@@ -372,7 +407,7 @@ def render(results: dict, series: dict[str, RunSeries]) -> str:
         rows=_rows(results, colors),
         trials=trial_points(results, colors),
         plots=plots(series, colors, results.get("hops")),
-        hops=_hop_table(results) + _probe_table(results),
+        hops=_hop_table(results) + _offered_table(results) + _probe_table(results),
         notes=html.escape(" ".join(results.get("notes", []))),
     )
 

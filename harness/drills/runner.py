@@ -150,8 +150,8 @@ class Runner:
             scraper = Scraper(lambda: topo.endpoints() + load.metrics_endpoints(), config=label)
             wall0 = time.time() - (time.monotonic() - scraper.t0)
             await scraper.scrape_once()  # baseline
+            await load.start(topo.edge)  # returns once the load's clock runs (Locust: once it is up)
             t_load = time.monotonic() - scraper.t0
-            await load.start(topo.edge)
             ph = plan.phases
             end_at = scraper.t0 + t_load + ph.total + 1.0
             state = {"phase": None}
@@ -175,7 +175,8 @@ class Runner:
                             "config": label if plan.trials == 1 else f"{label} #{trial}/{plan.trials}",
                             "index": index, "count": len(plan.variants), "phase": phase,
                             "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
-                            "hops": [h.name for h in variant.hops],
+                            "hops": [h.name for h in variant.hops], "planned_rps": load.planned_rps(),
+                            "timeout_s": tr.timeout_s,
                         }
                     )  # fmt: skip
 
@@ -203,6 +204,7 @@ class Runner:
             if active:
                 on, off = active[0], active[-1] + 1.0
         series = build_series(label, scraper.samples, on, off)
+        series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
         self.windows[label] = (wall0 + on, wall0 + off)
         self.trial_windows.setdefault(label, []).append((wall0, time.time(), wall0 + on, wall0 + off))
         expected = set(load.expected_hits())

@@ -103,6 +103,10 @@ class RunSeries:
     fault_off: float
     #: key -> per-second rate (counters) or value (gauges), aligned with `t`; None = no data.
     values: dict[SeriesKey, list[float | None]]
+    #: requests/s the load driver planned per traffic class (None: unknown, e.g. read from Prometheus)
+    planned_rps: dict[str, float] | None = None
+    #: the edge client's per-call timeout: no call outlives it (sharpens when calls started)
+    timeout_s: float | None = None
 
     def select(self, kind: str, **match: str) -> list[SeriesKey]:
         """Keys of one kind whose fields equal `match`, sorted."""
@@ -115,15 +119,21 @@ class RunSeries:
 
     def to_json(self) -> dict:
         """series.json form: keys as objects (`{"kind": "calls", "traffic": "organic", ...}`)."""
-        return {
+        out = {
             "config": self.config, "t": self.t, "fault_on": self.fault_on, "fault_off": self.fault_off,
             "values": [{"key": k.to_json(), "values": v} for k, v in sorted(self.values.items())],
         }  # fmt: skip
+        if self.planned_rps is not None:
+            out["planned_rps"] = self.planned_rps
+        if self.timeout_s is not None:
+            out["timeout_s"] = self.timeout_s
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> RunSeries:
         values = {SeriesKey.from_json(item["key"]): item["values"] for item in data["values"]}
-        return cls(data["config"], data["t"], data["fault_on"], data["fault_off"], values)
+        return cls(data["config"], data["t"], data["fault_on"], data["fault_off"], values, data.get("planned_rps"),
+                   data.get("timeout_s"))  # fmt: skip
 
 
 def build_series(

@@ -40,6 +40,23 @@ def test_live_view_shows_phase_rates_errors_p99_hits_gap_and_fds():
         assert needle in text, needle
 
 
+def test_live_view_shows_offered_against_planned_and_flags_a_load_that_fell_behind():
+    # 40 organic calls started per second (fast, ≤ 0.1 s) against 40 planned; drill: 4 of 10 planned
+    samples = []
+    for i in range(9):
+        samples.append((float(i), {
+            K("lat", traffic="organic", mode="none", le="0.1"): 40.0 * i,
+            K("lat", traffic="organic", mode="none", le="+Inf"): 40.0 * i,
+            K("lat", traffic="drill", mode="none", le="0.1"): 4.0 * i,
+            K("lat", traffic="drill", mode="none", le="+Inf"): 4.0 * i,
+        }))  # fmt: skip
+    update = {**_update(samples), "planned_rps": {"organic": 40.0, "drill": 10.0}}
+    console = Console(record=True, width=160)
+    LiveView("retry-storm", console=console, enabled=False).update(update)
+    text = console.export_text()
+    assert "offered organic 40/40 drill 4/10 BEHIND" in text, text
+
+
 def test_reduce_text_keys_edge_calls_and_hop_calls():
     reg = CollectorRegistry()
     labels = ["service", "grpc_method", "grpc_status", "fault_mode", "traffic", "config"]

@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 
+from harness.drills.load import read_tagged_ids
 from tests.conftest import free_port
 from tests.loadtests.conftest import LOCUST, ROOT, kill_group, run_locust, total, unexpected_tracebacks
 
@@ -51,15 +52,24 @@ def _check(run, base: int) -> None:
 
 def test_processes_two_workers_run_the_drill(tmp_path, drill_server):
     base = free_port()
+    ids_dir = tmp_path / "ids"
     run = run_locust(
         tmp_path,
         drill_server.host,
-        "--processes", "2", *DRILL, "--drill-metrics-port", str(base),
+        "--processes", "2", *DRILL, "--drill-metrics-port", str(base), "--drill-seed", "5",
+        "--drill-ids-dir", str(ids_dir), "--drill-weights", "organic=0,drill=1",  # drill users on both workers
         profile="abort-drill",
         scrape_ports=[base, base + 1, base + 2],
         timeout=45,
     )  # fmt: skip
     _check(run, base)
+    # each worker logs the ids its drill users sent with the directive: one file per process,
+    # ids of the form dist-5-drillK.wI-N, unique across the two workers
+    tagged = read_tagged_ids(ids_dir)
+    assert len(list(ids_dir.glob("ids-*.txt"))) == 2
+    assert len(tagged) == len(set(tagged)) > 20
+    assert {i.split("-")[2].split(".")[1] for i in tagged} == {"w0", "w1"}
+    assert all(i.startswith("dist-5-drill") for i in tagged)
 
 
 def test_master_and_two_worker_processes_run_the_drill(tmp_path, drill_server):

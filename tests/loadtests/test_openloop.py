@@ -1,0 +1,62 @@
+"""Open-loop arrivals (loadtests/openloop.py): fixed schedule, bounded in-flight, unique seed-derived ids."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.drills.load import read_tagged_ids
+from harness.drills.load import request_id as aio_request_id
+from loadtests import openloop
+
+
+def test_openloop_module_imports_neither_locust_nor_gevent():
+    code = "import sys, loadtests.openloop; print(any(m.split('.')[0] in ('locust', 'gevent') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_arrivals_follow_the_schedule_whatever_the_responses_take():
+    s = openloop.Schedule(rate=10.0, spread_index=0)
+    t0 = 100.0
+    assert s.delay(now=t0) == pytest.approx(s.offset)  # the first call is due at its offset
+    s.take()
+    # the first call took 1.9 s (a closed-loop user would send call 1 only now, at t0 + 1.9):
+    # call 1 was due at offset + 0.1 s, so it goes at once, and so do calls 2 … 19
+    assert s.delay(now=t0 + 1.9) == 0.0
+    for _ in range(29):
+        s.take()
+    assert s.delay(now=t0 + 1.9) == pytest.approx(s.offset + 3.0 - 1.9)  # call 30 is due 3 s in, as planned
+
+
+def test_users_of_a_class_are_spread_over_one_period_and_never_on_a_whole_second():
+    offsets = [openloop.Schedule(rate=10.0, spread_index=k).offset for k in range(8)]
+    assert len({round(o, 6) for o in offsets}) == 8
+    assert all(0.0 < o < 0.1 for o in offsets)
+
+
+def test_in_flight_bound_covers_calls_that_take_the_whole_timeout():
+    assert openloop.inflight_bound(10.0, 2.0) == 25  # 10/s × (2 s + 0.5 s margin)
+    assert openloop.inflight_bound(0.5, 1.0) == 1
+
+
+def test_user_names_are_unique_per_class_and_across_worker_processes():
+    names = openloop.UserNames()
+    local = [names.next("drill", None)[0] for _ in range(2)] + [names.next("organic", None)[0]]
+    assert local == ["drill0", "drill1", "organic0"]
+    workers = [openloop.UserNames().next("drill", w)[0] for w in (0, 1)]
+    assert workers == ["drill0.w0", "drill0.w1"]
+    # the same id form as the in-runner load's, so `drill hits` and the audit logs read both alike
+    assert openloop.request_id("p", 42, "drill0", 7) == aio_request_id("p", 42, "drill0", 7) == "p-42-drill0-7"
+
+
+def test_tagged_ids_are_appended_per_process_and_read_back_by_the_runner(tmp_path):
+    log = openloop.IdLog()
+    for n in range(3):
+        log.write(str(tmp_path), f"p-1-drill0-{n}")
+    log.write(None, "not-logged")
+    log.close()
+    (tmp_path / "ids-999.txt").write_text("p-1-drill0.w1-0\n")
+    assert sorted(read_tagged_ids(tmp_path)) == ["p-1-drill0-0", "p-1-drill0-1", "p-1-drill0-2", "p-1-drill0.w1-0"]
