@@ -7,11 +7,14 @@ live on prometheus_client's process-wide registry, so tests compare deltas.
 from __future__ import annotations
 
 import pathlib
+import threading
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
 
 from harness.procs.ports import free_port  # noqa: F401 - re-exported for the suites
+from tests.fake_grafana import FakeGrafana
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -52,3 +55,13 @@ def shared_dir() -> pathlib.Path:
     if not SHARED.exists():
         pytest.fail(f"shared/ not found beside the repo at {SHARED}")
     return SHARED
+
+
+@pytest.fixture
+def grafana() -> Iterator[FakeGrafana]:
+    server = FakeGrafana()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()

@@ -33,6 +33,13 @@ def add_common(p: argparse.ArgumentParser) -> None:
         "'off' (default) = the runner's own scraper only. results.json gets a cross-check from it",
     )
     p.add_argument("--prometheus-sd", default=None, help="file_sd targets file to keep current (with a URL)")
+    p.add_argument(
+        "--grafana",
+        default=None,
+        metavar="URL",
+        help="post phase changes and each trial's fault window to this Grafana as annotations "
+        "(credentials from DRILL_GRAFANA_TOKEN, or DRILL_GRAFANA_USER/DRILL_GRAFANA_PASSWORD)",
+    )
     p.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
     p.add_argument(
         "--driver",
@@ -107,6 +114,23 @@ def _prometheus(args: argparse.Namespace, out: pathlib.Path, log):
     return None
 
 
+def _annotator(args: argparse.Namespace):
+    """`--grafana URL`: a DrillAnnotator with credentials from the environment; None without the flag."""
+    url = getattr(args, "grafana", None)
+    if not url:
+        return None
+    if not url.startswith(("http://", "https://")):
+        raise BadInput(f"--grafana: an http:// URL, got {url!r}")
+    import os
+
+    from harness.dashboards import annotations as a
+
+    return a.DrillAnnotator.from_url(
+        url, token=os.environ.get(a.ENV_TOKEN), user=os.environ.get(a.ENV_USER),
+        password=os.environ.get(a.ENV_PASSWORD),
+    )  # fmt: skip
+
+
 def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = None) -> int:
     """Load the plan (every error before anything starts), run it, print the summary."""
     from harness.drills.gate import check, parse_conditions
@@ -124,7 +148,8 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
     with LiveView(plan.name, enabled=False if args.no_live else None) as view:
         try:
             prom = _prometheus(args, out, view.log)
-            runner = Runner(plan, out, on_sample=view.update, log=view.log, prometheus=prom)
+            runner = Runner(plan, out, on_sample=view.update, log=view.log, prometheus=prom,
+                            annotator=_annotator(args))  # fmt: skip
             results = asyncio.run(runner.run())
         except KeyboardInterrupt:
             view.log("drill: interrupted; every process stopped")

@@ -24,6 +24,7 @@ from prometheus_client import start_http_server
 
 from harness.core import metrics as m
 from harness.core.errors import RunFailed
+from harness.dashboards.annotations import DrillAnnotator
 from harness.drills import analysis, report
 from harness.drills.load import AioLoad, LocustLoad, ids_digest
 from harness.drills.model import Plan, Probe, Results, SeriesKey, Variant
@@ -93,8 +94,11 @@ class Runner:
         on_sample: Callable[[dict], None] | None = None,
         log: Callable[[str], None] = print,
         prometheus: object | None = None,
+        annotator: DrillAnnotator | None = None,
     ) -> None:
         self.plan = plan
+        #: posts phase changes and each trial's fault window to Grafana (`drill run --grafana`)
+        self.annotator = annotator
         self.out = out
         self.on_sample = on_sample
         self.log = log
@@ -107,6 +111,7 @@ class Runner:
         self.windows: dict[str, tuple[float, float]] = {}
         #: per configuration: each trial's (run start, run end, fault on, fault off) in unix seconds
         self.trial_windows: dict[str, list[tuple[float, float, float, float]]] = {}
+        self._posts: list[asyncio.Future] = []
 
     # -- one configuration -----------------------------------------------------------------
     async def run_config(self, variant: Variant, index: int, trial: int = 1) -> RunSeries:
@@ -164,6 +169,8 @@ class Runner:
                 phase = ph.at(elapsed)
                 if phase != state["phase"]:
                     state["phase"] = phase
+                    self._annotate("event", f"{label} trial {trial}: {phase}", phase=phase, at_s=time.time(),
+                                   tags=(f"config:{label}",))  # fmt: skip
                     if phase == "fault" and variant.probe and probe is None:
                         start_probe()
                     for p, g in phase_gauges.items():
@@ -206,6 +213,8 @@ class Runner:
         series = build_series(label, scraper.samples, on, off)
         series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
         self.windows[label] = (wall0 + on, wall0 + off)
+        self._annotate("region", wall0 + on, wall0 + off, f"{label} trial {trial}: fault {variant.fault.directive}",
+                       phase="fault", tags=(f"config:{label}",))  # fmt: skip
         self.trial_windows.setdefault(label, []).append((wall0, time.time(), wall0 + on, wall0 + off))
         expected = set(load.expected_hits())
         observed = audit_hit_ids(workdir)
@@ -254,12 +263,21 @@ class Runner:
                     self.series.setdefault(variant.name, []).append(series)
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
+            await asyncio.gather(*self._posts, return_exceptions=True)  # annotations posted before we report
         results = self.results(started)
         if self.prometheus is not None:
             results.prometheus = await asyncio.to_thread(self._from_prometheus, started, time.time())
         out = results.model_dump()
         report.write_outputs(self.out, out, self.series)
         return out
+
+    def _annotate(self, kind: str, *args, **kwargs) -> None:
+        """Post an annotation off the event loop (best effort: the annotator logs and swallows errors)."""
+        if self.annotator is None:
+            return
+        post = getattr(self.annotator, kind)
+        self._posts.append(asyncio.get_running_loop().run_in_executor(
+            None, lambda: post(*args, plan=self.plan.name, **kwargs)))  # fmt: skip
 
     def _wait_scraped(self, urls: list[str], timeout_s: float = 15.0) -> bool:
         """True once the Prometheus watching the run has scraped every one of `urls` successfully."""

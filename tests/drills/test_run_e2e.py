@@ -46,10 +46,21 @@ def _run(tmp_path, name: str, plan: dict = TINY, *extra: str, code: int = 0) -> 
     return json.loads((out / "results.json").read_text())
 
 
-def test_trials_run_interleaved_and_the_same_seed_hits_the_same_request_ids(tmp_path):
+def test_trials_run_interleaved_and_the_same_seed_hits_the_same_request_ids(tmp_path, grafana):
     plan = {**{k: v for k, v in TINY.items() if k != "configs"}, "variants": [{"name": "a"}, {"name": "b"}]}
     # every trial breaches (60 % of drill calls abort, SLO on all traffic): --fail-on breach exits 3
-    r = _run(tmp_path, "a", plan, "--trials", "2", "--fail-on", "breach", "--fail-on", "mttr>1000", code=3)
+    r = _run(tmp_path, "a", plan, "--trials", "2", "--fail-on", "breach", "--fail-on", "mttr>1000",
+             "--grafana", grafana.url, code=3)  # fmt: skip
+    # --grafana: every phase change of every trial as an event, each trial's fault window as a region
+    posted = [body for method, path, _, body in grafana.requests if (method, path) == ("POST", "/api/annotations")]
+    events = sorted(b["text"] for b in posted if b.get("timeEnd") is None)
+    regions = [b for b in posted if b.get("timeEnd") is not None]
+    assert events == sorted(f"{n} trial {k}: {p}" for n in "ab" for k in (1, 2)
+                            for p in ("warmup", "fault", "recovery", "done")), events  # fmt: skip
+    assert len(regions) == 4 and all("fault abort:UNAVAILABLE" in b["text"] for b in regions)
+    for trial in (t for name in "ab" for t in r["configs"][name]["trials"]):
+        assert any(abs(b["time"] / 1000 - trial["started_unix"] - 3) < 1.5 for b in regions), trial["started_unix"]
+    assert all("drill" in b["tags"] and "plan:tiny" in b["tags"] for b in posted)
     assert set(r["configs"]) == {"a", "b"}
     trials = [(t["started_unix"], name, t["trial"]) for name in ("a", "b") for t in r["configs"][name]["trials"]]
     assert [(n, k) for _, n, k in sorted(trials)] == [("a", 1), ("b", 1), ("a", 2), ("b", 2)]  # A B A B
