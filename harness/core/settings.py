@@ -22,6 +22,15 @@ class SettingsError(BadInput):
     """A switch value that cannot be honoured (refuse to start rather than guess)."""
 
 
+def _number(env, name: str, kind: type) -> int | float:
+    """`env[name]` as an int or float, or a one-line SettingsError naming the variable and its value."""
+    try:
+        return kind(env[name].strip())
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise SettingsError(f"{name} is not {what}: {env[name]!r}") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class FaultSettings:
     enabled: bool = False
@@ -65,35 +74,20 @@ class FaultSettings:
         values: dict = {}
         values["enabled"] = env.get("DRILL_FAULT_ENABLED", "").strip().lower() in _TRUE
         if env.get("DRILL_FAULT_SEED", "").strip():
-            try:
-                values["seed"] = int(env["DRILL_FAULT_SEED"])
-            except ValueError as exc:
-                raise SettingsError(
-                    f"DRILL_FAULT_SEED is not an integer: {env['DRILL_FAULT_SEED']!r}"
-                ) from exc
+            values["seed"] = _number(env, "DRILL_FAULT_SEED", int)
         elif env.get("DRILL_FAULT_DRILL_ID", "").strip():
             values["seed"] = seed_from_drill_id(env["DRILL_FAULT_DRILL_ID"].strip())
         if "DRILL_FAULT_TENANTS" in env:
             values["tenants"] = frozenset(
                 t.strip() for t in env["DRILL_FAULT_TENANTS"].split(",") if t.strip()
             )
-        if env.get("DRILL_FAULT_MAX_DELAY_MS", "").strip():
-            try:
-                values["max_delay_ms"] = int(env["DRILL_FAULT_MAX_DELAY_MS"])
-            except ValueError as exc:
-                raise SettingsError("DRILL_FAULT_MAX_DELAY_MS is not an integer") from exc
-        if env.get("DRILL_FAULT_TOKEN_MAX_TTL_S", "").strip():
-            try:
-                values["token_max_ttl_s"] = float(env["DRILL_FAULT_TOKEN_MAX_TTL_S"])
-            except ValueError as exc:
-                raise SettingsError("DRILL_FAULT_TOKEN_MAX_TTL_S is not a number") from exc
-        if env.get("DRILL_FAULT_MAX_ACTIVE", "").strip():
-            try:
-                values["max_active"] = int(env["DRILL_FAULT_MAX_ACTIVE"])
-            except ValueError as exc:
-                raise SettingsError(
-                    f"DRILL_FAULT_MAX_ACTIVE is not an integer: {env['DRILL_FAULT_MAX_ACTIVE']!r}"
-                ) from exc
+        for field, name, kind in (
+            ("max_delay_ms", "DRILL_FAULT_MAX_DELAY_MS", int),
+            ("token_max_ttl_s", "DRILL_FAULT_TOKEN_MAX_TTL_S", float),
+            ("max_active", "DRILL_FAULT_MAX_ACTIVE", int),
+        ):
+            if env.get(name, "").strip():
+                values[field] = _number(env, name, kind)
         if env.get("DRILL_FAULT_STOP_FILE", "").strip():
             values["stop_file"] = env["DRILL_FAULT_STOP_FILE"].strip()
         if env.get("DRILL_FAULT_SECRET"):
