@@ -90,7 +90,8 @@ def preinit_client_series() -> None:
     for status in sorted(STATUS_NAMES):
         for mode in Mode:
             for traffic in ("organic", "drill"):
-                m.CLIENT_CALLS.labels(SERVICE, method, status, mode.value, traffic, CONFIG, "false")
+                for injected in ("false", "true"):
+                    m.CLIENT_CALLS.labels(SERVICE, method, status, mode.value, traffic, CONFIG, injected)
 
 
 def _set_phase(phase: str | None) -> None:
