@@ -122,6 +122,8 @@ class FaultGate:
             target=target,
             instances=md.get(h.FAULT_INSTANCES),
             method=md.get(h.FAULT_METHOD) or method,
+            scope=md.get(h.FAULT_SCOPE),
+            attempts=md.get(h.FAULT_ATTEMPTS),
             max_ttl_s=s.token_max_ttl_s,
         )
 

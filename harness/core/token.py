@@ -4,10 +4,14 @@ When a server has a drill secret, a call is drill traffic (and a directive may
 fire) only with a valid HMAC-SHA256 over everything that says what, where and
 how widely to inject:
 
-    request id, tenant, directive, ratio, target service, instance share, method, expiry
+    request id, tenant, directive, ratio, target service, instance share, method,
+    scope, attempts, expiry
 
-Ratio and instance share are signed as sent (`x-fault-ratio`, `x-fault-instances`;
-absent = empty), so removing or changing either header voids the token. The
+Ratio, instance share, scope and attempts are signed as sent (`x-fault-ratio`,
+`x-fault-instances`, `x-fault-scope`, `x-fault-attempts`; absent = empty), so removing
+or changing any of them voids the token: stripping `x-fault-attempts` would turn "fail
+the first attempt" into "fail every retry", and switching the scope changes which calls
+are hit. The
 target is the service named by `x-fault-target`, and the hop that injects checks
 that it is its own name: a token without a target injects nowhere. The method is
 `x-fault-method` (`pkg.Service/Method`). Tokens live at most `max_ttl_s` (default
@@ -26,18 +30,20 @@ MAX_TOKEN_LEN = 128
 #: Default cap on a token's remaining lifetime (seconds).
 DEFAULT_MAX_TTL_S = 3600.0
 
-_VERSION = "drill-token-2"
+_VERSION = "drill-token-3"
 
 
 def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def _message(
-    request_id: str, tenant: str, directive: str, ratio: str, target: str, instances: str, method: str, expiry: int
-) -> bytes:
-    parts = (_VERSION, request_id, tenant, directive, ratio, target, instances, method, str(expiry))
+def _message(expiry: int, **values: object) -> bytes:
+    parts = [_VERSION] + [_text(values[k]) for k in _SIGNED] + [str(expiry)]
     return "\n".join(parts).encode()
+
+
+#: The signed values, in message order.
+_SIGNED = ("request_id", "tenant", "directive", "ratio", "target", "instances", "method", "scope", "attempts")
 
 
 def sign(
@@ -50,12 +56,18 @@ def sign(
     target: str = "",
     instances: int | str | None = None,
     method: str = "",
+    scope: str | None = None,
+    attempts: int | str | None = None,
     ttl_s: float = 300.0,
     now: float | None = None,
 ) -> str:
-    """Token authorising one directive for one request id, service, method and replica share until now + ttl."""
+    """Token authorising one directive for one request id, service, method, replica share, scope and
+    attempt count until now + ttl."""
     expiry = int((time.time() if now is None else now) + ttl_s)
-    msg = _message(request_id, tenant, directive, _text(ratio), target, _text(instances), method, expiry)
+    msg = _message(
+        expiry, request_id=request_id, tenant=tenant, directive=directive, ratio=ratio, target=target,
+        instances=instances, method=method, scope=scope, attempts=attempts,
+    )  # fmt: skip
     return f"{expiry}.{hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()}"
 
 
@@ -70,6 +82,8 @@ def check(
     target: str = "",
     instances: str | None = None,
     method: str = "",
+    scope: str | None = None,
+    attempts: str | None = None,
     now: float | None = None,
     max_ttl_s: float = DEFAULT_MAX_TTL_S,
 ) -> str:
@@ -88,7 +102,10 @@ def check(
         return "expired"
     if expiry - t > max_ttl_s:
         return "lifetime"
-    msg = _message(request_id, tenant, directive, _text(ratio), target, _text(instances), method, expiry)
+    msg = _message(
+        expiry, request_id=request_id, tenant=tenant, directive=directive, ratio=ratio, target=target,
+        instances=instances, method=method, scope=scope, attempts=attempts,
+    )  # fmt: skip
     mac = hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()
     return "" if hmac.compare_digest(mac, digest) else "mismatch"
 

@@ -132,6 +132,8 @@ def outgoing_metadata(
                     target=sent.get(h.FAULT_TARGET, ""),
                     instances=sent.get(h.FAULT_INSTANCES),
                     method=sent.get(h.FAULT_METHOD, ""),
+                    scope=sent.get(h.FAULT_SCOPE),
+                    attempts=sent.get(h.FAULT_ATTEMPTS),
                     ttl_s=t.token_ttl_s,
                 ),
             )

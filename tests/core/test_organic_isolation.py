@@ -20,6 +20,7 @@ from harness.core import headers as h
 from harness.core.settings import FaultSettings, SettingsError
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import DrillClientInterceptor, FaultServerInterceptor, SyncFaultServerInterceptor, Tagging
+from harness.interceptors._client_core import outgoing_metadata
 from tests.conftest import sample, sample_sum
 from tests.core.servers import aio_server, aio_stub, sync_server, sync_stub
 
@@ -265,10 +266,22 @@ def _token_cases() -> list[tuple[str, tuple[tuple[str, str], ...]]]:
         ("no_target", _signed_md("r3", method=M)),
         ("other_method", _signed_md("r4", target="tok4", method="drill.v1.Demo/Write")),
         ("lifetime_1e9_s", _signed_md("r5", target="tok4", method=M, ttl_s=1e9)),
-    ]
+        # signed by the client as "fail the first two attempts", sent without the limit: every retry would fail
+        ("dropped_attempts", _client_md(drill("abort:INTERNAL", target="tok4", secret=SECRET, attempts=2),
+                                        strip=h.FAULT_ATTEMPTS)),
+        # signed per request, sent per attempt
+        ("switched_scope", _client_md(drill("abort:INTERNAL", target="tok4", secret=SECRET),
+                                      add=((h.FAULT_SCOPE, "attempt"),))),
+    ]  # fmt: skip
 
 
-def test_4_aio_token_binds_target_instances_method_and_lifetime():
+def _client_md(tagging: Tagging, strip: str = "", add: tuple[tuple[str, str], ...] = ()) -> tuple[tuple[str, str], ...]:
+    """What the real client sends (token included), with one header stripped or added on the way."""
+    md, _, _ = outgoing_metadata((), tagging, None, method=M)
+    return tuple((k, v) for k, v in md if k != strip) + add
+
+
+def test_4_aio_token_binds_target_instances_method_scope_attempts_and_lifetime():
     from harness.core.faults import instance_selected
 
     assert not instance_selected(11, "tok4-0", 10)
@@ -283,11 +296,16 @@ def test_4_aio_token_binds_target_instances_method_and_lifetime():
             good = drill("abort:INTERNAL", target="tok4", secret=SECRET)
             async with aio_stub(port, good) as stub:
                 signed = await _code(stub.Call(Req()))
-            return codes, spoofed, signed
+            # scope and attempts as the client signed them: injected
+            limited = drill("abort:INTERNAL", target="tok4", secret=SECRET, scope="attempt", attempts=1)
+            async with aio_stub(port, limited) as stub:
+                signed_limited = await _code(stub.Call(Req()))
+            return codes, spoofed, signed, signed_limited
 
-    codes, spoofed, signed = asyncio.run(main())
+    codes, spoofed, signed, signed_limited = asyncio.run(main())
     assert codes == {name: grpc.StatusCode.OK for name, _ in cases}  # before: all INTERNAL
     assert spoofed is grpc.StatusCode.OK and signed is grpc.StatusCode.INTERNAL
+    assert signed_limited is grpc.StatusCode.INTERNAL
     calls = dict(service="tok4", grpc_method=M, grpc_status="OK", fault_mode="none")
     # Only `other_method` carries a valid token (for Write): authenticated drill traffic, not injected here.
     assert sample("drill_server_calls_total", traffic="drill", **calls) == 1
