@@ -191,7 +191,7 @@ class Runner:
                 nonlocal probe
                 probe = self._start_probe(variant.probe, topo, workdir)
 
-            await scraper.run(lambda: time.monotonic() >= end_at, tick)
+            await scraper.run(lambda: time.monotonic() >= end_at, tick, anchor=scraper.t0 + t_load)
             if isinstance(load, AioLoad):
                 await load.wait(timeout_s=plan.traffic.timeout_s + 1.0)
             await scraper.scrape_once()

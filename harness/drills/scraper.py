@@ -10,6 +10,7 @@ missed scrape never looks like a counter reset.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -96,9 +97,19 @@ class Scraper:
         self.samples.append(sample)
         return sample
 
-    async def run(self, until: Callable[[], bool], on_sample: Callable[[], None] | None = None) -> None:
-        """Scrape on a fixed 1-s grid until `until()` is true (checked each tick)."""
-        next_at = time.monotonic()
+    async def run(
+        self, until: Callable[[], bool], on_sample: Callable[[], None] | None = None, *, anchor: float | None = None
+    ) -> None:
+        """Scrape on a fixed 1-s grid until `until()` is true (checked each tick).
+
+        `anchor` (monotonic seconds) puts the grid on anchor + k·interval: the runner anchors it
+        at the load's start, so each phase boundary is a sample time and every second (t−1, t]
+        lies in one phase. `drill analyze --prometheus` builds its grid on the fault-on time the
+        same way, so both read the same seconds.
+        """
+        now = time.monotonic()
+        next_at = now if anchor is None else anchor + math.ceil((now - anchor) / self.interval_s) * self.interval_s
+        await asyncio.sleep(max(0.0, next_at - now))
         while not until():
             await self.scrape_once()
             if on_sample is not None:

@@ -87,42 +87,60 @@ def test_trials_run_interleaved_and_the_same_seed_hits_the_same_request_ids(tmp_
     assert r["verdict"]["winner"] is None  # two identical variants, two trials: nothing to separate
 
 
+#: How far the runner's 1-s sample times stray from their grid (asyncio sleep and scheduling).
+TICK_JITTER_S = 0.05
+
+
+def _numbers(r: dict) -> str:
+    return " ".join(f"{k}={r.get(k)}" for k in ("breached", "ttd_s", "ttr_s", "mttr_s", "amplification"))
+
+
 @pytest.mark.scraped_here
-def test_analyze_from_prometheus_agrees_with_the_runner(tmp_path):
+def test_analyze_from_prometheus_agrees_with_the_runner_per_trial(tmp_path):
+    """Issue 10: `drill analyze --prometheus` on the same run agrees with the runner within 1 s on
+    TTD/TTR/MTTR and 0.05 on amplification, per trial; so does the runner's own read-back."""
+    import argparse
+
     from harness.drills import cli_analyze
     from harness.drills.runner import Runner, runner_metrics_url
     from harness.procs.prometheus import LocalPrometheus
 
     prom = LocalPrometheus(tmp_path / "prom").start()
+    analyzed = []
     try:
         prom.set_targets([(None, runner_metrics_url())])
         assert prom.wait_first_sample()
-        plan = from_dict(TINY)
-        results = asyncio.run(Runner(plan, tmp_path / "run", prometheus=prom, log=lambda _: None).run())
+        runner = Runner(from_dict({**TINY, "trials": 2}), tmp_path / "run", prometheus=prom, log=lambda _: None)
+        results = asyncio.run(runner.run())
         cross = results["prometheus"]
         assert "error" not in cross, cross
         assert set(cross["configs"]) == {"plain"}
-        import argparse
-
-        p = argparse.ArgumentParser()
-        cli_analyze.add_arguments(p)
-        args = p.parse_args(
-            ["--prometheus", prom.url, "--start", str(cross["start"]), "--end", str(cross["end"]),
-             "--hops", "gateway,ledger", "--hold", "2", "--out", str(tmp_path / "analyzed")]
-        )  # fmt: skip
-        assert cli_analyze.run(args) == 0
+        for i, (t0, t1, _, _) in enumerate(runner.trial_windows["plain"]):
+            p = argparse.ArgumentParser()
+            cli_analyze.add_arguments(p)
+            out = tmp_path / f"analyzed-{i}"
+            args = p.parse_args(
+                ["--prometheus", prom.url, "--start", str(t0), "--end", str(t1),
+                 "--hops", "gateway,ledger", "--hold", "2", "--out", str(out)]
+            )  # fmt: skip
+            assert cli_analyze.run(args) == 0  # the fault window from drill_fault_active, not given
+            assert (out / "report.html").exists()
+            analyzed.append(json.loads((out / "results.json").read_text())["configs"]["plain"])
     finally:
         prom.stop()
-    ours = results["configs"]["plain"]
-    theirs = json.loads((tmp_path / "analyzed" / "results.json").read_text())["configs"]["plain"]
-    assert theirs["breached"] is ours["breached"] is True
-    # two scrapers a second apart each: up to 2 s apart, plus their few ms of timestamp skew
-    assert theirs["mttr_s"] is not None and abs(theirs["mttr_s"] - ours["mttr_s"]) <= 2.05
-    # no retries in a plain topology: ~1.0 from the runner's scraper; Prometheus scrapes each target
-    # at its own offset, so over a 5-s fault its 5-s windows are only roughly aligned
-    assert math.isclose(ours["amplification"], 1.0, rel_tol=0.15)
-    assert 0.5 <= theirs["amplification"] <= 1.6
-    assert (tmp_path / "analyzed" / "report.html").exists()
+    trials = results["configs"]["plain"]["trials"]
+    assert len(trials) == len(analyzed) == len(cross["configs"]["plain"]["trials"]) == 2
+    for ours, theirs, inrun in zip(trials, analyzed, cross["configs"]["plain"]["trials"], strict=True):
+        print(f"\nrunner  {_numbers(ours)}\nanalyze {_numbers(theirs)}\nin-run  {_numbers(inrun)}")
+        assert theirs["breached"] is ours["breached"] is inrun["breached"] is True
+        for other in (theirs, inrun):
+            for key in ("ttd_s", "ttr_s", "mttr_s"):
+                assert (other[key] is None) is (ours[key] is None), (key, other[key], ours[key])
+                if ours[key] is not None:
+                    # the issue's 1 s, at 1-s resolution; + the runner's own tick jitter (its times are ms)
+                    assert abs(other[key] - ours[key]) <= 1.0 + TICK_JITTER_S, (key, other[key], ours[key])
+            assert abs(other["amplification"] - ours["amplification"]) <= 0.05
+        assert math.isclose(ours["amplification"], 1.0, rel_tol=0.05)  # no retries in a plain topology
 
 
 @pytest.mark.slow
