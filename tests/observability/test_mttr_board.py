@@ -82,6 +82,19 @@ def _runner_breach(storm: Storm, config: str) -> tuple[int, float]:
     return sum(1 for x in states if x == analysis.BAD), max(rates, default=0.0)
 
 
+def _ambiguous_seconds(storm: Storm, config: str) -> tuple[int, int, float]:
+    """(crossings, near, band): how often the runner's per-second state crosses between bad and not
+    bad, and how many of its seconds have an error rate within two calls' worth (`band`) of the SLO."""
+    s, slo = storm.series[config][0], storm.plan.slo
+    bad = [x == analysis.BAD for x in analysis.slo_states(s, slo)]
+    crossings = sum(1 for a, b in zip(bad, bad[1:], strict=False) if a != b)
+    planned = (s.planned_rps or {}).get(slo.traffic) or sum((s.planned_rps or {}).values())
+    band = 2 / (planned * slo.window_s)
+    rates = analysis.error_rate_series(s, slo.traffic, slo.min_calls, slo.window_s)
+    near = sum(1 for r in rates if r is not None and abs(r - slo.max_error_rate) <= band)
+    return crossings, near, band
+
+
 CONFIGS = ("naive", "resilient")
 
 
@@ -104,6 +117,9 @@ def _report(storm: Storm, config: str) -> dict:
         f"{got['fault_rate']} runner blast radius {res['blast_radius']}; amplification board "
         f"{ {k: round(v, 3) for k, v in got['amp'].items()} } runner (results.json) {got['one']}"
     )
+    rates = analysis.error_rate_series(storm.series[config][0], storm.plan.slo.traffic, storm.plan.slo.min_calls,
+                                       storm.plan.slo.window_s)  # fmt: skip
+    print(f"{config}: runner's per-second error rates {[None if r is None else round(r, 3) for r in rates]}")
     return got
 
 
@@ -126,11 +142,19 @@ def test_fault_window_panels_agree_with_the_runner(storm: Storm, config: str) ->
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_breach_seconds_and_peak_agree_with_the_runner(storm: Storm, config: str) -> None:
-    """Seconds in breach within 2 s; the peak within 6 pp. A per-second peak taken by two samplers at
-    different phases of the second differs by the rate's change within that second, which at a
-    storm's onset is large: measured 0.3, 2.1, 2.8 and 5.5 pp on four runs."""
+    """Seconds in breach within one second per crossing of the threshold (at least 2), plus one per
+    second whose error rate is within two calls of the SLO; the peak within 6 pp. Prometheus' 1-s
+    evaluations sit a fraction of a second from the runner's seconds, so a board second's rate lies
+    between two adjacent runner seconds': it can disagree where those two are on opposite sides of
+    the SLO, or where a call more or less in the window flips it. A clean breach crosses twice
+    (onset, end); a storm's tail at the threshold adds more (a CI run: board 12, runner 15).
+    A per-second peak taken by two samplers at different phases of the second differs by the rate's
+    change within that second, which at a storm's onset is large: measured 0.3, 2.1, 2.8 and 5.5 pp
+    on four runs."""
     got = _report(storm, config)
-    assert abs(got["seconds"] - got["bad"]) <= 2
+    crossings, near, band = _ambiguous_seconds(storm, config)
+    print(f"{config}: the runner's state crosses the SLO {crossings} times; {near} seconds within {band:.3f} of it")
+    assert abs(got["seconds"] - got["bad"]) <= max(2, crossings) + near
     assert got["peak"] is not None and abs(got["peak"] - got["runner_peak"]) <= 0.06
 
 
