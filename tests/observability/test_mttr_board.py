@@ -123,6 +123,20 @@ def _report(storm: Storm, config: str) -> dict:
     return got
 
 
+def _edge_swing(storm: Storm, config: str) -> float:
+    """How far the fault window's error rate can move if each of its edges shifts by up to a second:
+    the largest change between adjacent runner seconds around each edge, over the window's length."""
+    s, slo = storm.series[config][0], storm.plan.slo
+    rates = analysis.error_rate_series(s, slo.traffic, slo.min_calls, slo.window_s)
+    win = analysis._window(s, s.fault_on, s.fault_off)
+
+    def swing(edge: int) -> float:
+        pairs = [(rates[i - 1], rates[i]) for i in range(max(1, edge - 1), min(len(rates), edge + 2))]
+        return max((abs(b - a) for a, b in pairs if a is not None and b is not None), default=1.0)
+
+    return (swing(win.start) + swing(win.stop)) / max(1, len(win))
+
+
 @pytest.mark.parametrize("config", CONFIGS)
 def test_fault_window_panels_agree_with_the_runner(storm: Storm, config: str) -> None:
     """Blast radius within 5 pp; amplification per hop (DESIGN §10's one definition) within 0.15.
@@ -132,10 +146,15 @@ def test_fault_window_panels_agree_with_the_runner(storm: Storm, config: str) ->
     phase change rounded to its grid, so the two windows' edges differ by up to a second. During a
     storm the rates move ~10 % per second, so one shifted second of a 6-s fault window moves the
     blast radius by a few pp (measured 0.1, 0.1, 2.3 and 3.1 pp on four runs) and the deepest hop's
-    ratio by up to ~0.15 (measured ledger 2.26 vs 2.12).
+    ratio by up to ~0.15 (measured ledger 2.26 vs 2.12). The blast radius is allowed 2 pp plus what a
+    one-second shift of each edge can move (the runner's rate change across the edge ÷ the window's
+    seconds): a flat 5 pp failed once in a CI rehearsal, 78.8 vs 86.8 %, when resilient's breakers
+    took the error rate from 35 % to 100 % within the first two fault seconds.
     """
     res, got = storm.results["configs"][config], _report(storm, config)
-    assert got["fault_rate"] is not None and abs(got["fault_rate"] - res["blast_radius"]) <= 0.05
+    allowed = 0.02 + _edge_swing(storm, config)
+    print(f"{config}: fault-window error allowed {allowed:.3f} apart")
+    assert got["fault_rate"] is not None and abs(got["fault_rate"] - res["blast_radius"]) <= allowed
     for hop, value in got["one"].items():
         assert abs(got["amp"][hop] - value) <= 0.15, (hop, got["amp"], got["one"])
 
