@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import math
 import pathlib
 from collections.abc import Iterator
 
@@ -123,30 +124,60 @@ def _report(storm: Storm, config: str) -> dict:
     return got
 
 
-def _edge_swing(storm: Storm, config: str) -> float:
-    """How far the fault window's error rate can move if each of its edges shifts by up to a second:
-    the largest change between adjacent runner seconds around each edge, over the window's length."""
+def _peak_noise(storm: Storm, config: str) -> float:
+    """Three binomial standard deviations of the runner's peak error rate, sqrt(p(1-p)/n) with n the
+    calls in its window: two samplers whose windows hold different calls differ by that much."""
     s, slo = storm.series[config][0], storm.plan.slo
     rates = analysis.error_rate_series(s, slo.traffic, slo.min_calls, slo.window_s)
+    known = [(r, i) for i, r in enumerate(rates) if r is not None]
+    if not known:
+        return 0.0
+    p, i = max(known)
+    calls = analysis.rps_series(s, slo.traffic)
+    n = sum(calls[max(0, i - slo.window_s + 1) : i + 1])
+    return 3 * math.sqrt(p * (1 - p) / n) if n > 0 else 1.0
+
+
+def _swing(values: list[float | None], win: range) -> float:
+    """The largest change between adjacent seconds around each edge of `win`, summed over both edges:
+    what a one-second shift of each edge can trade."""
+
+    def at(edge: int) -> float:
+        pairs = [(values[i - 1], values[i]) for i in range(max(1, edge - 1), min(len(values), edge + 2))]
+        return max((abs(b - a) for a, b in pairs if a is not None and b is not None), default=float("inf"))
+
+    return at(win.start) + at(win.stop)
+
+
+def _edge_swing(storm: Storm, config: str) -> float:
+    """How far the fault window's error rate can move if each of its edges shifts by up to a second."""
+    s, slo = storm.series[config][0], storm.plan.slo
     win = analysis._window(s, s.fault_on, s.fault_off)
+    return _swing(analysis.error_rate_series(s, slo.traffic, slo.min_calls, slo.window_s), win) / max(1, len(win))
 
-    def swing(edge: int) -> float:
-        pairs = [(rates[i - 1], rates[i]) for i in range(max(1, edge - 1), min(len(rates), edge + 2))]
-        return max((abs(b - a) for a, b in pairs if a is not None and b is not None), default=1.0)
 
-    return (swing(win.start) + swing(win.stop)) / max(1, len(win))
+def _amp_swing(storm: Storm, config: str, hop: str) -> float:
+    """How far a hop's amplification over the fault window can move if each edge shifts by up to a
+    second: the hop's change in attempts/s across the edges ÷ the edge's first attempts in the window."""
+    s = storm.series[config][0]
+    win = analysis._window(s, s.fault_on, s.fault_off)
+    edge = sum(analysis.rps_series(s, "all")[i] for i in win)
+    return _swing(analysis.hop_series(s).get(hop, []), win) / edge if edge else float("inf")
 
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_fault_window_panels_agree_with_the_runner(storm: Storm, config: str) -> None:
-    """Blast radius within 5 pp; amplification per hop (DESIGN §10's one definition) within 0.15.
+    """Blast radius and amplification per hop (DESIGN §10's one definition) within what a one-second
+    shift of the fault window's edges can move, from the runner's own per-second series.
 
     Prometheus and the runner's scraper are two samplers a fraction of a second apart: Prometheus's
     fault window is the seconds its own scrape of `drill_fault_active` saw 1, the runner's is the
     phase change rounded to its grid, so the two windows' edges differ by up to a second. During a
     storm the rates move ~10 % per second, so one shifted second of a 6-s fault window moves the
     blast radius by a few pp (measured 0.1, 0.1, 2.3 and 3.1 pp on four runs) and the deepest hop's
-    ratio by up to ~0.15 (measured ledger 2.26 vs 2.12). The blast radius is allowed 2 pp plus what a
+    ratio by up to ~0.15 (measured ledger 2.26 vs 2.12; 2.34 vs 2.50 in a CI rehearsal, past a flat
+    0.15). Amplification is allowed 0.05 plus the hop's change in attempts/s across each edge ÷ the
+    edge's first attempts in the window. The blast radius is allowed 2 pp plus what a
     one-second shift of each edge can move (the runner's rate change across the edge ÷ the window's
     seconds): a flat 5 pp failed once in a CI rehearsal, 78.8 vs 86.8 %, when resilient's breakers
     took the error rate from 35 % to 100 % within the first two fault seconds.
@@ -156,13 +187,17 @@ def test_fault_window_panels_agree_with_the_runner(storm: Storm, config: str) ->
     print(f"{config}: fault-window error allowed {allowed:.3f} apart")
     assert got["fault_rate"] is not None and abs(got["fault_rate"] - res["blast_radius"]) <= allowed
     for hop, value in got["one"].items():
-        assert abs(got["amp"][hop] - value) <= 0.15, (hop, got["amp"], got["one"])
+        allowed_amp = 0.05 + _amp_swing(storm, config, hop)
+        print(f"{config}: {hop} amplification allowed {allowed_amp:.3f} apart")
+        assert abs(got["amp"][hop] - value) <= allowed_amp, (hop, got["amp"], got["one"])
 
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_breach_seconds_and_peak_agree_with_the_runner(storm: Storm, config: str) -> None:
     """Seconds in breach within one second per crossing of the threshold (at least 2), plus one per
-    second whose error rate is within two calls of the SLO; the peak within 6 pp. Prometheus' 1-s
+    second whose error rate is within two calls of the SLO; the peak within 6 pp or three binomial
+    standard deviations of the runner's peak, whichever is larger (a CI rehearsal: board 58.7 % vs
+    runner 50.0 %, from a window of a few dozen organic calls during the storm). Prometheus' 1-s
     evaluations sit a fraction of a second from the runner's seconds, so a board second's rate lies
     between two adjacent runner seconds': it can disagree where those two are on opposite sides of
     the SLO, or where a call more or less in the window flips it. A clean breach crosses twice
@@ -174,7 +209,9 @@ def test_breach_seconds_and_peak_agree_with_the_runner(storm: Storm, config: str
     crossings, near, band = _ambiguous_seconds(storm, config)
     print(f"{config}: the runner's state crosses the SLO {crossings} times; {near} seconds within {band:.3f} of it")
     assert abs(got["seconds"] - got["bad"]) <= max(2, crossings) + near
-    assert got["peak"] is not None and abs(got["peak"] - got["runner_peak"]) <= 0.06
+    allowed = max(0.06, _peak_noise(storm, config))
+    print(f"{config}: peak allowed {allowed:.3f} apart")
+    assert got["peak"] is not None and abs(got["peak"] - got["runner_peak"]) <= allowed
 
 
 def test_per_hop_error_rate_is_nonzero_where_the_hop_sheds(storm: Storm) -> None:
