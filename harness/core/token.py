@@ -31,6 +31,8 @@ MAX_TOKEN_LEN = 128
 DEFAULT_MAX_TTL_S = 3600.0
 
 _VERSION = "drill-token-3"
+#: The signed values, in message order.
+_SIGNED = ("request_id", "tenant", "directive", "ratio", "target", "instances", "method", "scope", "attempts")
 
 
 def _text(value: object) -> str:
@@ -41,9 +43,6 @@ def _message(expiry: int, **values: object) -> bytes:
     parts = [_VERSION] + [_text(values[k]) for k in _SIGNED] + [str(expiry)]
     return "\n".join(parts).encode()
 
-
-#: The signed values, in message order.
-_SIGNED = ("request_id", "tenant", "directive", "ratio", "target", "instances", "method", "scope", "attempts")
 
 
 def sign(

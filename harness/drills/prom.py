@@ -5,10 +5,11 @@ under OUT/prometheus, file-based service discovery the runner rewrites for each
 configuration). Its first sample comes ~5 s after start, so it is started
 before the first topology.
 
-`read_drill` asks any Prometheus (`/api/v1/query_range`, step 1 s) for the same
-aggregates the runner's scraper keeps and returns one `RunSeries` per
-resilience configuration (the `config` label of the edge client's calls). The
-fault window comes from `drill_fault_active`, or is given.
+`read_drill` asks any Prometheus for the raw samples (a range-vector query) of the
+series the runner's scraper keeps, puts them on the runner's grid of whole seconds
+from fault-on, and returns one `RunSeries` per resilience configuration (the
+`config` label of the edge client's calls). The fault window comes from
+`drill_fault_active`, or is given.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from harness.drills.model import SeriesKey
 from harness.drills.series import RunSeries, build_series
 from harness.procs.prometheus import PrometheusError, api_get, write_targets
 
-__all__ = ["EDGE_SERVICES", "ExternalPrometheus", "PrometheusError", "query_range", "read_drill"]
+__all__ = ["EDGE_SERVICES", "ExternalPrometheus", "PrometheusError", "read_drill"]
 
 #: The edge client's `service` label: the in-runner load ("loadgen") or Locust ("locust").
 EDGE_SERVICES = "loadgen|locust"
@@ -47,11 +48,6 @@ class ExternalPrometheus:
 
 
 # --- reading a drill back ---------------------------------------------------------------------
-def query_range(url: str, expr: str, start: float, end: float, step: float = 1.0) -> list[dict]:
-    params = [("query", expr), ("start", f"{start:.3f}"), ("end", f"{end:.3f}"), ("step", f"{step:g}")]
-    return api_get(url, "query_range", params)["result"]
-
-
 _SERVICE = (("service", "service"),)
 
 #: Prometheus' scrape interval the runner's local Prometheus uses (seconds): a counter born inside the

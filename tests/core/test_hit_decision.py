@@ -11,8 +11,8 @@ import pytest
 from harness.core.faults import hit_bucket, is_hit, is_hit_attempt, jhash, seed_from_drill_id, splitmix64
 
 
-def _vector_rows(shared_dir):
-    path = shared_dir / "vectors" / "fault_hit_java.tsv"
+def _vector_rows(shared_dir, name="fault_hit_java.tsv"):
+    path = shared_dir / "vectors" / name
     with open(path, newline="", encoding="utf-8") as fh:
         lines = [line for line in fh if not line.startswith("#")]
     return list(csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE))
@@ -81,15 +81,8 @@ def test_ratio_bounds():
     assert is_hit(1, "x", "delay:1", 150) is True
 
 
-def _attempt_rows(shared_dir):
-    path = shared_dir / "vectors" / "fault_hit_attempt_java.tsv"
-    with open(path, newline="", encoding="utf-8") as fh:
-        lines = [line for line in fh if not line.startswith("#")]
-    return list(csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE))
-
-
 def test_every_java_attempt_vector_row_matches(shared_dir):
-    rows = _attempt_rows(shared_dir)
+    rows = _vector_rows(shared_dir, "fault_hit_attempt_java.tsv")
     assert len(rows) >= 300
     mismatches = [
         row

@@ -75,11 +75,25 @@ def _instant(storm: Storm, uid: str, title: str, config: str, label: str = "conf
     return {s["metric"].get(label, ""): float(s["value"][1]) for s in storm.prom.query(expr, at=end)}
 
 
+def _rates(storm: Storm, config: str, window: int | None = None) -> list[float | None]:
+    """The runner's per-second SLO error rate over `window` seconds (default: the plan's window)."""
+    s, slo = storm.series[config][0], storm.plan.slo
+    return analysis.error_rate_series(s, slo.traffic, slo.min_calls, window or slo.window_s)
+
+
+def _two_calls(storm: Storm, config: str) -> float:
+    """Two calls' worth of the SLO traffic's error rate over the plan window (one sampler may hold a
+    call or two more or fewer than the other)."""
+    s, slo = storm.series[config][0], storm.plan.slo
+    planned = (s.planned_rps or {}).get(slo.traffic) or sum((s.planned_rps or {}).values())
+    return 2 / (planned * slo.window_s)
+
+
 def _runner_breach(storm: Storm, config: str) -> tuple[int, float]:
     """The runner's bad seconds and peak SLO error rate (its own per-second series and functions)."""
     s, slo = storm.series[config][0], storm.plan.slo
     states = analysis.slo_states(s, slo)
-    rates = [r for r in analysis.error_rate_series(s, slo.traffic, slo.min_calls, slo.window_s) if r is not None]
+    rates = [r for r in _rates(storm, config) if r is not None]
     return sum(1 for x in states if x == analysis.BAD), max(rates, default=0.0)
 
 
@@ -89,10 +103,8 @@ def _ambiguous_seconds(storm: Storm, config: str) -> tuple[int, int, float]:
     s, slo = storm.series[config][0], storm.plan.slo
     bad = [x == analysis.BAD for x in analysis.slo_states(s, slo)]
     crossings = sum(1 for a, b in zip(bad, bad[1:], strict=False) if a != b)
-    planned = (s.planned_rps or {}).get(slo.traffic) or sum((s.planned_rps or {}).values())
-    band = 2 / (planned * slo.window_s)
-    rates = analysis.error_rate_series(s, slo.traffic, slo.min_calls, slo.window_s)
-    near = sum(1 for r in rates if r is not None and abs(r - slo.max_error_rate) <= band)
+    band = _two_calls(storm, config)
+    near = sum(1 for r in _rates(storm, config) if r is not None and abs(r - slo.max_error_rate) <= band)
     return crossings, near, band
 
 
@@ -118,8 +130,7 @@ def _report(storm: Storm, config: str) -> dict:
         f"{got['fault_rate']} runner blast radius {res['blast_radius']}; amplification board "
         f"{ {k: round(v, 3) for k, v in got['amp'].items()} } runner (results.json) {got['one']}"
     )
-    rates = analysis.error_rate_series(storm.series[config][0], storm.plan.slo.traffic, storm.plan.slo.min_calls,
-                                       storm.plan.slo.window_s)  # fmt: skip
+    rates = _rates(storm, config)
     print(f"{config}: runner's per-second error rates {[None if r is None else round(r, 3) for r in rates]}")
     return got
 
@@ -128,7 +139,7 @@ def _peak_noise(storm: Storm, config: str) -> float:
     """Three binomial standard deviations of the runner's peak error rate, sqrt(p(1-p)/n) with n the
     calls in its window: two samplers whose windows hold different calls differ by that much."""
     s, slo = storm.series[config][0], storm.plan.slo
-    rates = analysis.error_rate_series(s, slo.traffic, slo.min_calls, slo.window_s)
+    rates = _rates(storm, config)
     known = [(r, i) for i, r in enumerate(rates) if r is not None]
     if not known:
         return 0.0
@@ -151,9 +162,9 @@ def _swing(values: list[float | None], win: range) -> float:
 
 def _edge_swing(storm: Storm, config: str) -> float:
     """How far the fault window's error rate can move if each of its edges shifts by up to a second."""
-    s, slo = storm.series[config][0], storm.plan.slo
+    s = storm.series[config][0]
     win = analysis._window(s, s.fault_on, s.fault_off)
-    return _swing(analysis.error_rate_series(s, slo.traffic, slo.min_calls, slo.window_s), win) / max(1, len(win))
+    return _swing(_rates(storm, config), win) / max(1, len(win))
 
 
 def _amp_swing(storm: Storm, config: str, hop: str) -> float:
@@ -256,11 +267,9 @@ def _page_expected(storm: Storm, config: str) -> tuple[bool, bool]:
     the plan window), with a margin for the two samplers: 1 pp on the long window, two calls on the
     short one. A breach of a few seconds is a breach for the runner but need not burn the long
     window's budget: the page is a multiwindow burn-rate alert and rightly stays quiet then."""
-    s, slo = storm.series[config][0], storm.plan.slo
-    planned = (s.planned_rps or {}).get(slo.traffic) or sum((s.planned_rps or {}).values())
-    band = 2 / (planned * slo.window_s)
-    long = analysis.error_rate_series(s, slo.traffic, slo.min_calls, 12 * (slo.window_s + 1))
-    short = analysis.error_rate_series(s, slo.traffic, slo.min_calls, slo.window_s)
+    slo = storm.plan.slo
+    band = _two_calls(storm, config)
+    long, short = _rates(storm, config, 12 * (slo.window_s + 1)), _rates(storm, config)
     budget = slo.max_error_rate
     pairs = [(a, b) for a, b in zip(long, short, strict=True) if a is not None and b is not None]
     must = any(a > budget + 0.01 and b > budget + band for a, b in pairs)
