@@ -48,7 +48,8 @@ def _init(environment, **_kw) -> None:
         environment.runner.register_message(shape.PHASE_MESSAGE, shape.on_phase_message)
         client_metrics.serve_when_indexed(opts, environment.runner)
     else:
-        client_metrics.serve(opts, role)
+        server = getattr(environment.runner, "server", None)  # the master's worker port (0 = bound at random)
+        client_metrics.serve(opts, role, master_port=getattr(server, "port", None))
 
 
 @events.test_start.add_listener

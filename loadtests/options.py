@@ -60,8 +60,11 @@ class DrillOptions:
     timeout: float = 2.0
     cancel_ms: float | None = None
     cancel_share: int = 0
+    #: client /metrics base port; None = off, 0 = a port each process binds itself (see `ports_dir`)
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    #: directory where each process writes the ports it bound (`ROLE[-INDEX].json`); empty = none
+    ports_dir: str | None = None
     metrics_fixed: bool = False
     threadpool: int = 0
     #: seed in the request ids (`PLAN-SEED-USER-N`); the runner passes the plan's
@@ -174,7 +177,8 @@ def from_namespace(ns: Any) -> DrillOptions:
         timeout=timeout,
         cancel_ms=cancel_ms,
         cancel_share=share,
-        metrics_port=_optional_int(getattr(ns, "drill_metrics_port", None)) or None,
+        metrics_port=_optional_int(getattr(ns, "drill_metrics_port", None)),
+        ports_dir=(getattr(ns, "drill_ports_dir", "") or "").strip() or None,
         metrics_host=getattr(ns, "drill_metrics_host", None) or "127.0.0.1",
         metrics_fixed=bool(getattr(ns, "drill_metrics_fixed", False)),
         threadpool=int(getattr(ns, "drill_threadpool", 0) or 0),
@@ -252,7 +256,17 @@ def add_arguments(parser: Any) -> None:
         default="",
         help="share of drill calls to cancel, 0-100 (100 if only --drill-cancel-ms)",
     )
-    arg("--drill-metrics-port", default="", help="client /metrics base port (master base, worker i base+1+i)")
+    arg(
+        "--drill-metrics-port",
+        default="",
+        help="client /metrics base port (master base, worker i base+1+i); 0 = each process binds a port the "
+        "kernel picks and writes it to --drill-ports-dir; empty = no /metrics",
+    )
+    arg(
+        "--drill-ports-dir",
+        default="",
+        help="each process writes the ports it bound to DIR/ROLE[-INDEX].json (metrics_port, master_port)",
+    )
     arg("--drill-metrics-host", default="127.0.0.1", help="bind address of client /metrics")
     arg(
         "--drill-metrics-fixed",

@@ -1,7 +1,8 @@
-"""Shared test helpers: metric deltas on the process registry, free ports, repo paths.
+"""Shared test helpers: metric deltas on the process registry, repo paths, a stand-in Grafana.
 
-Tests run real gRPC servers on 127.0.0.1 (port 0 = a free port). All metrics
-live on prometheus_client's process-wide registry, so tests compare deltas.
+Tests run real gRPC servers on 127.0.0.1, each binding port 0 itself and reporting
+the port it got (never a port found free and bound later: harness.procs.ports).
+All metrics live on prometheus_client's process-wide registry, so tests compare deltas.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import REGISTRY
 
-from harness.procs.ports import free_port  # noqa: F401 - re-exported for the suites
 from tests.fake_grafana import FakeGrafana
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -1,10 +1,13 @@
 """`drill serve`: run one demo hop with the fault interceptor, health, reflection and metrics.
 
 The drill runner starts each replica of each hop as its own `drill serve`
-process: `--port 0 --metrics-port -1 --ready-file F` picks free ports and
-writes them (JSON) once serving; `--admission` makes every attempt pay for
-capacity (see harness.demo.service); `--downstream A,B` lists the next hop's
-replicas.
+process: `--port 0 --metrics-port -1 --ready-file F` binds ports the kernel
+picks and writes them (JSON) once serving; `--admission` makes every attempt pay
+for capacity (see harness.demo.service); `--downstream A,B` lists the next hop's
+replicas, each `HOST:PORT` or `@READY-FILE` (another `drill serve`'s ready file,
+waited for): so a whole chain starts at once with every port bound by its own
+server, and no port is picked by one process for another to bind
+(harness.procs.ports says why).
 """
 
 from __future__ import annotations
@@ -100,7 +103,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--work-ms", type=float, default=0.0, help="work time per call")
     p.add_argument("--concurrency", type=int, default=64, help="max concurrent handlers")
     p.add_argument("--queue", type=int, default=256, help="max queued calls before RESOURCE_EXHAUSTED")
-    p.add_argument("--downstream", default=None, help="HOST:PORT of the next hop (omit for a leaf)")
+    p.add_argument(
+        "--downstream",
+        default=None,
+        help="the next hop's replicas, comma separated: HOST:PORT, or @FILE = the --ready-file of another "
+        "drill serve (waited for up to --downstream-wait seconds); omit for a leaf",
+    )
+    p.add_argument("--downstream-wait", type=float, default=30.0, help="seconds to wait for @FILE downstreams")
     p.add_argument(
         "--downstream-timeout", type=float, default=None, help="timeout for downstream calls, seconds"
     )
@@ -163,6 +172,7 @@ async def _serve(args: argparse.Namespace) -> int:
     downstream = None
     channel = None
     if args.downstream:
+        args.downstream = await resolve_downstream(args.downstream, args.downstream_wait)
         downstream, channel = await _make_downstream(args, settings)
     metrics_port = 0
     if args.metrics_port:
@@ -201,7 +211,7 @@ async def _serve(args: argparse.Namespace) -> int:
     if args.ready_file:
         tmp = args.ready_file + ".tmp"
         with open(tmp, "w") as fh:
-            json.dump({"port": port, "metrics_port": metrics_port, "pid": os.getpid()}, fh)
+            json.dump({"host": args.host, "port": port, "metrics_port": metrics_port, "pid": os.getpid()}, fh)
         os.replace(tmp, args.ready_file)
     log.warning(
         "serving %s on %s:%d (faults %s, seed %d, tenants %s), metrics on :%s",
@@ -223,6 +233,32 @@ async def _serve(args: argparse.Namespace) -> int:
     if channel is not None:
         await channel.close()
     return 0
+
+
+async def resolve_downstream(spec: str, wait_s: float) -> str:
+    """`A,@FILE,…` → `A,HOST:PORT,…`: each `@FILE` is another server's ready file, read once it exists."""
+    out = []
+    deadline = asyncio.get_running_loop().time() + wait_s
+    for item in (a.strip() for a in spec.split(",")):
+        if not item.startswith("@"):
+            out.append(item)
+            continue
+        path = item[1:]
+        while True:
+            try:
+                with open(path) as fh:
+                    info = json.load(fh)
+                host = info.get("host") or "127.0.0.1"
+                out.append(f"{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{int(info['port'])}")
+                break
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise RunFailed(f"serve: downstream ready file {path}: {exc}") from None
+            if asyncio.get_running_loop().time() > deadline:
+                raise RunFailed(f"serve: downstream {path} not ready after {wait_s:g} s")
+            await asyncio.sleep(0.02)
+    return ",".join(out)
 
 
 async def _make_downstream(args: argparse.Namespace, settings: FaultSettings):

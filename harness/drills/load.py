@@ -21,22 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import pathlib
 import shutil
 import sys
 import time
-import urllib.request
 from typing import Protocol
 
 from grpc import aio
 
 from harness.core import headers as h
+from harness.core.errors import RunFailed
 from harness.core.faults import is_hit
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.drills.model import Fault, Phases, Traffic
 from harness.drills.plan import locust_profile
 from harness.interceptors import DrillClientInterceptor, Tagging
-from harness.procs.ports import free_port
 
 
 class LoadDriver(Protocol):
@@ -200,11 +200,12 @@ class LocustLoad:
         self.traffic, self.fault, self.phases = traffic, fault, phases
         self.workdir = workdir
         self.ids_dir = workdir  # ids-PID.txt beside the services' logs
-        self.port = free_port()
+        self.ports_dir = workdir / "locust-ports"  # each Locust process binds its own port and writes it here
+        self.port = 0
         self.proc = None
 
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
-        return [("loadgen", f"http://127.0.0.1:{self.port}/metrics")]
+        return [("loadgen", f"http://127.0.0.1:{self.port}/metrics")] if self.port else []
 
     async def start(self, edge: list[str]) -> None:
         from harness.procs.spawn import python_env, spawn
@@ -221,7 +222,7 @@ class LocustLoad:
             "--drill-users", str(users), "--drill-weights", f"organic={tr.organic_users},drill={tr.drill_users}",
             "--drill-rate", f"{tr.drill_rate:g}", "--drill-organic-rate", f"{tr.organic_rate:g}",
             "--drill-timeout", f"{tr.timeout_s:g}",
-            "--drill-metrics-port", str(self.port),
+            "--drill-metrics-port", "0", "--drill-ports-dir", str(self.ports_dir),
             "--drill-seed", str(self.seed), "--drill-ids-dir", str(self.ids_dir),
         ]  # fmt: skip
         if f.target:
@@ -236,10 +237,15 @@ class LocustLoad:
         else:
             argv += ["--drill-cancel-ms", "", "--drill-cancel-share", "0"]
         env = python_env({"DRILL_FAULT_SEED": str(self.seed)})
+        shutil.rmtree(self.ports_dir, ignore_errors=True)
         self.proc = spawn(argv, self.workdir / "locust.log", env)
         # Locust's phase clock starts with its /metrics (same init): wait for it, so the runner's
         # scrapes cover Locust's whole recovery phase rather than starting seconds early
-        await asyncio.to_thread(_wait_http, self.metrics_endpoints()[0][1], LOCUST_START_S, self.proc)
+        self.port = await asyncio.to_thread(_wait_announced, self.ports_dir / "local.json", LOCUST_START_S, self.proc)
+        if not self.port:
+            raise RunFailed(
+                f"locust did not start: {_last_line(self.workdir / 'locust.log')} (log: {self.workdir / 'locust.log'})"
+            )
 
     def expected_hits(self) -> list[str]:
         f = self.fault
@@ -259,15 +265,27 @@ class LocustLoad:
 LOCUST_START_S = 30.0
 
 
-def _wait_http(url: str, timeout_s: float, proc) -> None:
-    """Poll `url` until it answers (bounded); give up early when the process has exited."""
+def _wait_announced(path: pathlib.Path, timeout_s: float, proc) -> int:
+    """The metrics port a Locust process announced in `path` (0 when it exited or time ran out)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            with urllib.request.urlopen(url, timeout=1.0):
-                return
-        except OSError:
-            time.sleep(0.1)
+            port = int(json.loads(path.read_text())["metrics_port"] or 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            time.sleep(0.05)
+            continue
+        if port:  # the server answers as soon as it is announced: it was bound before the file was written
+            return port
+        time.sleep(0.05)
+    return 0
+
+
+def _last_line(path: pathlib.Path) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "no output"
 
 
 def read_tagged_ids(directory: pathlib.Path) -> list[str]:

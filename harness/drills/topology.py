@@ -1,7 +1,11 @@
 """The drill topology: the chain `hops[0] → hops[1] → …`, one `drill serve` process per replica.
 
 Processes are started with `harness.procs.spawn` (own process group, parent-death
-signal, atexit sweep), so a killed runner leaves nothing behind.
+signal, atexit sweep), so a killed runner leaves nothing behind. Every replica
+binds port 0 itself and writes what it got to its ready file; a hop finds its
+downstream replicas through their ready files (`--downstream @FILE`), so the
+whole chain starts at once and no port is ever chosen for someone else to bind
+(harness.procs.ports).
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ import pathlib
 from harness.core.errors import RunFailed
 from harness.core.headers import DEFAULT_DRILL_TENANT
 from harness.drills.model import HopSpec
-from harness.procs.ports import free_port
 from harness.procs.spawn import ServeError, ServeProcess, spawn_serve, stop_processes, wait_serving
 
 
@@ -43,17 +46,14 @@ class Topology:
         self.replicas: dict[str, list[ServeProcess]] = {}
 
     def start(self, ready_timeout_s: float = 30.0) -> None:
-        """Start every replica at once (ports chosen up front), then wait until all serve."""
+        """Start every replica at once (each binds its own ports), then wait until all serve."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            ports = {h.name: [free_port() for _ in range(h.replicas)] for h in self.hops}
             for depth in range(len(self.hops) - 1, -1, -1):
                 hop = self.hops[depth]
-                nxt = self.hops[depth + 1].name if depth + 1 < len(self.hops) else None
-                downstream = [f"127.0.0.1:{p}" for p in ports[nxt]] if nxt else []
-                self.replicas[hop.name] = [
-                    self._spawn(hop, i, downstream, ports[hop.name][i]) for i in range(hop.replicas)
-                ]
+                below = self.replicas[self.hops[depth + 1].name] if depth + 1 < len(self.hops) else []
+                downstream = [f"@{r.ready_file}" for r in below]
+                self.replicas[hop.name] = [self._spawn(hop, i, downstream) for i in range(hop.replicas)]
             wait_serving([r for rs in self.replicas.values() for r in rs], ready_timeout_s)
         except ServeError as exc:
             self.stop()
@@ -62,9 +62,9 @@ class Topology:
             self.stop()
             raise
 
-    def _spawn(self, hop: HopSpec, index: int, downstream: list[str], port: int = 0) -> ServeProcess:
+    def _spawn(self, hop: HopSpec, index: int, downstream: list[str]) -> ServeProcess:
         args = [
-            "--port", str(port), "--metrics-port", "-1",
+            "--port", "0", "--metrics-port", "-1",
             "--service", hop.name, "--instance-id", f"{hop.name}-{index}",
             "--work-ms", str(hop.work_ms), "--concurrency", str(hop.concurrency), "--queue", str(hop.queue),
             "--shed-code", hop.shed_code, "--enable-faults", "--seed", str(self.seed),

@@ -1,7 +1,8 @@
 """A throwaway Prometheus on 127.0.0.1: the drill runner's `--prometheus auto` and the tests' PromQL.
 
 `LocalPrometheus` starts the `prometheus` on PATH (or `DRILL_PROMETHEUS_BIN`)
-with its own config, a fresh TSDB under its workdir and a free port, as a child
+with its own config, a fresh TSDB under its workdir and a port it binds itself
+(`127.0.0.1:0`, read back from /proc: `harness.procs.ports`), as a child
 that cannot outlive us (`harness.procs.spawn`). Targets come from a file_sd file
 (`set_targets`, rewritten per configuration by the runner) and/or static jobs;
 rule files load as in compose. Prometheus 2.x takes ~5 s after start before its
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from harness.core.errors import RunFailed
-from harness.procs.ports import free_port
+from harness.procs.ports import wait_listening
 from harness.procs.spawn import spawn, stop_processes
 
 PROMETHEUS = os.environ.get("DRILL_PROMETHEUS_BIN", "prometheus")
@@ -124,15 +125,16 @@ class LocalPrometheus:
         self.targets_file.write_text("[]")
         cfg = self.workdir / "prometheus.yml"
         cfg.write_text(json.dumps(self.config, indent=1))
-        self.port = free_port()
         argv = [
             PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={self.workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1d", "--log.level=warn",
+            "--web.listen-address=127.0.0.1:0", "--storage.tsdb.retention.time=1d", "--log.level=warn",
             *self.extra_args,
         ]  # fmt: skip
         self.proc = spawn(argv, self.workdir / "prometheus.log")
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        ports = wait_listening(self.proc, timeout_s)  # its web port is the only one it listens on
+        self.port = ports[0] if ports else 0
+        while time.monotonic() < deadline and self.port:
             if self.proc.poll() is not None:
                 tail = self.log()[-500:].strip().replace("\n", " | ")
                 self.stop()
@@ -144,8 +146,12 @@ class LocalPrometheus:
             except OSError:
                 pass
             time.sleep(0.1)
+        code = self.proc.poll()
+        tail = self.log()[-300:].strip().replace("\n", " | ")
         self.stop()
-        raise PrometheusError(f"prometheus not ready after {timeout_s:.0f} s")
+        if code is not None:
+            raise PrometheusError(f"prometheus exited with {code}: {tail or 'no output'}")
+        raise PrometheusError(f"prometheus not ready after {timeout_s:.0f} s: {tail or 'no output'}")
 
     def stop(self) -> None:
         """Stop this instance only (by its process group); drop a temporary data dir."""

@@ -94,8 +94,6 @@ def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-
-
 class ServeError(RunFailed):
     """A `drill serve` child that exited or did not become ready."""
 
@@ -125,13 +123,16 @@ class ServeProcess:
         except OSError:
             return ""
 
+    def why(self) -> str:
+        """The child's last non-empty log line and where its log is: one line for an error message."""
+        last = next((ln.strip() for ln in reversed(self.log_tail(40).splitlines()) if ln.strip()), "")
+        return f"{last or 'no output'} (log: {self.log_path})"
+
     def stop(self) -> None:
         stop_processes([self.proc])
 
 
-def spawn_serve(
-    name: str, args: list[str], workdir: pathlib.Path, env: dict[str, str] | None = None
-) -> ServeProcess:
+def spawn_serve(name: str, args: list[str], workdir: pathlib.Path, env: dict[str, str] | None = None) -> ServeProcess:
     """Start `drill serve ARGS --ready-file ...` (logs to WORKDIR/NAME.log); see `wait_serving`."""
     ready = workdir / f"{name}.ready.json"
     ready.unlink(missing_ok=True)
@@ -146,13 +147,13 @@ def wait_serving(servers: list[ServeProcess], timeout_s: float = 30.0) -> None:
     for s in servers:
         while True:
             if s.proc.poll() is not None:
-                raise ServeError(f"{s.name} exited with {s.proc.returncode} at start:\n{s.log_tail()}")
+                raise ServeError(f"{s.name} exited with {s.proc.returncode} at start: {s.why()}")
             if s.ready_file.exists():
-                info = json.loads(s.ready_file.read_text())
+                info = json.loads(s.ready_file.read_text())  # written whole (os.replace)
                 s.port, s.metrics_port = int(info["port"]), int(info["metrics_port"])
                 break
             if time.monotonic() > deadline:
-                raise ServeError(f"{s.name} not ready after {timeout_s:.0f} s:\n{s.log_tail()}")
+                raise ServeError(f"{s.name} not ready after {timeout_s:.0f} s: {s.why()}")
             time.sleep(0.05)
 
 

@@ -22,7 +22,7 @@ from harness.demo.probe import half_open, summarize
 from harness.demo.proto import drill_pb2
 from harness.interceptors import Tagging
 from harness.interceptors._client_core import outgoing_metadata
-from tests.conftest import ROOT, free_port, sample
+from tests.conftest import ROOT, sample
 from tests.core.servers import aio_server, aio_stub
 
 
@@ -81,8 +81,8 @@ def test_spans_carry_drill_attributes_and_audit_lines_and_exemplars_carry_the_tr
     assert span.attributes["drill.request_id"] == "trace-me"
     trace_id = format(span.context.trace_id, "032x")
     assert any(trace_id in r.getMessage() for r in caplog.records if r.name == "drill.audit")
-    port = free_port()
-    start_http_server(port, addr="127.0.0.1")
+    server, _thread = start_http_server(0, addr="127.0.0.1")
+    port = server.server_port
     req = urllib.request.Request(
         f"http://127.0.0.1:{port}/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
     )

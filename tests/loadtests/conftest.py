@@ -2,18 +2,20 @@
 
 Nothing here imports locust or gevent: every Locust run is a headless subprocess
 in its own process group (killed on exit, even on failure), talking to a `drill
-serve` subprocess on 127.0.0.1 with free ports. Client-side metrics are scraped
-from the Locust processes while they run; Locust's own stats come from `--csv`.
+serve` subprocess on 127.0.0.1. Every process binds its own ports and announces
+them (`--drill-metrics-port 0 --drill-ports-dir DIR`: `local`, `master`,
+`worker-N`); client-side metrics are scraped from the announced ports while the
+run lasts, by role. Locust's own stats come from `--csv`.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -46,15 +48,28 @@ def kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
 
 
-def wait_port(port: int, timeout: float = 15.0) -> None:
+def announced(ports_dir: pathlib.Path) -> dict[str, dict]:
+    """What each Locust process wrote to `--drill-ports-dir`: {role[-index]: {metrics_port, master_port, …}}."""
+    out = {}
+    for path in sorted(ports_dir.glob("*.json")) if ports_dir.exists() else []:
+        try:
+            out[path.stem] = json.loads(path.read_text())
+        except ValueError:
+            continue  # written atomically; a partial read cannot happen, a stray file is skipped
+    return out
+
+
+def wait_announced(ports_dir: pathlib.Path, name: str, proc: subprocess.Popen, timeout: float = 30.0) -> dict:
+    """Block until the process `name` (e.g. master) announced its ports; fail if its Locust exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with socket.socket() as s:
-            s.settimeout(0.2)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
+        got = announced(ports_dir).get(name)
+        if got:
+            return got
+        if proc.poll() is not None:
+            raise AssertionError(f"locust exited with {proc.returncode} before announcing {name}")
         time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+    raise TimeoutError(f"{name} announced no ports in {ports_dir} after {timeout}s")
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -107,25 +122,28 @@ def drill_server(tmp_path):
 
 
 class Scraper(threading.Thread):
-    """Scrapes some ports every `interval` s while a run lasts; keeps the last good scrape per port."""
+    """Scrapes every port announced in `ports_dir` every `interval` s while a run lasts, by process name
+    (`local`, `master`, `worker-0`, …); keeps each one's history and last good scrape."""
 
-    def __init__(self, ports: list[int], interval: float = 0.5) -> None:
+    def __init__(self, ports_dir: pathlib.Path, interval: float = 0.5) -> None:
         super().__init__(daemon=True)
-        self.ports = ports
+        self.ports_dir = ports_dir
         self.interval = interval
-        self.last: dict[int, dict] = {}
-        self.history: dict[int, list[dict]] = {p: [] for p in ports}
+        self.last: dict[str, dict] = {}
+        self.history: dict[str, list[dict]] = {}
         self._halt = threading.Event()
 
     def run(self) -> None:
         while not self._halt.is_set():
-            for p in self.ports:
+            for name, info in announced(self.ports_dir).items():
+                if not info.get("metrics_port"):
+                    continue
                 try:
-                    snap = scrape(p)
+                    snap = scrape(int(info["metrics_port"]))
                 except OSError:
                     continue
-                self.last[p] = snap
-                self.history[p].append(snap)
+                self.last[name] = snap
+                self.history.setdefault(name, []).append(snap)
             self._halt.wait(self.interval)
 
     def stop(self) -> None:
@@ -139,8 +157,8 @@ class LocustRun:
     log: str
     stats: list[dict[str, str]]
     failures: list[dict[str, str]]
-    scraped: dict[int, dict]
-    history: dict[int, list[dict]]
+    scraped: dict[str, dict]
+    history: dict[str, list[dict]]
 
     def row(self, request_type: str, name: str) -> dict[str, str] | None:
         return next((r for r in self.stats if r["Type"] == request_type and r["Name"] == name), None)
@@ -167,17 +185,22 @@ class LocustProcess:
         host: str,
         *args: str,
         profile: str | None = "smoke",
-        scrape_ports: list[int] = (),
+        metrics: bool = False,
         tag: str = "run",
     ) -> None:
+        """`metrics=True`: every process serves /metrics on a port it binds and announces in `ports_dir`,
+        and a scraper follows them while the run lasts."""
         self.prefix = tmp_path / tag
+        self.ports_dir = tmp_path / f"{tag}-ports"
         cmd = [LOCUST]
         if profile:
             cmd += ["--config", str(PROFILES / f"{profile}.conf")]
         cmd += ["--host", host, "--headless", "--csv", str(self.prefix), "--exit-code-on-error", "0", *args]
+        if metrics:
+            cmd += ["--drill-metrics-port", "0", "--drill-ports-dir", str(self.ports_dir)]
         self.log_path = tmp_path / f"{tag}.log"
         self._log = open(self.log_path, "w")
-        self.scraper = Scraper(list(scrape_ports)) if scrape_ports else None
+        self.scraper = Scraper(self.ports_dir) if metrics else None
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         if self.scraper:
             self.scraper.start()
@@ -205,7 +228,7 @@ class LocustProcess:
 
 
 def run_locust(tmp_path: pathlib.Path, host: str, *args: str, timeout: float = 60.0, **kw) -> LocustRun:
-    """Run `locust` headless to completion (bounded by `timeout`), scraping `scrape_ports` meanwhile."""
+    """Run `locust` headless to completion (bounded by `timeout`), scraping its processes meanwhile."""
     proc = LocustProcess(tmp_path, host, *args, **kw)
     return proc.finish(timeout)
 

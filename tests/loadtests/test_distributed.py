@@ -3,8 +3,10 @@
 Covers both ways of starting workers: `--processes 2` (forked) and separate
 `--master` / `--worker` processes (what compose runs). The master's shape sends
 the phase to the workers, so drill users send the directive only in the fault
-phase; each worker serves its own /metrics on base + 1 + worker index and the
-master exports `drill_phase` / `drill_fault_active` on the base port.
+phase; each worker serves its own /metrics and the master exports `drill_phase`
+/ `drill_fault_active` on its own, every one on a port it bound itself and
+announced (`--drill-metrics-port 0 --drill-ports-dir`); the master's worker port
+is bound the same way (`--master-bind-port 0`) and read from its announcement.
 """
 
 from __future__ import annotations
@@ -14,8 +16,16 @@ import subprocess
 import pytest
 
 from harness.drills.load import read_tagged_ids
-from tests.conftest import free_port
-from tests.loadtests.conftest import LOCUST, ROOT, kill_group, run_locust, total, unexpected_tracebacks
+from tests.loadtests.conftest import (
+    LOCUST,
+    ROOT,
+    LocustProcess,
+    kill_group,
+    run_locust,
+    total,
+    unexpected_tracebacks,
+    wait_announced,
+)
 
 DRILL = (
     "--drill-phases", "warmup=3,fault=4,recovery=3",
@@ -28,12 +38,12 @@ DRILL = (
 )  # fmt: skip
 
 
-def _check(run, base: int) -> None:
+def _check(run) -> None:
     assert run.rc == 0, run.log[-3000:]
     assert not unexpected_tracebacks(run.log), run.log[-3000:]
-    workers = [base + 1, base + 2]
+    workers = ["worker-0", "worker-1"]
     for port in workers:
-        assert port in run.scraped, f"worker /metrics on {port} never answered"
+        assert port in run.scraped, f"{port} /metrics never answered"
         assert total(run.scraped[port], "drill_client_calls_total") > 0, port
     calls = "drill_client_calls_total"
     drill = sum(total(run.scraped[p], calls, traffic="drill") for p in workers)
@@ -45,24 +55,23 @@ def _check(run, base: int) -> None:
     # The directive is on only for the 4 s fault phase of a 10 s drill.
     assert 0.2 < faulted / drill < 0.65, (faulted, drill)
     # The master exports the timeline: the fault phase was seen on, and off again.
-    fault_flags = [total(s, "drill_fault_active", plan="dist") for s in run.history[base]]
+    fault_flags = [total(s, "drill_fault_active", plan="dist") for s in run.history["master"]]
     assert 1.0 in fault_flags and 0.0 in fault_flags, fault_flags
-    assert any(total(s, "drill_phase", plan="dist", phase="fault") == 1.0 for s in run.history[base])
+    assert any(total(s, "drill_phase", plan="dist", phase="fault") == 1.0 for s in run.history["master"])
 
 
 def test_processes_two_workers_run_the_drill(tmp_path, drill_server):
-    base = free_port()
     ids_dir = tmp_path / "ids"
     run = run_locust(
         tmp_path,
         drill_server.host,
-        "--processes", "2", *DRILL, "--drill-metrics-port", str(base), "--drill-seed", "5",
+        "--processes", "2", *DRILL, "--drill-seed", "5",
         "--drill-ids-dir", str(ids_dir), "--drill-weights", "organic=0,drill=1",  # drill users on both workers
         profile="abort-drill",
-        scrape_ports=[base, base + 1, base + 2],
+        metrics=True,
         timeout=45,
     )  # fmt: skip
-    _check(run, base)
+    _check(run)
     # each worker logs the ids its drill users sent with the directive: one file per process,
     # ids of the form dist-5-drillK.wI-N, unique across the two workers
     tagged = read_tagged_ids(ids_dir)
@@ -73,40 +82,43 @@ def test_processes_two_workers_run_the_drill(tmp_path, drill_server):
 
 
 def test_master_and_two_worker_processes_run_the_drill(tmp_path, drill_server):
-    base, master_port = free_port(), free_port()
     workers, logs = [], []
+    master = LocustProcess(
+        tmp_path,
+        drill_server.host,
+        "--master", "--expect-workers", "2", "--expect-workers-max-wait", "30", "--master-bind-host", "127.0.0.1",
+        "--master-bind-port", "0", *DRILL,
+        profile="abort-drill",
+        metrics=True,
+        tag="master",
+    )  # fmt: skip
     try:
+        master_port = wait_announced(master.ports_dir, "master", master.proc)["master_port"]
         for i in range(2):
             log = open(tmp_path / f"worker{i}.log", "w")
             logs.append(log)
             workers.append(
                 subprocess.Popen(
                     [LOCUST, "-f", "loadtests/locustfile.py", "--worker", "--master-host", "127.0.0.1"]
-                    + ["--master-port", str(master_port), "--drill-metrics-port", str(base)],
+                    + ["--master-port", str(master_port)]
+                    + ["--drill-metrics-port", "0", "--drill-ports-dir", str(master.ports_dir)],
                     cwd=ROOT,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
             )
-        run = run_locust(
-            tmp_path,
-            drill_server.host,
-            "--master", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
-            "--master-bind-port", str(master_port), *DRILL, "--drill-metrics-port", str(base),
-            profile="abort-drill",
-            scrape_ports=[base, base + 1, base + 2],
-            timeout=45,
-            tag="master",
-        )  # fmt: skip
+        run = master.finish(timeout=45)
         for w in workers:
             try:
                 w.wait(timeout=10)  # workers quit with the master
             except subprocess.TimeoutExpired:
                 pytest.fail("worker did not quit with the master")
     finally:
+        if master.proc.poll() is None:
+            master.kill()
         for w in workers:
             kill_group(w)
         for log in logs:
             log.close()
-    _check(run, base)
+    _check(run)

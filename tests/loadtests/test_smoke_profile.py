@@ -7,26 +7,23 @@ matches the ratio, and CANCELLED is counted in its own category, never as a fail
 
 from __future__ import annotations
 
-from tests.conftest import free_port
 from tests.loadtests.conftest import run_locust, total, unexpected_tracebacks
 
 RATIO = 30
 
 
 def test_smoke_run_separates_traffic_classes_and_hits_drill_at_the_ratio(tmp_path, drill_server):
-    mport = free_port()
     run = run_locust(
         tmp_path,
         drill_server.host,
         "-u", "50", "-r", "50", "-t", "20s",
         "--drill-ratio", str(RATIO),
-        "--drill-metrics-port", str(mport),
-        scrape_ports=[mport],
+        metrics=True,
         timeout=60,
     )  # fmt: skip
     assert run.rc == 0, run.log[-3000:]
     assert not unexpected_tracebacks(run.log), run.log[-3000:]
-    client = run.scraped[mport]
+    client = run.scraped["local"]
     server = drill_server.metrics()
     calls = "drill_client_calls_total"
 

@@ -31,7 +31,6 @@ from harness.core.faults import Mode
 from harness.core.status import STATUS_NAMES
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import ORGANIC, DrillClientInterceptor, Tagging
-from harness.procs.ports import free_port
 from harness.procs.prometheus import LocalPrometheus
 from harness.procs.spawn import ServeProcess, spawn_serve, stop_processes, wait_serving
 
@@ -100,9 +99,9 @@ def _set_phase(phase: str | None) -> None:
     m.FAULT_ACTIVE.labels(PLAN).set(1 if phase == "fault" else 0)
 
 
-def _serve(workdir: pathlib.Path, service: str, port: int, metrics_port: int, *extra: str) -> ServeProcess:
+def _serve(workdir: pathlib.Path, service: str, *extra: str) -> ServeProcess:
     args = [
-        "--port", str(port), "--metrics-port", str(metrics_port),
+        "--port", "0", "--metrics-port", "-1",
         "--enable-faults", "--seed", "7", "--service", service, *extra,
     ]  # fmt: skip
     return spawn_serve(service, args, workdir)
@@ -196,20 +195,20 @@ class LiveDrill:
     metrics_server: object = None
 
     def run(self) -> DrillRun:
-        leaf_port, leaf_metrics, gw_port, gw_metrics, edge_port, edge_metrics, own_metrics = (
-            free_port() for _ in range(7)
-        )
-        leaf = f"127.0.0.1:{leaf_port}"
         workdir = pathlib.Path(tempfile.mkdtemp(prefix="drill-live-"))
-        self.procs.append(_serve(workdir, "leaf", leaf_port, leaf_metrics))
-        for name, port, mport, config in (("gateway", gw_port, gw_metrics, "resilient"),
-                                          ("edge", edge_port, edge_metrics, "budget")):  # fmt: skip
-            self.procs.append(_serve(workdir, name, port, mport, "--downstream", leaf, "--config", config))
+        leaf_proc = _serve(workdir, "leaf")
+        self.procs.append(leaf_proc)
+        for name, config in (("gateway", "resilient"), ("edge", "budget")):
+            # every process binds its own ports; the callers read the leaf's from its ready file
+            self.procs.append(_serve(workdir, name, "--downstream", f"@{leaf_proc.ready_file}", "--config", config))
         wait_serving(self.procs)
+        leaf, gw, edge = self.procs
+        leaf_port, gw_port, edge_port = leaf.port, gw.port, edge.port
         preinit_client_series()
         _set_phase(None)
-        self.metrics_server = start_http_server(own_metrics, addr="127.0.0.1")
-        topology = [f"127.0.0.1:{port}" for port in (gw_metrics, edge_metrics, leaf_metrics)]
+        self.metrics_server = start_http_server(0, addr="127.0.0.1")
+        own_metrics = self.metrics_server[0].server_port
+        topology = [f"127.0.0.1:{proc.metrics_port}" for proc in (gw, edge, leaf)]
         self.prom = LocalPrometheus(targets={"loadgen": [f"127.0.0.1:{own_metrics}"]}, rule_files=RULES).start()
         # the hops through file_sd with their `service` label, as the runner does (fd and TCP panels filter on it)
         names = ("gateway", "edge", "leaf")

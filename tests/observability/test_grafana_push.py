@@ -8,7 +8,7 @@ import pytest
 
 from harness import cli
 from harness.dashboards.annotations import DrillAnnotator
-from harness.procs.ports import free_port
+from harness.procs.ports import refused_port
 from tests.fake_grafana import FakeGrafana
 
 
@@ -41,6 +41,7 @@ def test_annotator_posts_tagged_drill_events_and_regions(grafana: FakeGrafana) -
 def test_annotator_is_off_without_a_url_and_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DRILL_GRAFANA_URL", raising=False)
     assert DrillAnnotator.from_env() is None
-    monkeypatch.setenv("DRILL_GRAFANA_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
-    ann = DrillAnnotator.from_env()
-    assert ann is not None and ann.event("fault on", plan="p") is None
+    with refused_port() as port:  # connections to it are refused while we hold it
+        monkeypatch.setenv("DRILL_GRAFANA_URL", f"http://127.0.0.1:{port}")
+        ann = DrillAnnotator.from_env()
+        assert ann is not None and ann.event("fault on", plan="p") is None
