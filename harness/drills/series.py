@@ -107,6 +107,21 @@ class RunSeries:
     planned_rps: dict[str, float] | None = None
     #: the edge client's per-call timeout: no call outlives it (sharpens when calls started)
     timeout_s: float | None = None
+    #: Read-back uncertainty (None = exact: the runner's own sampler is the reference). Per sample i,
+    #: how far in seconds the second (t[i]−1, t[i]] as read may lie from the runner's grid: 0 where
+    #: the source's samples sit on the grid, else the scrape gap around it. An edge (a state change)
+    #: found at sample i is uncertain by `edge_error[i]`; a duration by the sum of its two edges'.
+    edge_error: list[float] | None = None
+    #: ± of fault-on and of fault-off in seconds (0, 0 when the load exported the phase times)
+    fault_error: tuple[float, float] | None = None
+    #: the largest gap between consecutive samples of the series used (None: the runner's own 1-s grid)
+    resolution_s: float | None = None
+
+    def edge_error_at(self, i: int | None) -> float:
+        """± of an edge found at sample i (0 when exact, or no such sample)."""
+        if self.edge_error is None or i is None or not 0 <= i < len(self.edge_error):
+            return 0.0
+        return self.edge_error[i]
 
     def select(self, kind: str, **match: str) -> list[SeriesKey]:
         """Keys of one kind whose fields equal `match`, sorted."""
@@ -127,13 +142,21 @@ class RunSeries:
             out["planned_rps"] = self.planned_rps
         if self.timeout_s is not None:
             out["timeout_s"] = self.timeout_s
+        if self.edge_error is not None:
+            out["edge_error"] = self.edge_error
+        if self.fault_error is not None:
+            out["fault_error"] = list(self.fault_error)
+        if self.resolution_s is not None:
+            out["resolution_s"] = self.resolution_s
         return out
 
     @classmethod
     def from_json(cls, data: dict) -> RunSeries:
         values = {SeriesKey.from_json(item["key"]): item["values"] for item in data["values"]}
+        fault_error = data.get("fault_error")
         return cls(data["config"], data["t"], data["fault_on"], data["fault_off"], values, data.get("planned_rps"),
-                   data.get("timeout_s"))  # fmt: skip
+                   data.get("timeout_s"), data.get("edge_error"), tuple(fault_error) if fault_error else None,
+                   data.get("resolution_s"))  # fmt: skip
 
 
 def build_series(
