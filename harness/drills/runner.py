@@ -24,13 +24,15 @@ from prometheus_client import start_http_server
 
 from harness.core import metrics as m
 from harness.core.errors import RunFailed
+from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.dashboards.annotations import DrillAnnotator
 from harness.drills import analysis, report
+from harness.drills.edge import demo_edge
 from harness.drills.load import AioLoad, LocustLoad, ids_digest
 from harness.drills.model import Plan, Probe, Results, SeriesKey, Variant
 from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
-from harness.drills.series import RunSeries, build_series
+from harness.drills.series import RunSeries, build_series, reduce_families
 from harness.drills.topology import Topology
 from harness.procs.prometheus import PrometheusError, api_get
 from harness.procs.spawn import python_env, spawn, stop_processes
@@ -40,16 +42,25 @@ class DrillError(RunFailed):
     """The drill could not finish (a service crashed, the load failed)."""
 
 
-_METRICS_URL: str | None = None
+_METRICS: tuple[str, EdgeCounts] | None = None
+
+#: The scraper reads each second this long after it ends (the hops' counters are interpolated to the second).
+SCRAPE_DELAY_S = 0.1
+
+
+def runner_metrics() -> tuple[str, EdgeCounts]:
+    """The runner's own /metrics and the aio load's per-second edge counts it serves, stamped with their
+    second (harness.core.snapshots), beside every other series of the process, live."""
+    global _METRICS
+    if _METRICS is None:
+        counts = EdgeCounts("loadgen")
+        server, _thread = start_http_server(0, addr="127.0.0.1", registry=LoadExport(counts).registry())
+        _METRICS = (f"http://127.0.0.1:{server.server_port}/metrics", counts)
+    return _METRICS
 
 
 def runner_metrics_url() -> str:
-    """The runner's own /metrics (client-side series of the aio load, drill timeline gauges)."""
-    global _METRICS_URL
-    if _METRICS_URL is None:
-        server, _thread = start_http_server(0, addr="127.0.0.1")
-        _METRICS_URL = f"http://127.0.0.1:{server.server_port}/metrics"
-    return _METRICS_URL
+    return runner_metrics()[0]
 
 
 def audit_hit_ids(workdir: pathlib.Path) -> set[str]:
@@ -142,9 +153,10 @@ class Runner:
                     phases=plan.phases, workdir=workdir,
                 )  # fmt: skip
             else:
+                url, counts = runner_metrics()
                 load = AioLoad(
                     plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault,
-                    phases=plan.phases, metrics_url=runner_metrics_url(),
+                    phases=plan.phases, edge_call=demo_edge(tr.method), counts=counts, metrics_url=url, trial=trial,
                 )  # fmt: skip
             if self.prometheus is not None:
                 self.prometheus.set_targets(topo.endpoints() + load.metrics_endpoints())
@@ -152,20 +164,25 @@ class Runner:
                 # hops' first seconds (all of warm-up in a short plan) are missing from Prometheus
                 if not await asyncio.to_thread(self._wait_scraped, [url for _, url in topo.endpoints()]):
                     self.log(f"[{label}] prometheus has not scraped every replica yet: first seconds may be missing")
-            scraper = Scraper(lambda: topo.endpoints() + load.metrics_endpoints(), config=label)
-            wall0 = time.time() - (time.monotonic() - scraper.t0)
-            await scraper.scrape_once()  # baseline
-            await load.start(topo.edge)  # returns once the load's clock runs (Locust: once it is up)
-            t_load = time.monotonic() - scraper.t0
+            edge = None
+            if isinstance(load, AioLoad):  # the edge's exact per-second counts, straight from the load
+                edge = lambda second: reduce_families(load.counts.families(second), config=label)  # noqa: E731
+            scraper = Scraper(lambda: topo.endpoints() + load.metrics_endpoints(), config=label, edge=edge)
+            wall0 = scraper.wall0
+            await scraper.prime()  # the hops before the first call
+            await load.start(topo.edge)  # the schedule starts on a whole unix second (Locust: once it is up)
+            start_unix = load.start_unix
+            scraper.begin_at(start_unix)  # the load's first second is the baseline, however late we get there
+            anchor = scraper.mono(start_unix) + SCRAPE_DELAY_S
             ph = plan.phases
-            end_at = scraper.t0 + t_load + ph.total + 1.0
+            end_at = anchor + ph.total + 1.0
             state = {"phase": None}
 
             def tick() -> None:
                 crashed = topo.crashed()
                 if crashed:
                     raise DrillError(f"service crashed during the drill: {', '.join(crashed)}")
-                elapsed = time.monotonic() - scraper.t0 - t_load
+                elapsed = time.time() - start_unix
                 phase = ph.at(elapsed)
                 if phase != state["phase"]:
                     state["phase"] = phase
@@ -191,10 +208,10 @@ class Runner:
                 nonlocal probe
                 probe = self._start_probe(variant.probe, topo, workdir)
 
-            await scraper.run(lambda: time.monotonic() >= end_at, tick, anchor=scraper.t0 + t_load)
+            await scraper.run(lambda: time.monotonic() >= end_at, tick, anchor=anchor)
             if isinstance(load, AioLoad):
                 await load.wait(timeout_s=plan.traffic.timeout_s + 1.0)
-            await scraper.scrape_once()
+            await scraper.settle()
         finally:
             for g in phase_gauges.values():
                 g.set(0)
@@ -205,7 +222,7 @@ class Runner:
                 await asyncio.to_thread(stop_processes, [probe])
             await asyncio.to_thread(topo.stop)
             self.topology = None
-        on, off = t_load + ph.warmup, t_load + ph.warmup + ph.fault
+        on, off = start_unix - wall0 + ph.warmup, start_unix - wall0 + ph.warmup + ph.fault
         if isinstance(load, LocustLoad):  # Locust runs its own phase clock: take its fault window
             active = [t for t, snap in scraper.samples if snap.get(SeriesKey("active"), 0) >= 1]
             if active:
@@ -231,6 +248,9 @@ class Runner:
                 "observed_subset_of_expected": observed <= expected if expected else None,
             },
         }
+        if isinstance(load, AioLoad):  # what the load itself was told: ids answered with the x-drill-fault marker
+            marked = set(load.observed_hits())
+            extras["hits"].update({"marked": len(marked), "marked_digest": ids_digest(marked)})
         if probe is not None:
             extras["probe"] = _probe_summary(workdir / "probe.out")
         self.extras.setdefault(label, []).append(extras)
@@ -297,29 +317,24 @@ class Runner:
         return False
 
     def _from_prometheus(self, start: float, end: float) -> dict:
-        """The same analysis from the local Prometheus' samples: a cross-check of the scraper."""
+        """The same analysis from the Prometheus that watched the run: a cross-check of the scraper.
+
+        Trials are told apart by the load's trial gauges (`drill_trial_phase_start_seconds`), so one
+        read covers the whole run; each trial's numbers carry the read's resolution.
+        """
         from harness.drills.prom import PrometheusError, read_drill
 
         time.sleep(2.0)  # let the last scrapes land
         out: dict = {"url": self.prometheus.url, "start": round(start, 3), "end": round(end, 3)}
         hops = self.plan.hop_names
-        keys = ("breached", "ttd_s", "ttr_s", "mttr_s", "amplification")
+        keys = ("breached", "ttd_s", "ttr_s", "mttr_s", "amplification", "uncertainty_s", "resolution_s")
         out["configs"] = {}
         try:
-            if self.plan.trials == 1:
-                series = read_drill(self.prometheus.url, start, end, faults=self.windows)
-                for name, s in series.items():
-                    res = analysis.analyze_run(s, self.plan.slo, hops)
-                    out["configs"][name] = {k: res[k] for k in keys}
-                return out
-            # several trials share a `config` label: read each trial's own time range
-            for name, windows in self.trial_windows.items():
+            for name, trials in read_drill(self.prometheus.url, start, end).items():
                 per_trial = []
-                for t0, t1, on, off in windows:
-                    series = read_drill(self.prometheus.url, t0, t1, faults={name: (on, off)})
-                    s = series.get(name)
-                    res = analysis.analyze_run(s, self.plan.slo, hops) if s else {}
-                    per_trial.append({k: res.get(k) for k in keys})
+                for s in trials:
+                    res = analysis.analyze_run(s, self.plan.slo, hops)
+                    per_trial.append({k: res.get(k) for k in keys} | {"resolution_s": s.resolution_s})
                 out["configs"][name] = {**per_trial[0], "trials": per_trial}
         except PrometheusError as exc:
             out["error"] = str(exc)
