@@ -191,6 +191,11 @@ def find_trials(url: str, start: float, end: float) -> list[TrialWindow]:
     return sorted(out, key=lambda w: w.start)
 
 
+def plans_in(url: str, start: float, end: float) -> list[str]:
+    """The plan names of the trials marked in [start, end]."""
+    return sorted({w.plan for w in find_trials(url, start, end)})
+
+
 def _edges(points: list[tuple[float, float]], t0: float, t1: float) -> tuple[float, float, float, float] | None:
     """Where a 0/1 gauge sampled at `points` switched on and off inside [t0, t1]: the midpoint between the last
     sample before each switch and the first after it, and ± half that gap (the switch lies between the two)."""

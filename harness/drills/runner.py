@@ -332,7 +332,10 @@ class Runner:
         try:
             for name, trials in read_drill(self.prometheus.url, start, end).items():
                 per_trial = []
+                ours = self.series.get(name) or []
                 for s in trials:
+                    if ours:  # what the load planned, as the runner knows it: the same offered-load check
+                        s.planned_rps, s.timeout_s = ours[0].planned_rps, ours[0].timeout_s
                     res = analysis.analyze_run(s, self.plan.slo, hops)
                     per_trial.append({k: res.get(k) for k in keys} | {"resolution_s": s.resolution_s})
                 out["configs"][name] = {**per_trial[0], "trials": per_trial}

@@ -63,6 +63,11 @@ def reduce_text(text: str, *, config: str | None, service: str | None, edge: boo
     return reduce_families(text_string_to_metric_families(text), config=config, service=service, edge=edge)
 
 
+#: Reads of the baseline and of the final counts: a repeated value there would lose calls from the totals,
+#: so a failed endpoint is asked again (each try is bounded by `fetch`'s timeout).
+SETTLE_TRIES = 5
+
+
 class Scraper:
     """Collects `(t, snapshot)` samples, t in seconds since `t0` (monotonic; with an edge source, the whole
     unix second s is t = s − wall0).
@@ -99,7 +104,7 @@ class Scraper:
 
     async def prime(self) -> None:
         """Read the hops before the load starts: their values at the load's first second (the baseline)."""
-        self._prev_hops = (time.time(), await self._scrape_hops())
+        self._prev_hops = (time.time(), await self._scrape_hops(tries=SETTLE_TRIES))
         self._primed = True
 
     def begin_at(self, second: float) -> None:
@@ -113,17 +118,26 @@ class Scraper:
         if self.edge is None:
             await self.scrape_once()
             return
-        self._prev_hops = (time.time(), await self._scrape_hops())
+        self._prev_hops = (time.time(), await self._scrape_hops(tries=SETTLE_TRIES))
         await asyncio.sleep(max(0.0, math.floor(time.time()) + 1.0 + 0.05 - time.time()))
-        await self.scrape_once()
+        await self.scrape_once(tries=SETTLE_TRIES)
 
     def mono(self, unix: float) -> float:
         """The monotonic time of a unix time, on this scraper's clock pair."""
         return self.t0 + (unix - self.wall0)
 
-    async def _scrape_hops(self) -> Snapshot:
+    async def _scrape_hops(self, *, tries: int = 1) -> Snapshot:
+        """Every endpoint once (`tries` > 1: again, up to that many times, while any failed)."""
         eps = [(svc, url) for svc, url in self.endpoints() if self.edge is None or svc not in (None, "loadgen")]
         results = await asyncio.gather(*(fetch(url) for _, url in eps), return_exceptions=True)
+        for _ in range(tries - 1):
+            failed = [i for i, res in enumerate(results) if isinstance(res, BaseException)]
+            if not failed:
+                break
+            await asyncio.sleep(0.25)
+            again = await asyncio.gather(*(fetch(eps[i][1]) for i in failed), return_exceptions=True)
+            for i, res in zip(failed, again, strict=True):
+                results[i] = res
         snaps = []
         for (service, url), res in zip(eps, results, strict=True):
             if isinstance(res, BaseException):
@@ -138,13 +152,13 @@ class Scraper:
             snaps.append(snap)
         return merge(snaps)
 
-    async def scrape_once(self) -> tuple[float, Snapshot]:
+    async def scrape_once(self, *, tries: int = 1) -> tuple[float, Snapshot]:
         if self.edge is None:
             t = time.monotonic() - self.t0
-            sample = (round(t, 3), await self._scrape_hops())
+            sample = (round(t, 3), await self._scrape_hops(tries=tries))
             self.samples.append(sample)
             return sample
-        hops = await self._scrape_hops()
+        hops = await self._scrape_hops(tries=tries)
         now = time.time()
         last = math.floor(now)
         first = last if self._next_second is None else self._next_second
