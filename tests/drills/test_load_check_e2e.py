@@ -64,7 +64,8 @@ def test_a_locust_driven_naive_storm_keeps_its_arrival_rate_and_hits_exactly_the
 
 
 def test_a_load_that_cannot_keep_up_falls_behind_and_is_insufficient_data(tmp_path):
-    # one call in flight per drill user, each held 500 ms by the fault: 2 calls/s of the planned 10
+    # one call in flight per drill user, each held 500 ms by the fault: at most 2 calls/s of the planned 10
+    # (that the flag names only the class that fell behind is tests/drills/test_offered_load.py's, on series)
     plan = {
         **STORM, "name": "behind", "configs": ["plain"],
         "traffic": {**STORM["traffic"], "driver": "aio", "profile": None, "max_inflight": 1, "timeout_s": 1.0},
@@ -74,7 +75,7 @@ def test_a_load_that_cannot_keep_up_falls_behind_and_is_insufficient_data(tmp_pa
     }  # fmt: skip
     r = _drill_run(tmp_path, plan)
     t = r["configs"]["plain"]["trials"][0]
-    assert t["offered_rps"]["drill"]["fell_behind"] and not t["offered_rps"]["organic"]["fell_behind"]
+    assert t["offered_rps"]["drill"]["fell_behind"]
     assert t["offered_rps"]["drill"]["achieved"] < 0.9 * t["offered_rps"]["drill"]["planned"] == 9.0
     assert t["load_fell_behind"] is True and t["insufficient_data"] is True
     assert r["configs"]["plain"]["summary"]["valid_trials"] == 0
