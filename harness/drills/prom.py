@@ -350,3 +350,29 @@ def read_drill(
     if not out:
         raise PrometheusError(f"no edge client calls (service=~{edge!r}) between {start} and {end}")
     return out
+
+
+#: What a hop read from a Prometheus selector contributes (the kinds a topology hop's /metrics gives).
+_HOP_KINDS = (
+    ("srv", sr.SERVER_CALLS), ("gap", sr.GAP_COUNT), ("gapsum", sr.GAP_SUM), ("hits", sr.FAULT_HITS),
+    ("retry", sr.RETRY_ATTEMPTS), ("fds", m.PROCESS_OPEN_FDS), ("breaker", sr.BREAKER_STATE),
+)  # fmt: skip
+
+
+def read_hops(url: str, selectors: dict[str, str], seconds: list[float]) -> list[dict[SeriesKey, float]]:
+    """Per given unix second, the counters and gauges of hops a Prometheus scrapes, each hop named by the
+    stack (not by its `service` label) and chosen by its label selector, e.g. `{namespace="d", app="ledger"}`.
+    Counters are interpolated between the scrapes around each second, as the read-back does."""
+    if not seconds:
+        return []
+    start, end = seconds[0], seconds[-1]
+    raws = []
+    for hop, selector in selectors.items():
+        for kind, metric in _HOP_KINDS:
+            for res in _fetch(url, f"{metric}{selector}", start - TAIL_S, end + TAIL_S):
+                points = [(float(ts), float(v)) for ts, v in res["values"] if not math.isnan(float(v))]
+                if points:
+                    ts, vs = zip(*points, strict=True)
+                    raws.append(_Raw(SeriesKey(kind, hop), None, res["metric"].get("instance", ""), list(ts), list(vs)))
+    # one raw per replica and kind: summed per hop by `_snapshots`
+    return _snapshots(raws, seconds, start)

@@ -27,13 +27,12 @@ from harness.core.errors import RunFailed
 from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.dashboards.annotations import DrillAnnotator
 from harness.drills import analysis, report
-from harness.drills.edge import demo_edge
 from harness.drills.load import AioLoad, LocustLoad, ids_digest
 from harness.drills.model import Plan, Probe, Results, SeriesKey, Variant
 from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
 from harness.drills.series import RunSeries, build_series, reduce_families
-from harness.drills.topology import Topology
+from harness.drills.stacks import target_for
 from harness.procs.prometheus import PrometheusError, api_get
 from harness.procs.spawn import python_env, spawn, stop_processes
 
@@ -61,22 +60,6 @@ def runner_metrics() -> tuple[str, EdgeCounts]:
 
 def runner_metrics_url() -> str:
     return runner_metrics()[0]
-
-
-def audit_hit_ids(workdir: pathlib.Path) -> set[str]:
-    """Request ids of every `fault_hit` audit line in the topology's logs."""
-    ids: set[str] = set()
-    for log in workdir.glob("*.log"):
-        with open(log, errors="replace") as fh:
-            for line in fh:
-                if '"fault_hit"' not in line:
-                    continue
-                start = line.find("{")
-                try:
-                    ids.add(json.loads(line[start:])["request_id"])
-                except (ValueError, KeyError):
-                    continue
-    return ids
 
 
 def _probe_summary(path: pathlib.Path) -> dict | None:
@@ -117,7 +100,8 @@ class Runner:
         #: per configuration: one RunSeries per trial, in trial order
         self.series: dict[str, list[RunSeries]] = {}
         self.extras: dict[str, list[dict]] = {}
-        self.topology: Topology | None = None
+        #: the stack being drilled: the demo topology the runner starts, or services already running
+        self.target = target_for(plan, log)
         #: per configuration: the fault window in unix seconds (for reading the run back from Prometheus)
         self.windows: dict[str, tuple[float, float]] = {}
         #: per configuration: each trial's (run start, run end, fault on, fault off) in unix seconds
@@ -126,26 +110,21 @@ class Runner:
 
     # -- one configuration -----------------------------------------------------------------
     async def run_config(self, variant: Variant, index: int, trial: int = 1) -> RunSeries:
-        plan = self.plan
-        label, config = variant.name, variant.config
+        plan, target = self.plan, self.target
+        label = variant.name
         workdir = self.out / "logs" / label
         if plan.trials > 1:
             workdir = workdir / f"trial-{trial}"
         if workdir.exists():
             for f in workdir.glob("*"):
-                f.unlink()
-        topo = Topology(
-            variant.hops, config=config, seed=plan.seed, workdir=workdir, tenants=variant.fault.tenant,
-            timeout_s=plan.timeout_s,
-        )  # fmt: skip
-        self.topology = topo
+                if f.is_file():
+                    f.unlink()
         load = None
         probe = None
         phase_gauges = {p: m.PHASE.labels(plan.name, p) for p in ("warmup", "fault", "recovery")}
         fault_gauge = m.FAULT_ACTIVE.labels(plan.name)
         try:
-            topo.start()  # in the main thread: PR_SET_PDEATHSIG is tied to the forking thread
-            self.log(f"[{label}] topology up: {' → '.join(f'{h.name}×{h.replicas}' for h in variant.hops)}")
+            await target.up(variant, trial, workdir)
             tr, fault = variant.traffic, variant.fault
             if tr.driver == "locust":  # the plan checked the profile exists
                 load = LocustLoad(
@@ -156,21 +135,22 @@ class Runner:
                 url, counts = runner_metrics()
                 load = AioLoad(
                     plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault,
-                    phases=plan.phases, edge_call=demo_edge(tr.method), counts=counts, metrics_url=url, trial=trial,
+                    phases=plan.phases, edge_call=target.edge_call(variant), counts=counts, metrics_url=url,
+                    trial=trial,
                 )  # fmt: skip
             if self.prometheus is not None:
-                self.prometheus.set_targets(topo.endpoints() + load.metrics_endpoints())
+                self.prometheus.set_targets(target.endpoints() + load.metrics_endpoints())
                 # a new target is discovered and first scraped a few seconds later: without this wait the
                 # hops' first seconds (all of warm-up in a short plan) are missing from Prometheus
-                if not await asyncio.to_thread(self._wait_scraped, [url for _, url in topo.endpoints()]):
+                if not await asyncio.to_thread(self._wait_scraped, [url for _, url in target.endpoints()]):
                     self.log(f"[{label}] prometheus has not scraped every replica yet: first seconds may be missing")
             edge = None
             if isinstance(load, AioLoad):  # the edge's exact per-second counts, straight from the load
                 edge = lambda second: reduce_families(load.counts.families(second), config=label)  # noqa: E731
-            scraper = Scraper(lambda: topo.endpoints() + load.metrics_endpoints(), config=label, edge=edge)
+            scraper = Scraper(lambda: target.endpoints() + load.metrics_endpoints(), config=label, edge=edge)
             wall0 = scraper.wall0
             await scraper.prime()  # the hops before the first call
-            await load.start(topo.edge)  # the schedule starts on a whole unix second (Locust: once it is up)
+            await load.start(target.edge())  # the schedule starts on a whole unix second (Locust: once it is up)
             start_unix = load.start_unix
             scraper.begin_at(start_unix)  # the load's first second is the baseline, however late we get there
             anchor = scraper.mono(start_unix) + SCRAPE_DELAY_S
@@ -179,7 +159,7 @@ class Runner:
             state = {"phase": None}
 
             def tick() -> None:
-                crashed = topo.crashed()
+                crashed = target.crashed()
                 if crashed:
                     raise DrillError(f"service crashed during the drill: {', '.join(crashed)}")
                 elapsed = time.time() - start_unix
@@ -199,14 +179,14 @@ class Runner:
                             "config": label if plan.trials == 1 else f"{label} #{trial}/{plan.trials}",
                             "index": index, "count": len(plan.variants), "phase": phase,
                             "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
-                            "hops": [h.name for h in variant.hops], "planned_rps": load.planned_rps(),
+                            "hops": plan.hop_names, "planned_rps": load.planned_rps(),
                             "timeout_s": tr.timeout_s,
                         }
                     )  # fmt: skip
 
             def start_probe() -> None:
                 nonlocal probe
-                probe = self._start_probe(variant.probe, topo, workdir)
+                probe = self._start_probe(variant.probe, target.edge()[0], workdir)
 
             await scraper.run(lambda: time.monotonic() >= end_at, tick, anchor=anchor)
             if isinstance(load, AioLoad):
@@ -220,45 +200,65 @@ class Runner:
                 await load.stop()
             if probe is not None:
                 await asyncio.to_thread(stop_processes, [probe])
-            await asyncio.to_thread(topo.stop)
-            self.topology = None
+            await target.down()
+        samples = scraper.samples
+        if target.selectors():  # hops already scraped by a Prometheus: read them onto our seconds now
+            samples = await asyncio.to_thread(self._hops_from_prometheus, samples, wall0)
         on, off = start_unix - wall0 + ph.warmup, start_unix - wall0 + ph.warmup + ph.fault
         if isinstance(load, LocustLoad):  # Locust runs its own phase clock: take its fault window
-            active = [t for t, snap in scraper.samples if snap.get(SeriesKey("active"), 0) >= 1]
+            active = [t for t, snap in samples if snap.get(SeriesKey("active"), 0) >= 1]
             if active:
                 on, off = active[0], active[-1] + 1.0
-        series = build_series(label, scraper.samples, on, off)
+        series = build_series(label, samples, on, off)
         series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
         self.windows[label] = (wall0 + on, wall0 + off)
         self._annotate("region", wall0 + on, wall0 + off, f"{label} trial {trial}: fault {variant.fault.directive}",
                        phase="fault", tags=(f"config:{label}",))  # fmt: skip
         self.trial_windows.setdefault(label, []).append((wall0, time.time(), wall0 + on, wall0 + off))
+        observed = await target.audit_hits(workdir, start_unix, time.time())
+        self.extras.setdefault(label, []).append(
+            self._extras(variant, load, scraper, workdir, wall0, probe, observed)
+        )  # fmt: skip
+        return series
+
+    def _extras(self, variant, load, scraper, workdir, wall0, probe, observed: set[str] | None) -> dict:
+        """What results.json keeps of a trial beside the analysis: where it ran and which ids were hit."""
         expected = set(load.expected_hits())
-        observed = audit_hit_ids(workdir)
         extras = {
-            "config": config or "plain",
+            "config": variant.config or ("plain" if self.target.kind == "topology" else variant.name),
             "started_unix": round(wall0, 3),
             "driver": load.name,
             "scrape_errors": scraper.errors,
-            "hits": {
-                "expected": len(expected),
-                "expected_digest": ids_digest(expected),
-                "observed": len(observed),
-                "observed_digest": ids_digest(observed),
-                "observed_subset_of_expected": observed <= expected if expected else None,
-            },
+            "hits": {"expected": len(expected), "expected_digest": ids_digest(expected)},
         }
+        if observed is not None:  # the services' own audit lines
+            extras["hits"].update({
+                "observed": len(observed), "observed_digest": ids_digest(observed),
+                "observed_subset_of_expected": observed <= expected if expected else None,
+            })  # fmt: skip
         if isinstance(load, AioLoad):  # what the load itself was told: ids answered with the x-drill-fault marker
             marked = set(load.observed_hits())
             extras["hits"].update({"marked": len(marked), "marked_digest": ids_digest(marked)})
+            if observed is None:  # a running stack: the marker is the services' own word on what they hit
+                extras["hits"].update({
+                    "observed": len(marked), "observed_digest": ids_digest(marked),
+                    "observed_subset_of_expected": marked <= expected if expected else None,
+                })  # fmt: skip
         if probe is not None:
             extras["probe"] = _probe_summary(workdir / "probe.out")
-        self.extras.setdefault(label, []).append(extras)
-        return series
+        return extras
 
-    def _start_probe(self, spec: Probe, topo: Topology, workdir: pathlib.Path):
+    def _hops_from_prometheus(self, samples: list, wall0: float) -> list:
+        """Merge the hops a stack's Prometheus scrapes into our samples, read at the same whole seconds."""
+        from harness.drills.prom import read_hops
+
+        time.sleep(2.0)  # the last scrapes of the trial land
+        seconds = [t + wall0 for t, _ in samples]
+        hops = read_hops(self.plan.stack.prometheus, self.target.selectors(), seconds)
+        return [(t, {**snap, **extra}) for (t, snap), extra in zip(samples, hops, strict=True)]
+
+    def _start_probe(self, spec: Probe, edge: str, workdir: pathlib.Path):
         """`drill probe half-open EDGE` as a child process (bounded by its own --timeout)."""
-        edge = topo.edge[0]
         argv = [
             sys.executable, "-m", "harness.cli", "probe", spec.kind, edge,
             "--count", str(spec.count), "--timeout", str(spec.timeout_s), "--json",
