@@ -368,11 +368,18 @@ def read_hops(url: str, selectors: dict[str, str], seconds: list[float]) -> list
     start, end = seconds[0], seconds[-1]
     raws = []
     for hop, selector in selectors.items():
+        mine = []
         for kind, metric in _HOP_KINDS:
             for res in _fetch(url, f"{metric}{selector}", start - TAIL_S, end + TAIL_S):
                 points = [(float(ts), float(v)) for ts, v in res["values"] if not math.isnan(float(v))]
                 if points:
                     ts, vs = zip(*points, strict=True)
-                    raws.append(_Raw(SeriesKey(kind, hop), None, res["metric"].get("instance", ""), list(ts), list(vs)))
+                    mine.append(_Raw(SeriesKey(kind, hop), None, res["metric"].get("instance", ""), list(ts), list(vs)))
+        if not any(r.key.kind == "srv" for r in mine):
+            raise PrometheusError(
+                f"hop {hop}: {sr.SERVER_CALLS}{selector} matched no series in {url} during the trial "
+                "(a selector that names no scraped target, or a service without the interceptors)"
+            )
+        raws += mine
     # one raw per replica and kind: summed per hop by `_snapshots`
     return _snapshots(raws, seconds, start)
