@@ -264,7 +264,16 @@ class LocustLoad:
         self.start_unix: float | None = None
 
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
-        return [("loadgen", f"http://127.0.0.1:{self.port}/metrics")] if self.port else []
+        """Every Locust process's /metrics, as each announced it (one standalone, or a master and its workers)."""
+        urls = []
+        for path in sorted(self.ports_dir.glob("*.json")) if self.ports_dir.exists() else []:
+            try:
+                port = json.loads(path.read_text()).get("metrics_port")
+            except (OSError, ValueError):
+                continue
+            if port:
+                urls.append(("loadgen", f"http://127.0.0.1:{port}/metrics"))
+        return urls
 
     async def start(self, edge: list[str]) -> None:
         from harness.procs.spawn import python_env, spawn
@@ -284,6 +293,8 @@ class LocustLoad:
             "--drill-metrics-port", "0", "--drill-ports-dir", str(self.ports_dir),
             "--drill-seed", str(self.seed), "--drill-ids-dir", str(self.ids_dir),
         ]  # fmt: skip
+        if tr.workers > 1:  # Locust's own distributed mode on this machine: a master and N worker processes
+            argv += ["--processes", str(tr.workers)]
         if f.target:
             argv += ["--drill-target", f.target]
         if f.instances is not None:
@@ -300,7 +311,8 @@ class LocustLoad:
         self.proc = spawn(argv, self.workdir / "locust.log", env)
         # Locust's phase clock starts with its /metrics (same init): wait for it, so the runner's
         # scrapes cover Locust's whole recovery phase rather than starting seconds early
-        self.port = await asyncio.to_thread(_wait_announced, self.ports_dir / "local.json", LOCUST_START_S, self.proc)
+        first = self.ports_dir / ("master.json" if tr.workers > 1 else "local.json")  # the one that runs the phases
+        self.port = await asyncio.to_thread(_wait_announced, first, LOCUST_START_S, self.proc)
         self.start_unix = time.time()
         if not self.port:
             raise RunFailed(

@@ -186,6 +186,8 @@ class Traffic(_Strict):
     max_inflight: int = Field(64, ge=1)
     driver: Literal["aio", "locust"] = "aio"
     profile: str | None = None  # Locust profile name (loadtests/profiles/NAME.conf)
+    #: Locust processes on this machine (driver locust): above 1, Locust's master with that many workers
+    workers: int = Field(1, ge=1, le=64)
 
 
 class Fault(_Strict):
