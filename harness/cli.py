@@ -47,8 +47,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser, or (with `only`) one that imports just that subcommand's module."""
     parser = _Parser(prog="drill", description="Chaos drills for gRPC services, with measured MTTR.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser.subcommands = {}
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
+        parser.subcommands[name] = p
         p.set_defaults(_module=module_name)
         if only is not None and name != only:
             continue
@@ -76,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), "")
     parser = build_parser(only=command if command in COMMANDS else "")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # name the subcommand whose --help lists what it takes (`drill run --help`)
+        where = parser.subcommands.get(getattr(args, "command", None) or "", parser)
+        where.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return 2

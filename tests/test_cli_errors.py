@@ -199,3 +199,76 @@ def test_run_with_a_bad_fail_on_stops_before_anything_starts(tmp_path, cond, nee
 def test_analyze_with_a_missing_series_file(tmp_path):
     proc = drill("analyze", "--series", str(tmp_path / "nope.json"), "--out", str(tmp_path / "o"))
     assert_one_line(proc, 2, "nope.json")
+
+
+# --- what a newcomer meets (issue 20) -------------------------------------------------------------
+@pytest.mark.parametrize("text", ["", "name: tiny\n"])
+def test_a_plan_with_neither_topology_nor_stack_is_refused(tmp_path, text):
+    proc = drill("run", write(tmp_path, text), "--out", str(tmp_path / "o"))
+    assert_one_line(proc, 2, "a plan needs a topology", "or a stack")
+
+
+def test_a_file_that_is_not_a_plan_is_bad_input():
+    assert_one_line(drill("run", "/bin/true"), 2, "/bin/true: not a plan")
+
+
+@pytest.mark.parametrize("out", ["README.md", "/etc/passwd"])
+def test_out_that_is_a_file_is_refused_before_anything_starts(tmp_path, out):
+    assert_one_line(drill("run", write(tmp_path, PLAN), "--out", out), 2, f"--out {out}: exists and is not a directory")
+
+
+def test_an_unknown_flag_points_to_the_subcommands_help():
+    assert_one_line(drill("run", "retry-storm", "--trails", "3"), 2, "unrecognized arguments: --trails",
+                    "see `drill run --help`")  # fmt: skip
+
+
+def test_a_typo_in_the_quick_block_is_named_as_its_key_without_quick(tmp_path):
+    plan = write(tmp_path, PLAN + "quick: {phases: {fualt: 1}}\n")
+    line = assert_one_line(drill("run", plan, "--out", str(tmp_path / "o")), 2, "quick.phases.fualt: unknown key")
+    assert "(quick)" not in line
+
+
+def test_analyze_last_with_a_bad_duration_says_what_it_takes():
+    assert_one_line(drill("analyze", "--prometheus", "http://127.0.0.1:9", "--last", "5x"), 2,
+                    "a duration like 90s, 5m or 1h", "'5x'")  # fmt: skip
+
+
+def test_hits_says_when_servers_would_refuse_the_directive():
+    proc = drill("hits", "--seed", "1", "--directive", "delay:100000")
+    assert_one_line(proc, 2, "servers would refuse this directive", "60000", "nothing would be hit")
+
+
+def test_client_with_nothing_to_reach_is_a_failed_run():
+    with refused_port() as port:
+        proc = drill("client", "--target", f"127.0.0.1:{port}", "--calls", "5", "--timeout", "1")
+    assert_one_line(proc, 1, f"cannot reach 127.0.0.1:{port}")
+
+
+def test_probe_with_every_connection_refused_is_a_failed_run():
+    with refused_port() as port:
+        proc = drill("probe", "half-open", f"127.0.0.1:{port}", "--count", "2", "--timeout", "1")
+    line = assert_one_line(proc, 1, f"cannot connect to 127.0.0.1:{port}", "refused")
+    assert "None" not in proc.stdout + line
+
+
+def test_prometheus_auto_without_prometheus_says_so(tmp_path, monkeypatch):
+    from harness.drills import cli_run
+    from harness.procs import prometheus
+
+    monkeypatch.setattr(prometheus, "PROMETHEUS", "no-such-prometheus")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        import argparse
+
+        assert cli_run._prometheus(argparse.Namespace(prometheus="auto"), tmp_path, print) is None
+    assert err.getvalue().startswith("drill: warning: --prometheus auto: no 'no-such-prometheus' on PATH")
+
+
+def test_an_unreachable_grafana_is_one_warning_not_one_per_annotation(caplog):
+    from harness.dashboards.annotations import DrillAnnotator
+
+    with refused_port() as port:
+        ann = DrillAnnotator.from_url(f"http://127.0.0.1:{port}")
+        assert [ann.event("phase", plan="p") for _ in range(5)] == [None] * 5
+    warnings = [r for r in caplog.records if r.name == "drill.annotations"]
+    assert len(warnings) == 1 and "not reachable" in warnings[0].getMessage()

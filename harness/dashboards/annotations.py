@@ -40,6 +40,21 @@ def grafana_api(url: str, *, token: str | None = None, user: str | None = None, 
     return GrafanaApi.from_url(url)
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """A connection that could not be made (not an HTTP error from a Grafana that answered)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ConnectionError | TimeoutError) or "onnection" in type(exc).__name__:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 class DrillAnnotator:
     """Posts drill events to Grafana. Every method swallows and logs errors."""
 
@@ -47,6 +62,8 @@ class DrillAnnotator:
         self.api = api
         self.dashboard_uid = dashboard_uid
         self.extra_tags = extra_tags
+        #: after the first post that could not reach Grafana, the rest are skipped (one warning, not dozens)
+        self.unreachable = False
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> DrillAnnotator | None:
@@ -83,6 +100,8 @@ class DrillAnnotator:
         return out
 
     def _post(self, text: str, start_s: float, end_s: float | None, tags: list[str]) -> int | None:
+        if self.unreachable:
+            return None
         try:
             res = self.api.annotations.add_annotation(
                 dashboard_uid=self.dashboard_uid,
@@ -93,7 +112,11 @@ class DrillAnnotator:
             )
             return (res or {}).get("id")
         except Exception as exc:  # noqa: BLE001 - annotations are best effort
-            log.warning("could not post Grafana annotation %r: %s", text, exc)
+            if _unreachable(exc):
+                self.unreachable = True
+                log.warning("Grafana is not reachable (%s): no more annotations in this run", _first_line(exc))
+            else:
+                log.warning("could not post Grafana annotation %r: %s", text, _first_line(exc))
             return None
 
     def event(

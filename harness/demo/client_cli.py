@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness.core import headers as h
 from harness.core import metrics as m
-from harness.core.errors import BadInput
+from harness.core.errors import BadInput, RunFailed
 from harness.core.status import StatusClass, classify, error_rate, status_name
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import DrillClientInterceptor, Tagging
@@ -143,4 +143,7 @@ def run(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - t0
         hits = _server_hits(metrics_url) if metrics_url else None
     _report(results, hits, elapsed)
+    answered = sum(n for c in results.values() for s, n in c.items() if s not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"))
+    if not answered:
+        raise RunFailed(f"client: cannot reach {target}: no call was answered (UNAVAILABLE or timed out)")
     return 0

@@ -17,7 +17,7 @@ import selectors
 import socket
 import time
 
-from harness.core.errors import BadInput
+from harness.core.errors import BadInput, RunFailed
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 H2_EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
@@ -130,13 +130,17 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise BadInput(f"probe: {err}") from None
     summary = summarize(results)
+    if summary["refused"] == summary["connections"] and not args.json:
+        raise RunFailed(f"probe: cannot connect to {args.target}: all {summary['connections']} connection(s) refused")
     if args.json:
         print(json.dumps({"summary": summary, "connections": [r.as_dict() for r in results]}))
     else:
         print(
             f"{summary['connections']} half-open connection(s) to {args.target}, watched {args.timeout:g}s: "
             f"{summary['eof']} closed by server, {summary['reset']} reset, {summary['open']} still open, "
-            f"{summary['refused']} refused; first close after {summary['closed_after_s_min']}s, "
-            f"last after {summary['closed_after_s_max']}s"
-        )
+            f"{summary['refused']} refused" + (
+                f"; first close after {summary['closed_after_s_min']}s, last after {summary['closed_after_s_max']}s"
+                if summary["closed_after_s_min"] is not None else "; none closed by the server"
+            )
+        )  # fmt: skip
     return 0 if summary["refused"] < summary["connections"] else 1

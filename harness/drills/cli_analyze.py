@@ -171,7 +171,7 @@ def _from_series(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.drills.cli_run import print_summary
+    from harness.drills.cli_run import output_dir, print_summary
     from harness.drills.gate import check, parse_conditions
     from harness.drills.model import Fault
     from harness.drills.report import write_outputs
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
                            source=source).model_dump()  # fmt: skip
         results["seed"] = ctx["seed"]
         print(f"SLO from {ctx['from']}: {_slo_text(slo)}")
-    out = pathlib.Path(args.out)
+    out = output_dir(args.out)
     write_outputs(out, results, series)
     print_summary(results, out)
     check(conditions, results)

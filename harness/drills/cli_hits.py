@@ -12,6 +12,7 @@ import sys
 
 from harness.core.errors import BadInput
 from harness.core.faults import MAX_ATTEMPTS, DirectiveError, is_hit_attempt, parse_directive, seed_from_drill_id
+from harness.core.settings import FaultSettings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,15 +34,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="print one hit|miss column per attempt 0..K-1 (with --scope request: x-fault-attempts K)",
     )
     p.add_argument("--summary", action="store_true", help="print the hit share to stderr at the end")
+    p.add_argument(
+        "--max-delay-ms", type=int, default=None,
+        help="the servers' DRILL_FAULT_MAX_DELAY_MS (default: that variable here, else 60000): longer "
+        "delays and drops are refused by them, so nothing would be hit",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.ratio <= 100:
         raise BadInput(f"hits: --ratio must be 0-100, got {args.ratio}")
+    limit = args.max_delay_ms
+    if limit is None:
+        limit = FaultSettings.from_env().max_delay_ms  # the servers' default, unless this shell sets it
     try:
-        parse_directive(args.directive, max_delay_ms=10**9)
+        parse_directive(args.directive, max_delay_ms=limit)
     except DirectiveError as err:
-        raise BadInput(f"hits: servers would reject this directive ({err}); nothing would be hit") from None
+        raise BadInput(f"hits: servers would refuse this directive ({err}); nothing would be hit") from None
     if args.attempts is not None and not 1 <= args.attempts <= MAX_ATTEMPTS:
         raise BadInput(f"hits: --attempts must be 1-{MAX_ATTEMPTS}, got {args.attempts}")
     seed = args.seed if args.seed is not None else seed_from_drill_id(args.drill_id)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import pathlib
+import sys
 
 from harness.core.errors import BadInput
 from harness.drills.plan import load_plan, shipped_plans
@@ -54,6 +56,20 @@ def add_common(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def output_dir(text: str) -> pathlib.Path:
+    """`--out`: a directory we can write (created if missing), refused before anything starts otherwise."""
+    out = pathlib.Path(text)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {text}: exists and is not a directory (results.json, report.html and logs/ go there)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--out {text}: cannot create it: {exc.strerror}") from None
+    if not os.access(out, os.W_OK):
+        raise BadInput(f"--out {text}: not writable")
+    return out
+
+
 def _positive(text: str) -> int:
     try:
         n = int(text)
@@ -100,7 +116,8 @@ def _prometheus(args: argparse.Namespace, out: pathlib.Path, log):
         from harness.procs.prometheus import PROMETHEUS, LocalPrometheus
 
         if shutil.which(PROMETHEUS) is None:
-            log("no prometheus on PATH: the runner's own scraper only")
+            print(f"drill: warning: --prometheus auto: no {PROMETHEUS!r} on PATH, so no Prometheus cross-check in "
+                  "this run (Debian: apt-get install prometheus)", file=sys.stderr)  # fmt: skip
             return None
         from harness.drills.runner import runner_metrics_url
 
@@ -149,7 +166,7 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
         over = {**base, **over, "traffic": {**base.get("traffic", {}), **over.get("traffic", {})}}
     plan = load_plan(plan_name, quick=args.quick, overrides=over, only=only)
     conditions = parse_conditions(args.fail_on)
-    out = pathlib.Path(args.out)
+    out = output_dir(args.out)
     prom = None
     with LiveView(plan.name, enabled=False if args.no_live else None) as view:
         try:

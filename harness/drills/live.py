@@ -102,7 +102,7 @@ class LiveView:
             self._live = None
 
     def log(self, text: str) -> None:
-        self.console.print(text, highlight=False)
+        self.console.print(text, highlight=False, soft_wrap=True, markup=False)
 
     def update(self, update: dict) -> None:
         nums = last_second(update)
@@ -120,6 +120,8 @@ class LiveView:
                 f"offered organic {offered_cell(nums, 'organic')} drill {offered_cell(nums, 'drill')} "
                 + " ".join(f"{h}={_n(v['rps'])}/s" for h, v in nums["hops"].items()),
                 highlight=False,
+                markup=False,
+                soft_wrap=True,  # one progress line per record, whatever the terminal's width (grep-able logs)
             )
 
     def render(self, update: dict, nums: dict | None):

@@ -445,3 +445,5 @@ class Results(BaseModel):
     plan_spec: dict | None = None
     source: dict | None = None
     prometheus: dict | None = None
+    #: the run stopped here: {config, trial, error}; configs hold only the trials that finished before
+    failed: dict | None = None

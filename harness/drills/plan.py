@@ -145,6 +145,8 @@ def read_yaml(path: pathlib.Path) -> dict:
     """A YAML mapping, or PlanError with the line and column of a syntax error."""
     try:
         data = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError:
+        raise PlanError(f"{path}: not a plan (not UTF-8 text); a plan is a YAML file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -166,8 +168,16 @@ def load_plan(
     path = resolve(name_or_path)
     data = read_yaml(path)
     if isinstance(data.get("quick"), dict):
-        # validated whether or not --quick is given, so a typo in it shows up at once
-        from_dict(_merge(data, data["quick"]), source=f"{path} (quick)")
+        # validated whether or not --quick is given, so a typo in it shows up at once; the plan without it
+        # first, so what is left to blame on the quick block is named as its key (quick.phases.fualt)
+        if overrides:
+            from_dict(_merge(data, overrides), source=str(path))
+        else:
+            from_dict(data, source=str(path))
+        try:
+            from_dict(_merge(data, data["quick"]), source=str(path))
+        except PlanError as exc:
+            raise PlanError(str(exc).replace(f"{path}: ", f"{path}: quick.", 1)) from None
         if quick:
             data = _merge(data, data["quick"])
     if overrides:

@@ -107,6 +107,8 @@ class Runner:
         #: per configuration: each trial's (run start, run end, fault on, fault off) in unix seconds
         self.trial_windows: dict[str, list[tuple[float, float, float, float]]] = {}
         self._posts: list[asyncio.Future] = []
+        #: the trial that failed, when one did: {config, trial, error}
+        self.failed: dict | None = None
 
     # -- one configuration -----------------------------------------------------------------
     async def run_config(self, variant: Variant, index: int, trial: int = 1) -> RunSeries:
@@ -276,20 +278,45 @@ class Runner:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
         started = time.time()
+        failed: RunFailed | None = None
         try:
             for trial in range(1, plan.trials + 1):  # interleaved: A B C A B C …
                 for i, variant in enumerate(plan.variants):
-                    series = await self.run_config(variant, i, trial)
+                    try:
+                        series = await self.run_config(variant, i, trial)
+                    except RunFailed as exc:  # a late failure keeps what was measured before it
+                        failed = exc
+                        self.failed = {"config": variant.name, "trial": trial, "error": str(exc).splitlines()[0]}
+                        break
                     self.series.setdefault(variant.name, []).append(series)
+                if failed is not None:
+                    break
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
             await asyncio.gather(*self._posts, return_exceptions=True)  # annotations posted before we report
+        if failed is not None:
+            self._keep_finished(started, failed)
         results = self.results(started)
         if self.prometheus is not None:
             results.prometheus = await asyncio.to_thread(self._from_prometheus, started, time.time())
         out = results.model_dump()
         report.write_outputs(self.out, out, self.series)
         return out
+
+    def _keep_finished(self, started: float, failed: RunFailed) -> None:
+        """Write the trials that finished before `failed` (marked as such), then fail the run (exit 1)."""
+        where = f"{self.failed['config']} trial {self.failed['trial']}"
+        if not any(self.series.values()):
+            raise failed
+        results = self.results(started)
+        results.failed = self.failed
+        results.notes.append(f"the run stopped at {where}: {self.failed['error']}")
+        report.write_outputs(self.out, results.model_dump(), {n: s for n, s in self.series.items() if s})
+        done = sum(len(s) for s in self.series.values())
+        raise RunFailed(
+            f"{self.failed['error']} (at {where}); the {done} finished trial{'s' if done != 1 else ''} are in "
+            f"{self.out / 'results.json'} (drill analyze --series {self.out / 'series.json'} re-analyses them)"
+        ) from None
 
     def _annotate(self, kind: str, *args, **kwargs) -> None:
         """Post an annotation off the event loop (best effort: the annotator logs and swallows errors)."""

@@ -137,3 +137,19 @@ def test_a_switch_that_outlives_its_timeout_is_stopped_and_said(cart, tmp_path):
     data["stack"]["configs"][0].update({"switch": "sleep 30", "switch_timeout_s": 1})
     proc = drill("run", write(tmp_path, data), "--out", str(tmp_path / "out"), "--no-live")
     one_line(proc, 1, "switch to mine did not finish in 1 s (stopped)", "may be partly switched")
+
+
+@pytest.mark.slow
+def test_a_failure_late_in_a_run_keeps_the_trials_that_finished(cart, tmp_path):
+    data = plan(cart)
+    data["trials"] = 2
+    data["stack"]["configs"][0]["switch"] = "test \"$DRILL_TRIAL\" != 2 || { echo 'overlay gone' >&2; exit 5; }"
+    out = tmp_path / "out"
+    proc = drill("run", write(tmp_path, data), "--out", str(out), "--no-live")
+    one_line(proc, 1, "switch to mine failed (exit 5): overlay gone", "(at mine trial 2)", "1 finished trial",
+             f"drill analyze --series {out / 'series.json'}")  # fmt: skip
+    r = json.loads((out / "results.json").read_text())
+    assert r["failed"] == {"config": "mine", "trial": 2, "error": r["failed"]["error"]}
+    assert len(r["configs"]["mine"]["trials"]) == 1 and (out / "report.html").exists()
+    again = drill("analyze", "--series", str(out / "series.json"), "--out", str(tmp_path / "again"))
+    assert again.returncode in (0, 3), again.stderr
