@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--k8s-out",
         default=DEFAULT_K8S_OUT,
-        help=f"Kubernetes copies: the PrometheusRule and the dashboards for the ConfigMaps (default {DEFAULT_K8S_OUT}/)",
+        help=f"Kubernetes copies: PrometheusRule, dashboards for ConfigMaps (default {DEFAULT_K8S_OUT}/)",
     )
     b.add_argument("--check", action="store_true", help="write nothing; exit 1 if any committed file is stale")
     q = sub.add_parser("push", help="import the dashboards into a running Grafana (grafana-client)")

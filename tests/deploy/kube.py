@@ -34,7 +34,7 @@ def tool(name: str, hint: str) -> str:
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _render_text(directory: str) -> str:
     kubectl = tool("kubectl", "install kubectl (it embeds kustomize)")
     proc = subprocess.run([kubectl, "kustomize", directory], capture_output=True, text=True, timeout=60)
