@@ -295,3 +295,67 @@ def test_podmonitors_select_the_pods_and_ports_that_exist() -> None:
     hops = next(m for m in monitors if m["metadata"]["name"] == "drill-hops")
     relabel = {r["targetLabel"]: r["sourceLabels"] for r in hops["spec"]["podMetricsEndpoints"][0]["relabelings"]}
     assert relabel["config"] == ["__meta_kubernetes_pod_label_config"]
+
+
+# --- the stack file and its switch commands ---------------------------------------------------------------
+def test_stack_file_drills_the_manifests_with_the_retry_storm_plan() -> None:
+    """deploy/k8s/stack.yaml names what the manifests run: one overlay per configuration, the hops in
+    chain order with selectors on the labels the PodMonitor gives them, the plan's load and SLO."""
+    stack = yaml.safe_load((K8S / "stack.yaml").read_text())
+    plan = yaml.safe_load((ROOT / "harness/plans/retry-storm.yaml").read_text())
+    assert [c["name"] for c in stack["stack"]["configs"]] == list(OVERLAYS) == plan["configs"]
+    for c in stack["stack"]["configs"]:
+        assert f"kubectl apply -k deploy/k8s/overlays/{c['name']}" in c["switch"]
+        assert "rollout status deploy -l app.kubernetes.io/component=hop" in c["switch"]
+        assert c["switch"].rstrip().endswith("deploy/k8s/forward-gateway.sh")
+        assert c["switch_timeout_s"] > 120 and c["ready"]["checks"] >= 1
+    objects = render(K8S / "overlays/naive")
+    namespace = find(objects, "Namespace", "drill")["metadata"]["name"]
+    hops = stack["stack"]["hops"]
+    assert [h["name"] for h in hops] == list(HOPS)
+    for h in hops:
+        assert h["selector"] == f'{{namespace="{namespace}", service="{h["name"]}"}}'
+    switches = next(o for o in objects if o["metadata"]["name"].startswith("drill-fault-switches"))
+    assert str(stack["seed"]) == switches["data"]["DRILL_FAULT_SEED"] == str(plan["seed"])
+    for key in ("traffic", "fault", "phases", "slo", "trials"):
+        assert stack[key] == plan[key], key
+    assert stack["stack"]["edge"]["address"].endswith(":50051")
+
+
+def test_forward_script_replaces_only_its_own_previous_forward(tmp_path: pathlib.Path) -> None:
+    """Each switch restarts the gateway forward: the previous one (by saved PID) stops, the new one
+    runs in its own session so it outlives the switch command. `kubectl` is a stand-in here."""
+    import os
+    import signal
+    import time
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "kubectl").write_text("#!/bin/sh\nwhile :; do sleep 1; done\n")
+    (fake / "kubectl").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
+    pidfile = tmp_path / "drill-k8s-gateway-forward.pid"
+    unrelated = subprocess.Popen(["sleep", "30"], start_new_session=True)  # a stale PID must not be killed
+    pids = []
+    try:
+        pidfile.write_text(str(unrelated.pid))
+        for _ in range(2):
+            subprocess.run(["sh", str(K8S / "forward-gateway.sh")], env=env, check=True, timeout=30)
+            pids.append(int(pidfile.read_text()))
+        first, second = pids
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and pathlib.Path(f"/proc/{first}").exists():
+            time.sleep(0.05)
+        assert not pathlib.Path(f"/proc/{first}").exists(), "the previous forward still runs"
+        args = pathlib.Path(f"/proc/{second}/cmdline").read_bytes().split(b"\0")
+        assert b"port-forward" in args and b"svc/gateway" in args and b"50051:50051" in args
+        assert os.getsid(second) == second  # its own session
+        assert unrelated.poll() is None
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        unrelated.kill()
+        unrelated.wait()
