@@ -24,12 +24,19 @@ a broken healthcheck shows here before a user meets it:
   value is passed through from `env` when set there), PATH and HOME. Nothing leaks from the
   test process.
 
-Processes run in their own process groups and are stopped by PID (SIGTERM, then SIGKILL).
+- **Switching.** `recreate(env)` is `K=V docker compose up -d --wait` again: the containers whose
+  command or environment changed are stopped and started on the same addresses, the others kept.
+  The stack's state (addresses, PIDs, the shell's variables) lives in WORKDIR/state.json, so a
+  drill's switch command, a process of its own, can do it: tests/deploy/compose_switch.py.
+
+Processes run in their own sessions and are stopped by PID (SIGTERM to the group, then SIGKILL),
+only after checking that the PID is still the process started for that container.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import hashlib
+import json
 import os
 import pathlib
 import random
@@ -40,123 +47,55 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Any
 
 import yaml
 
 from tests.conftest import ROOT
+from tests.deploy.compose_spec import (
+    ComposeError,
+    declared_ports,
+    dockerfile_env,
+    interpolate,
+    listening_sockets,
+    load_compose,
+)
+
+__all__ = ["ComposeError", "ComposeLocal", "declared_ports", "interpolate", "listening_sockets"]
 
 VENV_BIN = pathlib.Path(sys.executable).parent
 #: Images we can run locally, by repository name.
 PROMETHEUS_IMAGE = "prom/prometheus"
-_INTERP = re.compile(r"\$(?:\$|\{(?P<braced>[^}]*)\}|(?P<named>[A-Za-z_][A-Za-z0-9_]*))")
-_LISTEN = "0A"
-
-
-class ComposeError(RuntimeError):
-    """The compose file asks for something these processes cannot do, or a service failed."""
-
-
-# --- the compose file ---------------------------------------------------------------------------------
-def interpolate(value: Any, env: dict[str, str]) -> Any:
-    """Compose's variable interpolation (`$VAR`, `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `$$`)."""
-    if isinstance(value, dict):
-        return {k: interpolate(v, env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [interpolate(v, env) for v in value]
-    if not isinstance(value, str):
-        return value
-
-    def one(m: re.Match) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        expr = m.group("braced") if m.group("braced") is not None else m.group("named")
-        for sep in (":-", "-"):
-            if sep in expr:
-                name, default = expr.split(sep, 1)
-                got = env.get(name)
-                if got is None or (sep == ":-" and got == ""):
-                    return default
-                return got
-        return env.get(expr, "")
-
-    return _INTERP.sub(one, value)
-
-
-def load_compose(path: pathlib.Path, env: dict[str, str]) -> dict:
-    spec = yaml.safe_load(path.read_text(encoding="utf-8"))  # merge keys (<<) resolved by the loader
-    return interpolate(spec, env)
-
-
-def dockerfile_env(path: pathlib.Path) -> dict[str, str]:
-    """The `ENV KEY=VALUE …` lines of a Dockerfile (with `\\` continuations)."""
-    text = re.sub(r"\\\n", " ", path.read_text(encoding="utf-8"))
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.strip().upper().startswith("ENV "):
-            for item in shlex.split(line.strip()[4:]):
-                key, _, value = item.partition("=")
-                out[key] = value
-    return out
-
-
-def declared_ports(service: dict) -> set[int]:
-    """Container ports a service declares: `expose` and the container side of `ports`."""
-    ports = {int(p) for p in service.get("expose", [])}
-    for p in service.get("ports", []):
-        ports.add(int(str(p).rsplit(":", 1)[-1].split("/")[0]))
-    return ports
-
-
-def _address(hex_ip: str) -> str:
-    """An address from /proc/net/tcp{,6}: 32-bit words in host (little-endian) order; v4-mapped as IPv4."""
-    raw = b"".join(bytes.fromhex(hex_ip[i : i + 8])[::-1] for i in range(0, len(hex_ip), 8))
-    ip = ipaddress.ip_address(raw)
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return str(mapped or ip)
-
-
-def listening_sockets(pid: int) -> set[tuple[str, int]]:
-    """(address, port) of every TCP socket the process `pid` listens on (IPv4, IPv6, v4-mapped), from /proc."""
-    inodes = set()
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    except OSError:
-        return set()
-    out = set()
-    for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
-        try:
-            lines = pathlib.Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == _LISTEN and fields[9] in inodes:
-                hex_ip, hex_port = fields[1].split(":")
-                out.add((_address(hex_ip), int(hex_port, 16)))
-    return out
 
 
 # --- the running stack ------------------------------------------------------------------------------------
 class Container:
-    """One replica of a service: its address, process and log."""
+    """One replica of a service: its address, and the process (by PID) that plays it."""
 
     def __init__(self, service: str, index: int, address: str, log: pathlib.Path) -> None:
         self.service = service
         self.index = index
         self.address = address
         self.log = log
-        self.proc: subprocess.Popen | None = None
+        self.pid: int | None = None
+        #: sha256 of the command and environment it was started with: a change means "recreate"
+        self.fingerprint = ""
+        self.proc: subprocess.Popen | None = None  # when started by this process (for the exit code)
 
     @property
     def name(self) -> str:
         return f"{self.service}-{self.index + 1}"
+
+    def running(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        if self.pid is None:
+            return False
+        try:  # not a zombie, and still the program we started (PIDs are reused)
+            stat = pathlib.Path(f"/proc/{self.pid}/stat").read_text()
+            environ = pathlib.Path(f"/proc/{self.pid}/environ").read_bytes()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] != "Z" and f"COMPOSE_LOCAL_CONTAINER={self.name}".encode() in environ
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -174,16 +113,20 @@ class ComposeLocal:
         workdir: pathlib.Path,
         services: list[str],
         env: dict[str, str] | None = None,
+        *,
+        network: str | None = None,
     ) -> None:
-        """`services`: what `docker compose up SERVICE…` would start (their dependencies too)."""
+        """`services`: what `docker compose up SERVICE…` would start (their dependencies too);
+        `env`: the shell `docker compose` runs in; `network`: the /24 (`127.A.B`), random if None."""
         self.file = compose_file
         self.dir = compose_file.parent
         self.workdir = workdir
+        self.requested = list(services)
         self.env = dict(env or {})
         self.spec = load_compose(compose_file, self.env)
         self.services: dict[str, dict] = self.spec["services"]
         self.planned = self._with_dependencies(services)
-        base = f"127.{random.randint(100, 250)}.{random.randint(0, 255)}"
+        self.network = network or f"127.{random.randint(100, 250)}.{random.randint(0, 255)}"
         self.containers: dict[str, list[Container]] = {}
         n = 10
         for name in self.planned:
@@ -191,7 +134,7 @@ class ComposeLocal:
             self.containers[name] = []
             for i in range(replicas):
                 log = workdir / f"{name}-{i + 1}.log"
-                self.containers[name].append(Container(name, i, f"{base}.{n}", log))
+                self.containers[name].append(Container(name, i, f"{self.network}.{n}", log))
                 n += 1
         self.image_env = dockerfile_env(ROOT / "compose" / "Dockerfile")
 
@@ -241,16 +184,13 @@ class ComposeLocal:
             return f"{m.group(1)}{self._host(m.group(2), own)}:{m.group(3)}"
 
         token = re.sub(r"(^|=|//)([A-Za-z0-9_.-]+):(\d+)", hostport, token)
-        token = token.replace("/app/", f"{ROOT}/")
-        return token
+        return token.replace("/app/", f"{ROOT}/")
 
     def _argv(self, name: str, container: Container) -> list[str]:
         svc = self.services[name]
         command = svc.get("command")
         argv = shlex.split(command) if isinstance(command, str) else list(command or [])
-        out = []
-        for i, arg in enumerate(argv):
-            out.append(self.rewrite(arg, container.address, argv[i - 1] if i else ""))
+        out = [self.rewrite(arg, container.address, argv[i - 1] if i else "") for i, arg in enumerate(argv)]
         image = svc.get("image", "")
         if "build" in svc:
             if not out:
@@ -302,7 +242,7 @@ class ComposeLocal:
                     targets = [f"{a}:{sd['port']}" for a in self.addresses(dns_name)]
                     if targets:
                         static.append({"targets": targets, "labels": {"__meta_dns_name": dns_name}})
-            if set(job) & {k for k in job if k.endswith("_sd_configs")}:
+            if [k for k in job if k.endswith("_sd_configs")]:
                 raise ComposeError(f"{job['job_name']}: service discovery other than DNS")
             job["static_configs"] = static
         out = self.workdir / container.name / "prometheus.yml"
@@ -331,11 +271,14 @@ class ComposeLocal:
         return env
 
     # -- lifecycle -------------------------------------------------------------------------------------------
-    def up(self, timeout_s: float = 60.0) -> None:
-        """Start every planned service in dependency order, waiting as `depends_on` asks."""
+    def up(self, timeout_s: float = 60.0, only: set[str] | None = None) -> None:
+        """Start every planned service (or those in `only`) in dependency order, waiting as
+        `depends_on` asks, like `docker compose up -d`."""
         deadline = time.monotonic() + timeout_s
         healthy: set[str] = set()
         for name in self.planned:
+            if only is not None and name not in only:
+                continue
             for dep, cond in (self.services[name].get("depends_on") or {}).items():
                 if (cond or {}).get("condition") == "service_healthy" and dep not in healthy:
                     self.wait_healthy(dep, deadline)
@@ -343,14 +286,43 @@ class ComposeLocal:
             for container in self.containers[name]:
                 self._start(name, container)
 
+    def recreate(self, env: dict[str, str], timeout_s: float = 60.0) -> list[str]:
+        """`docker compose up -d --wait` again with another shell environment (`DRILL_CONFIG=…`):
+        recreate the containers whose command or environment changed, keep the others; returns the
+        recreated containers' names once every service with a healthcheck is healthy again."""
+        self.env = dict(env)
+        self.spec = load_compose(self.file, self.env)
+        self.services = self.spec["services"]
+        changed = {  # among the containers up now; what was never started stays so
+            name
+            for name in self.planned
+            for c in self.containers[name]
+            if c.pid is not None and (self._fingerprint(name, c) != c.fingerprint or not c.running())
+        }
+        self._stop([c for name in changed for c in self.containers[name]])
+        self.up(timeout_s, only=changed)
+        deadline = time.monotonic() + timeout_s
+        for name in self.planned:
+            if name in changed and (self.services[name].get("healthcheck") or {}).get("test"):
+                self.wait_healthy(name, deadline)
+        self.save()
+        return [c.name for name in self.planned if name in changed for c in self.containers[name]]
+
+    def _fingerprint(self, name: str, container: Container) -> str:
+        blob = json.dumps([self._argv(name, container), self._environment(name, container)], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
     def _start(self, name: str, container: Container) -> None:
         argv = self._argv(name, container)
         env = self._environment(name, container)
+        container.fingerprint = self._fingerprint(name, container)
+        env["COMPOSE_LOCAL_CONTAINER"] = container.name  # how running() recognises its process
         (self.workdir / container.name).mkdir(parents=True, exist_ok=True)
-        with open(container.log, "w") as log:
+        with open(container.log, "a") as log:
             container.proc = subprocess.Popen(
                 argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+        container.pid = container.proc.pid
 
     def healthcheck(self, name: str, container: Container) -> bool:
         test = (self.services[name].get("healthcheck") or {}).get("test")
@@ -376,18 +348,19 @@ class ComposeLocal:
     def wait_healthy(self, name: str, deadline: float) -> None:
         for container in self.containers[name]:
             while not self.healthcheck(name, container):
-                if container.proc is None or container.proc.poll() is not None:
-                    code = None if container.proc is None else container.proc.returncode
-                    raise ComposeError(f"{container.name} exited ({code}) before healthy:\n{container.log_tail()}")
+                if not container.running():
+                    raise ComposeError(f"{container.name} exited before healthy:\n{container.log_tail()}")
                 if time.monotonic() > deadline:
                     raise ComposeError(f"{container.name} not healthy in time:\n{container.log_tail()}")
                 time.sleep(0.2)
 
     def wait_exit(self, name: str, timeout_s: float) -> list[int]:
-        """Exit codes of every replica of `name`, waiting at most `timeout_s` in all."""
+        """Exit codes of every replica of `name` (started by this process), waiting at most `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         codes = []
         for c in self.containers[name]:
+            if c.proc is None:
+                raise ComposeError(f"{c.name} was not started by this process: no exit code to read")
             try:
                 codes.append(c.proc.wait(timeout=max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
@@ -395,32 +368,55 @@ class ComposeLocal:
         return codes
 
     def exited(self) -> list[str]:
-        """Containers whose process ended: `NAME (exit CODE)`."""
-        return [
-            f"{c.name} (exit {c.proc.returncode})"
-            for cs in self.containers.values()
-            for c in cs
-            if c.proc is not None and c.proc.poll() is not None
-        ]
+        """Containers that were started and whose process has ended."""
+        return [c.name for cs in self.containers.values() for c in cs if c.pid is not None and not c.running()]
+
+    def _stop(self, containers: list[Container]) -> None:
+        """SIGTERM each process group we started, SIGKILL what is left after 5 s."""
+        live = [c for c in containers if c.running()]
+        for c in live:
+            try:
+                os.killpg(c.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        for c in live:
+            while c.running() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if c.running():
+                try:
+                    os.killpg(c.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if c.proc is not None:
+                c.proc.wait(timeout=5)
 
     def down(self) -> None:
-        procs = [c.proc for cs in self.containers.values() for c in cs if c.proc is not None]
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 5
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait(timeout=5)
+        self._stop([c for cs in self.containers.values() for c in cs])
+        self.save()
+
+    # -- state, for switch commands run in other processes ------------------------------------------------------
+    def save(self) -> None:
+        state = {
+            "file": str(self.file),
+            "services": self.requested,
+            "env": self.env,
+            "network": self.network,
+            "containers": {
+                c.name: {"pid": c.pid, "fingerprint": c.fingerprint} for cs in self.containers.values() for c in cs
+            },
+        }
+        (self.workdir / "state.json").write_text(json.dumps(state, indent=2))
+
+    @classmethod
+    def load(cls, workdir: pathlib.Path) -> ComposeLocal:
+        state = json.loads((workdir / "state.json").read_text())
+        stack = cls(pathlib.Path(state["file"]), workdir, state["services"], state["env"], network=state["network"])
+        for cs in stack.containers.values():
+            for c in cs:
+                saved = state["containers"].get(c.name, {})
+                c.pid, c.fingerprint = saved.get("pid"), saved.get("fingerprint", "")
+        return stack
 
     def __enter__(self) -> ComposeLocal:
         return self

@@ -7,6 +7,7 @@ No cluster is involved: everything here reads files and runs local tools.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -42,9 +43,15 @@ def _render_text(directory: str) -> str:
     return proc.stdout
 
 
+@functools.cache
+def _render_objects(directory: str) -> list[dict]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [d for d in yaml.load_all(_render_text(directory), Loader=loader) if d]
+
+
 def render(directory: pathlib.Path | str) -> list[dict]:
-    """`kubectl kustomize DIR` as a list of objects (a fresh copy on every call)."""
-    return [d for d in yaml.safe_load_all(_render_text(str(directory))) if d]
+    """`kubectl kustomize DIR` as a list of objects (rendered once per directory; a fresh copy per call)."""
+    return copy.deepcopy(_render_objects(str(directory)))
 
 
 def find(objects: list[dict], kind: str, name: str) -> dict:

@@ -12,6 +12,7 @@ attempts); the master exits 0 once its phases end; Grafana's datasource URL reac
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.parse
 import urllib.request
@@ -22,6 +23,7 @@ import yaml
 
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from tests.conftest import ROOT
+from tests.deploy import compose_switch
 from tests.deploy.compose_local import ComposeLocal, declared_ports, listening_sockets
 
 COMPOSE_FILE = ROOT / "compose" / "docker-compose.yml"
@@ -81,7 +83,7 @@ def test_compose_stack_runs_as_declared(tmp_path) -> None:
             for name, containers in stack.containers.items():
                 want = declared_ports(stack.services[name])
                 for c in containers:
-                    got = listening_sockets(c.proc.pid)
+                    got = listening_sockets(c.pid)
                     if {addr for addr, _ in got} - {c.address} or {port for _, port in got} - want:
                         return [f"{c.name} listens on {sorted(got)}, declared {sorted(want)} at {c.address}"]
                     serving = {port for _, port in got}
@@ -137,3 +139,31 @@ def test_compose_stack_runs_as_declared(tmp_path) -> None:
         url = next(d["url"] for d in ds["datasources"] if d["type"] == "prometheus")
         with urllib.request.urlopen(stack.rewrite(url, "127.0.0.1") + "/api/v1/status/buildinfo", timeout=5) as r:
             assert r.status == 200
+
+
+@pytest.mark.slow
+def test_switch_recreates_exactly_the_hops_the_configuration_changes(tmp_path) -> None:
+    """The switch a drill runs between configurations (tests/deploy/compose_switch.py, in the role of
+    `DRILL_CONFIG=budget docker compose up -d --wait`), from the state a previous command saved: the
+    hop that runs a configuration is recreated on its address with the new one, the leaf is kept."""
+    state = str(tmp_path)
+    try:
+        assert compose_switch.main(["--state", state, "up", "account"]) == 0  # account, and ledger it needs
+        before = ComposeLocal.load(tmp_path)
+        pids = {c.name: c.pid for cs in before.containers.values() for c in cs}
+        assert set(pids) == {"ledger-1", "account-1"} and all(c.running() for c in before.containers["account"])
+        assert compose_switch.main(["--state", state, "recreate", "-e", "DRILL_CONFIG=budget"]) == 0
+        after = ComposeLocal.load(tmp_path)
+        ledger, account = after.containers["ledger"][0], after.containers["account"][0]
+        assert ledger.pid == pids["ledger-1"] and account.pid != pids["account-1"]
+        assert ledger.running() and account.running() and account.address == before.address("account")
+        with grpc.insecure_channel(f"{account.address}:50051") as channel:
+            reply = drill_pb2_grpc.DemoStub(channel).Call(drill_pb2.CallRequest(payload="switch"), timeout=5)
+        assert list(reply.path) == ["account", "ledger"]
+        with urllib.request.urlopen(f"http://{account.address}:9464/metrics", timeout=5) as r:
+            metrics = r.read().decode()
+        configs = set(re.findall(r'drill_client_calls_total\{[^}]*config="([^"]+)"', metrics))
+        assert configs == {"budget"}, configs
+    finally:
+        compose_switch.main(["--state", state, "down"])
+    assert not [c for cs in ComposeLocal.load(tmp_path).containers.values() for c in cs if c.running()]

@@ -23,7 +23,7 @@ from harness import cli
 from harness.core.status import CLIENT_FAULT_CODES, SERVER_FAULT_CODES, STATUS_NAMES, StatusClass, classify
 from harness.dashboards import DATASOURCE_UID, build_all, default_values, iter_queries, plan_defaults
 from harness.dashboards.rules import SLO_WINDOWS
-from tests.deploy.compose_local import interpolate
+from tests.deploy.compose_spec import interpolate
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
@@ -101,7 +101,7 @@ def test_rules_and_dashboards_default_to_the_plan_and_the_edge() -> None:
     assert default_values(next(m for m in build_all().values() if m["uid"] == "drill-mttr"))["slo"] == "0.05"
     alerts = _yaml(PROM_DIR / "rules/drill-alerts.yml")["groups"][0]["rules"]
     for rule in alerts:
-        assert 'drill:slo_error_ratio:rate' in rule["expr"], rule["alert"]
+        assert "drill:slo_error_ratio:rate" in rule["expr"], rule["alert"]
     pairs = {(r["labels"]["scale"], r["alert"]): r["expr"] for r in alerts}
     assert "rate1h > 0.72" in pairs[("workbook", "DrillSLOFastBurn")]
     assert "rate5m > 0.72" in pairs[("workbook", "DrillSLOFastBurn")]
