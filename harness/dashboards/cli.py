@@ -1,9 +1,12 @@
 """`drill dashboards build|push`: regenerate the committed dashboards and rules, or import them into Grafana.
 
-    drill dashboards build [--out dashboards/] [--rules-out compose/prometheus/rules/] [--check]
+    drill dashboards build [--out dashboards/] [--rules-out compose/prometheus/rules/]
+                           [--k8s-out deploy/k8s/monitoring/] [--check]
     drill dashboards push --grafana URL [--token T | --user U --password P] [--folder Drill]
 
-`build --check` writes nothing and exits 1 when a committed file is stale (CI).
+`build` writes the dashboards, the compose rule files and their Kubernetes copies (a
+PrometheusRule and the dashboards for the ConfigMaps, harness.dashboards.k8s) from one
+source; `build --check` writes nothing and exits 1 when a committed file is stale (CI).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from harness.core.errors import BadInput, RunFailed
 
 DEFAULT_OUT = "dashboards"
 DEFAULT_RULES_OUT = "compose/prometheus/rules"
+DEFAULT_K8S_OUT = "deploy/k8s/monitoring"
 FOLDER_UID = "drill"
 
 
@@ -30,6 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_RULES_OUT,
         help=f"generated rules directory (default {DEFAULT_RULES_OUT}/)",
     )
+    b.add_argument(
+        "--k8s-out",
+        default=DEFAULT_K8S_OUT,
+        help=f"Kubernetes copies: PrometheusRule, dashboards for ConfigMaps (default {DEFAULT_K8S_OUT}/)",
+    )
     b.add_argument("--check", action="store_true", help="write nothing; exit 1 if any committed file is stale")
     q = sub.add_parser("push", help="import the dashboards into a running Grafana (grafana-client)")
     q.add_argument("--grafana", default=os.environ.get("DRILL_GRAFANA_URL"), help="Grafana URL (or DRILL_GRAFANA_URL)")
@@ -40,18 +49,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--dir", default=None, help="push these JSON files instead of freshly built dashboards")
 
 
-def generated_files(out: pathlib.Path, rules_out: pathlib.Path) -> dict[pathlib.Path, str]:
+def generated_files(
+    out: pathlib.Path, rules_out: pathlib.Path, k8s_out: pathlib.Path | None = None
+) -> dict[pathlib.Path, str]:
     """Every generated path -> its text."""
     from harness.dashboards import build_all, render
+    from harness.dashboards.k8s import k8s_files
     from harness.dashboards.rules import rule_files
 
-    files = {out / name: render(model) for name, model in build_all().items()}
+    dashboards = {name: render(model) for name, model in build_all().items()}
+    files = {out / name: text for name, text in dashboards.items()}
     files.update({rules_out / name: text for name, text in rule_files().items()})
+    if k8s_out is not None:
+        files.update({k8s_out / name: text for name, text in k8s_files(dashboards).items()})
     return files
 
 
 def _build(args: argparse.Namespace) -> int:
-    files = generated_files(pathlib.Path(args.out), pathlib.Path(args.rules_out))
+    files = generated_files(pathlib.Path(args.out), pathlib.Path(args.rules_out), pathlib.Path(args.k8s_out))
     stale = [p for p, text in files.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
     if args.check:
         for p in stale:

@@ -1,6 +1,8 @@
 """The committed observability files: rules mirror harness.core.status, generated files are fresh,
-dashboard JSON is classic and wired to the provisioned datasource, the compose file is valid
-and mounts only files that exist, and promtool accepts the config and the rule tests.
+dashboard JSON is classic and wired to the provisioned datasource, the compose file is valid,
+mounts only files that exist, sets the Locust worker count once and builds a locked, pinned,
+non-root image, Grafana's provisioning has the shape Grafana reads, and promtool accepts the
+config and the rule tests. (tests/deploy/test_compose_local.py runs the compose file.)
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import sys
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from harness import cli
 from harness.core.status import CLIENT_FAULT_CODES, SERVER_FAULT_CODES, STATUS_NAMES, StatusClass, classify
 from harness.dashboards import DATASOURCE_UID, build_all, default_values, iter_queries, plan_defaults
 from harness.dashboards.rules import SLO_WINDOWS
+from tests.deploy.compose_spec import interpolate
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
@@ -97,7 +101,7 @@ def test_rules_and_dashboards_default_to_the_plan_and_the_edge() -> None:
     assert default_values(next(m for m in build_all().values() if m["uid"] == "drill-mttr"))["slo"] == "0.05"
     alerts = _yaml(PROM_DIR / "rules/drill-alerts.yml")["groups"][0]["rules"]
     for rule in alerts:
-        assert 'drill:slo_error_ratio:rate' in rule["expr"], rule["alert"]
+        assert "drill:slo_error_ratio:rate" in rule["expr"], rule["alert"]
     pairs = {(r["labels"]["scale"], r["alert"]): r["expr"] for r in alerts}
     assert "rate1h > 0.72" in pairs[("workbook", "DrillSLOFastBurn")]
     assert "rate5m > 0.72" in pairs[("workbook", "DrillSLOFastBurn")]
@@ -224,6 +228,120 @@ def test_prometheus_discovers_compose_services_by_dns() -> None:
             assert sd["type"] == "A"
             assert set(sd["names"]) <= services, job
     assert jobs["locust-workers"]["dns_sd_configs"][0]["names"] == ["locust-worker"]
+
+
+def _services(**env: str) -> dict:
+    return interpolate(_yaml(COMPOSE_FILE), env)["services"]
+
+
+def _flag(command: str, flag: str) -> str:
+    args = command.split()
+    assert flag in args, f"{flag} missing: {command}"
+    return args[args.index(flag) + 1]
+
+
+@pytest.mark.parametrize("workers", [None, "5"])
+def test_one_variable_sets_the_workers_and_what_the_master_expects(workers: str | None) -> None:
+    services = _services(**({"LOCUST_WORKERS": workers} if workers else {}))
+    master, worker = services["locust-master"], services["locust-worker"]
+    replicas = int(worker["deploy"]["replicas"])
+    assert replicas == int(workers or 2)
+    assert int(_flag(master["command"], "--expect-workers")) == replicas
+    # a mismatch (say `--scale locust-worker=N`) ends in a bounded wait and a clear exit, not forever
+    assert int(_flag(master["command"], "--expect-workers-max-wait")) > 0
+    # the web UI (LOCUST_HEADLESS=false) is published on the host's loopback
+    web_port = _flag(master["command"], "--web-port")
+    assert f"127.0.0.1:{web_port}:{web_port}" in master["ports"]
+    assert "LOCUST_HEADLESS" in master["environment"] and master["environment"]["LOCUST_HEADLESS"] is None
+    assert _flag(worker["command"], "--master-port") == _flag(master["command"], "--master-bind-port")
+
+
+def test_only_processes_that_trace_get_tracing_variables() -> None:
+    """Locust's own OpenTelemetry support instruments HTTP only, so its gRPC calls have no spans."""
+    services = _services()
+    for name, svc in services.items():
+        otel = {k for k in (svc.get("environment") or {}) if k.startswith("OTEL_")}
+        if "drill serve" in str(svc.get("command", "")):
+            assert "OTEL_TRACES_EXPORTER" in otel, name
+        elif str(svc.get("command", "")).startswith("locust"):
+            assert not otel, name
+
+
+def _lock() -> dict[str, str]:
+    """compose/requirements.lock as {name: version}, asserting every requirement is pinned and hashed."""
+    text = (COMPOSE / "requirements.lock").read_text(encoding="utf-8")
+    entries = re.split(r"\n(?=[A-Za-z0-9])", re.sub(r"^#.*\n", "", text, flags=re.M).strip())
+    out = {}
+    for entry in entries:
+        first = entry.split("\\")[0].strip()
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([^\s;]+)", first)
+        assert m, f"not pinned: {first}"
+        assert re.search(r"--hash=sha256:[0-9a-f]{64}", entry), f"no hash: {first}"
+        out[m.group(1).lower().replace("_", "-")] = m.group(2)
+    return out
+
+
+def test_image_is_pinned_locked_and_non_root() -> None:
+    for name, svc in _services().items():
+        assert re.search(r":v?\d+\.\d+\.\d+$", svc["image"]), f"{name}: {svc['image']} is not pinned by version"
+    dockerfile = (COMPOSE / "Dockerfile").read_text(encoding="utf-8")
+    base = re.search(r"^FROM python:(\d+\.\d+)\.\d+-slim-\w+$", dockerfile, re.M)
+    assert base, "base image not pinned by version"
+    assert "pip install --require-hashes -r /tmp/requirements.lock" in dockerfile
+    assert "--no-deps --no-build-isolation --no-index /app" in dockerfile  # nothing unlocked is fetched
+    user = re.findall(r"^USER (\S+)$", dockerfile, re.M)
+    assert user and re.fullmatch(r"[1-9]\d*:[1-9]\d*", user[-1]), "run as a numeric non-root user"
+    lock_text = (COMPOSE / "requirements.lock").read_text(encoding="utf-8")
+    assert f"--python-version {base.group(1)}" in lock_text  # resolved for the image's Python
+    locked = _lock()
+    # the lock holds what the image installs: the project's dependencies, Locust, the extra inputs
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    deps = re.search(r"^dependencies = \[(.*?)^\]", pyproject, re.M | re.S).group(1)
+    load = re.search(r"^load = \[(.*?)\]", pyproject, re.M | re.S).group(1)
+    extra = [line for line in (COMPOSE / "requirements.in").read_text().splitlines() if line and line[0] != "#"]
+    wanted = [*re.findall(r'"([^"]+)"', deps), *re.findall(r'"([^"]+)"', load), *extra]
+    assert len(wanted) > 10
+    for spec in map(Requirement, wanted):
+        name = spec.name.lower().replace("_", "-")
+        assert name in locked, f"{spec} is not in compose/requirements.lock"
+        assert spec.specifier.contains(locked[name], prereleases=True), f"{spec}: locked {locked[name]}"
+
+
+def test_grafana_provisioning_has_the_shape_grafana_reads() -> None:
+    """Grafana cannot run here: check its provisioning files the way Grafana reads them (provisioning
+    docs: `apiVersion: 1`, datasources with name/type/access/url/uid, file providers with a path), and
+    that every path and host they name exists in the compose stack."""
+    services = _services()
+    grafana = services["grafana"]
+    mounts = {v.split(":")[1]: (COMPOSE / v.split(":")[0]).resolve() for v in grafana["volumes"]}
+
+    def on_host(path: str) -> pathlib.Path:
+        target = next(t for t in mounts if path == t or path.startswith(t + "/"))
+        return mounts[target] / path[len(target) :].lstrip("/")
+
+    provisioning = on_host("/etc/grafana/provisioning")
+    sources = _yaml(provisioning / "datasources/prometheus.yaml")
+    assert sources["apiVersion"] == 1
+    uids = {d["uid"] for d in sources["datasources"]}
+    for d in sources["datasources"]:
+        assert {"name", "type", "access", "url", "uid"} <= set(d), d
+        assert d["access"] in ("proxy", "direct") and len(d["uid"]) <= 40
+        host, port = re.fullmatch(r"http://([\w-]+):(\d+)", d["url"]).groups()
+        assert host in services, d["url"]
+        declared = {str(p).rsplit(":", 1)[-1] for p in services[host].get("ports", [])} | set(
+            services[host].get("expose", [])
+        )
+        assert port in declared, f"{d['url']}: {host} does not declare {port}"
+        for link in d.get("jsonData", {}).get("exemplarTraceIdDestinations", []):
+            assert link["datasourceUid"] in uids
+    assert sum(d.get("isDefault", False) for d in sources["datasources"]) == 1
+    providers = _yaml(provisioning / "dashboards/drill.yaml")
+    assert providers["apiVersion"] == 1
+    for p in providers["providers"]:
+        assert p["type"] == "file" and p["name"]
+        folder = on_host(p["options"]["path"])
+        assert sorted(x.name for x in folder.glob("*.json")) == sorted(x.name for x in DASHBOARD_FILES)
+    assert on_host(grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]).is_file()
 
 
 # --- promtool ----------------------------------------------------------------------------------
