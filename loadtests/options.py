@@ -71,6 +71,8 @@ class DrillOptions:
     seed: int = 0
     #: directory where each process appends the ids it sent with the directive (empty = none)
     ids_dir: str | None = None
+    #: the trial this run is (the `trial` label of drill_trial_phase_start_seconds)
+    trial: int = 1
 
     @property
     def total_seconds(self) -> float:
@@ -184,6 +186,7 @@ def from_namespace(ns: Any) -> DrillOptions:
         threadpool=int(getattr(ns, "drill_threadpool", 0) or 0),
         seed=int(getattr(ns, "drill_seed", 0) or 0),
         ids_dir=(getattr(ns, "drill_ids_dir", "") or "").strip() or None,
+        trial=int(getattr(ns, "drill_trial", 1) or 1),
     )
 
 
@@ -277,3 +280,4 @@ def add_arguments(parser: Any) -> None:
     arg("--drill-threadpool", type=int, default=0, help="gevent hub threadpool size (0 = track in-flight calls)")
     arg("--drill-seed", type=int, default=0, help="seed in the request ids PLAN-SEED-USER-N")
     arg("--drill-ids-dir", default="", help="append the ids sent with the directive to DIR/ids-PID.txt")
+    arg("--drill-trial", type=int, default=1, help="trial number, exported with the phase times (1)")

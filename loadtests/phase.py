@@ -55,3 +55,15 @@ class PhaseState:
 
 #: The one state per Locust process.
 STATE = PhaseState()
+
+
+def mark_trial(opts: DrillOptions, start_unix: float) -> None:
+    """Export when each phase of this trial starts (and `done`), as the drill runner's own load does."""
+    starts: dict[str, float] = {}
+    at = start_unix
+    for phase in opts.phases:
+        starts.setdefault(phase.name, at)
+        at += phase.seconds
+    starts["done"] = at
+    for name, when in starts.items():
+        m.TRIAL_PHASE_START.labels(opts.plan, opts.config, str(opts.trial), name).set(when)

@@ -26,6 +26,7 @@ import pathlib
 import shutil
 import sys
 import time
+import urllib.request
 from typing import Protocol
 
 from grpc import aio
@@ -252,8 +253,9 @@ class LocustLoad:
 
     def __init__(
         self, *, plan: str, seed: int, config_label: str, traffic: Traffic, fault: Fault, phases: Phases,
-        workdir: pathlib.Path,
+        workdir: pathlib.Path, trial: int = 1,
     ) -> None:  # fmt: skip
+        self.trial = trial
         self.plan, self.seed, self.config_label = plan, seed, config_label
         self.traffic, self.fault, self.phases = traffic, fault, phases
         self.workdir = workdir
@@ -291,7 +293,7 @@ class LocustLoad:
             "--drill-rate", f"{tr.drill_rate:g}", "--drill-organic-rate", f"{tr.organic_rate:g}",
             "--drill-timeout", f"{tr.timeout_s:g}",
             "--drill-metrics-port", "0", "--drill-ports-dir", str(self.ports_dir),
-            "--drill-seed", str(self.seed), "--drill-ids-dir", str(self.ids_dir),
+            "--drill-seed", str(self.seed), "--drill-ids-dir", str(self.ids_dir), "--drill-trial", str(self.trial),
         ]  # fmt: skip
         if tr.workers > 1:  # Locust's own distributed mode on this machine: a master and N worker processes
             argv += ["--processes", str(tr.workers)]
@@ -313,11 +315,33 @@ class LocustLoad:
         # scrapes cover Locust's whole recovery phase rather than starting seconds early
         first = self.ports_dir / ("master.json" if tr.workers > 1 else "local.json")  # the one that runs the phases
         self.port = await asyncio.to_thread(_wait_announced, first, LOCUST_START_S, self.proc)
-        self.start_unix = time.time()
-        if not self.port:
+        if self.port:  # its phases start on the whole second it exports (drill_trial_phase_start_seconds)
+            self.start_unix = await asyncio.to_thread(self._phase_start, LOCUST_START_S)
+        if not self.port or self.start_unix is None:
             raise RunFailed(
                 f"locust did not start: {_last_line(self.workdir / 'locust.log')} (log: {self.workdir / 'locust.log'})"
             )
+
+    def _phase_start(self, timeout_s: float) -> float | None:
+        """The unix second Locust's timeline starts at, read from the phase times it exports."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        name = m.sample_name(m.TRIAL_PHASE_START)
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                text = ""
+            want = {"phase": "warmup", "trial": str(self.trial), "config": self.config_label}
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name == name and all(sample.labels.get(k) == v for k, v in want.items()):
+                        return sample.value
+            time.sleep(0.1)
+        return None
 
     def expected_hits(self) -> list[str]:
         f = self.fault

@@ -28,7 +28,7 @@ from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.dashboards.annotations import DrillAnnotator
 from harness.drills import analysis, report
 from harness.drills.load import AioLoad, LocustLoad, ids_digest
-from harness.drills.model import Plan, Probe, Results, SeriesKey, Variant
+from harness.drills.model import Plan, Probe, Results, Variant
 from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
 from harness.drills.series import RunSeries, build_series, reduce_families
@@ -131,7 +131,7 @@ class Runner:
             if tr.driver == "locust":  # the plan checked the profile exists
                 load = LocustLoad(
                     plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault,
-                    phases=plan.phases, workdir=workdir,
+                    phases=plan.phases, workdir=workdir, trial=trial,
                 )  # fmt: skip
             else:
                 url, counts = runner_metrics()
@@ -206,11 +206,8 @@ class Runner:
         samples = scraper.samples
         if target.selectors():  # hops already scraped by a Prometheus: read them onto our seconds now
             samples = await asyncio.to_thread(self._hops_from_prometheus, samples, wall0)
+        # both loads start their phases on a whole unix second and say which (Locust in its phase gauges)
         on, off = start_unix - wall0 + ph.warmup, start_unix - wall0 + ph.warmup + ph.fault
-        if isinstance(load, LocustLoad):  # Locust runs its own phase clock: take its fault window
-            active = [t for t, snap in samples if snap.get(SeriesKey("active"), 0) >= 1]
-            if active:
-                on, off = active[0], active[-1] + 1.0
         series = build_series(label, samples, on, off)
         series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
         self.windows[label] = (wall0 + on, wall0 + off)
