@@ -29,7 +29,8 @@ PAGE = Template(
   table { border-collapse: collapse; width: 100%; }
   th, td { padding: 5px 6px; border-bottom: 1px solid #e2e5ea; text-align: right; vertical-align: top; }
   td { white-space: nowrap; }
-  td small { color: #5b6475; }
+  td small { color: #5b6475; white-space: normal; }
+  td:first-child { white-space: normal; overflow-wrap: anywhere; min-width: 90px; }
   th { font-size: 12.5px; line-height: 1.25; vertical-align: bottom; }
   th:first-child, td:first-child { text-align: left; }
   th { background: #f4f6f9; font-weight: 600; }

@@ -225,7 +225,8 @@ def amplification(series: RunSeries, hops: Sequence[str] | None = None) -> dict[
     win = samples_in(series, series.fault_on, series.fault_off)
     if not win:
         return {}
-    ingress = sum(rps_series(series, "all")[i] for i in win)
+    edge = rps_series(series, "all")
+    ingress = sum(edge[i] for i in win)
     per_hop = hop_series(series)
     out: dict[str, float | None] = {}
     for hop in hops or sorted(per_hop):

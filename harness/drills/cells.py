@@ -71,7 +71,7 @@ def spread_text(c: Mapping, field: str, unit: str = " s", digits: int = 1) -> st
     spread = s.get(field) or {}
     if spread.get("median") is None:
         return "—"
-    if spread["n"] == 1:
+    if spread["n"] == 1 or spread["min"] == spread["max"]:
         return f"{spread['median']:.{digits}f}{unit}{pm}"
     return f"{spread['median']:.{digits}f}{unit}{pm} ({spread['min']:.{digits}f}–{spread['max']:.{digits}f})"
 
@@ -90,6 +90,15 @@ def post_fault_text(c: Mapping) -> str:
     if not s.get("valid_trials") or not s.get("post_fault_breaches"):
         return "—"
     return f"{s['post_fault_breaches']}/{s['valid_trials']}"
+
+
+def value_and_detail(text: str) -> tuple[str, str]:
+    """'7.0 s (breached 2/3, …)' → ('7.0 s', '(breached 2/3, …)'); '3.10× (1.20–4.00)' likewise: a table
+    shows the detail on a second line. Text without such a detail → (text, '')."""
+    head, sep, tail = text.partition(" (")
+    if not sep or not (tail[:1].isdigit() or tail.startswith("breached")):
+        return text, ""
+    return head, f"({tail}"
 
 
 def offered_text(trial: Mapping, traffic: str) -> str:

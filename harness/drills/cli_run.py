@@ -178,24 +178,28 @@ def print_summary(results: dict, out: pathlib.Path) -> None:
     known += [f"{trials} trials each"] if trials > 1 else []
     title = f"drill {results['plan']}" + (f" ({', '.join(known)})" if known else "")
     table = Table(title=title)
-    cols = ("configuration", "trials", "MTTR (median)", "post-fault breach", "outside SLO", "budget burn",
-            "TTD", "TTR", "amplification", "success", "att/success", "blast radius",
-            "offered req/s organic · drill")  # fmt: skip
-    for col in cols:
-        table.add_column(col, justify="right")
+    table.add_column("configuration", no_wrap=True)
+    for col in ("trials", "MTTR (median)", "post-fault breach", "outside SLO", "budget burn", "TTD", "TTR",
+                "amplification", "success", "blast radius", "offered req/s organic · drill"):  # fmt: skip
+        table.add_column(col, justify="right", no_wrap=col in ("outside SLO", "budget burn", "TTD", "TTR"))
+
+    def two(text: str) -> str:  # the value, its detail on a second line
+        return "\n".join(x for x in cells.value_and_detail(text) if x)
+
     for name in results["ranking"]:
         c = results["configs"][name]
         s = c.get("summary") or {}
         table.add_row(
-            name, str(s.get("trials", 1)), cells.mttr_text(c), cells.post_fault_text(c), cells.spread_text(c, "bad_s"),
-            cells.burn_text(c), cells.spread_text(c, "ttd_s"), cells.spread_text(c, "ttr_s"),
+            name, str(s.get("trials", 1)), two(cells.mttr_text(c)), cells.post_fault_text(c),
+            two(cells.spread_text(c, "bad_s")), two(cells.burn_text(c)), two(cells.spread_text(c, "ttd_s")),
+            two(cells.spread_text(c, "ttr_s")),
             cells.fmt(s.get("amplification", c.get("amplification")), "×"), cells.pct(s.get("success_rate")),
-            cells.fmt(s.get("attempts_per_success"), "", 2), cells.pct(s.get("blast_radius", c.get("blast_radius"))),
+            cells.pct(s.get("blast_radius", c.get("blast_radius"))),
             f"{cells.offered_text(c, 'organic')} · {cells.offered_text(c, 'drill')}",
         )  # fmt: skip
     console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
+    if not console.is_terminal:  # a log or a file: wide enough for every column's value on one line
+        console = Console(width=200)
     console.print(table)
     note = cells.readback_note(results)
     if note:
@@ -206,7 +210,8 @@ def print_summary(results: dict, out: pathlib.Path) -> None:
         console.print(f"load fell behind the plan (insufficient data): {', '.join(behind)}", highlight=False)
     v = results["verdict"]
     console.print(v["text"] if isinstance(v, dict) else v, highlight=False)
-    console.print(f"wrote {out / 'results.json'}, {out / 'series.json'} and {out / 'report.html'}", highlight=False)
+    wrote = f"wrote {out / 'results.json'}, {out / 'series.json'} and {out / 'report.html'}"
+    console.print(wrote, highlight=False, soft_wrap=True)  # paths are never broken
 
 
 def run(args: argparse.Namespace) -> int:

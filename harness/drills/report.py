@@ -26,6 +26,7 @@ from harness.drills.cells import (
     post_fault_text,
     readback_note,
     spread_text,
+    value_and_detail,
 )
 from harness.drills.charts import COLORS, impact_points, plots, trial_points
 from harness.drills.results import as_trials, config_entry, representative_series
@@ -79,11 +80,9 @@ def verdict(results: dict) -> Verdict:
 
 
 def _two_lines(text: str) -> str:
-    """'7.0 s (breached 2/3, …)' or '3.1× (1.2–4.0)': the value, and below it, smaller, its parenthesis."""
-    head, sep, tail = text.partition(" (")
-    if not sep or not (tail[:1].isdigit() or tail.startswith("breached")):
-        return html.escape(text)
-    return f"{html.escape(head)}<br><small>({html.escape(tail)}</small>"
+    """The value, and below it, smaller, its detail (`cells.value_and_detail`)."""
+    head, tail = value_and_detail(text)
+    return f"{html.escape(head)}<br><small>{html.escape(tail)}</small>" if tail else html.escape(text)
 
 
 def _rows(results: dict, order: Sequence[str], color: dict[str, str]) -> str:

@@ -174,11 +174,15 @@ def judge(configs: Mapping[str, Mapping], *, seed: int = 0) -> tuple[list[str], 
     details = "; ".join(f"{best} vs {o}: {detail(pair[best, o])}" for o in others)
     open_pairs = [pair[best, o] for o in others if pair[best, o]["outcome"] == "inconclusive"]
     needed = [c.get("trials_needed") for c in open_pairs]
+    have = min(summaries[n]["valid_trials"] for n in usable)
+    kind_of = "trials" if have == n_min else "trials with enough data"
     if needed and all(needed):
-        more = f"; about {max(needed)} trials per configuration ({max(needed) - n_min} more) would likely settle it"
-        out["trials_needed"] = max(needed)
+        need = max(needed)
+        more = f"; about {need} {kind_of} per configuration ({need - have} more) would likely settle it"
+        out["trials_needed"] = need
     else:
         more = "; more trials are unlikely to separate them at the observed differences"
-    text = f"Inconclusive after {_plural(n_min, 'trial')}: no configuration is {RULE} ({details}){more}.{tail}"
+    after = _plural(n_min, "trial") + ("" if have == n_min else f" ({have} with enough data)")
+    text = f"Inconclusive after {after}: no configuration is {RULE} ({details}){more}.{tail}"
     out.update(kind="inconclusive", text=text)
     return ranking, out

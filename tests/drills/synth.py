@@ -68,8 +68,9 @@ def rates(spec: dict[tuple[int, int], float], n: int = 40) -> list[float]:
     return out
 
 
-def read_back(series: RunSeries, edge: float | list[float], fault: tuple[float, float] = (0.0, 0.0),
-              resolution: float = 1.0) -> RunSeries:
+def read_back(
+    series: RunSeries, edge: float | list[float], fault: tuple[float, float] = (0.0, 0.0), resolution: float = 1.0
+) -> RunSeries:
     """The series as a Prometheus read-back would give it: every edge uncertain by `edge` s (or per sample)."""
     series.edge_error = list(edge) if isinstance(edge, list) else [edge] * len(series.t)
     series.fault_error = fault
