@@ -34,7 +34,8 @@ PAGE = Template(
   th { font-size: 12.5px; line-height: 1.25; vertical-align: bottom; }
   th:first-child, td:first-child { text-align: left; }
   th { background: #f4f6f9; font-weight: 600; }
-  .pair { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 18px; margin-top: 14px; }
+  .pair { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 18px; margin-top: 14px;
+          align-items: start; }
   tr.best td { background: #eef6ee; font-weight: 600; }
   td.null { color: #b23b3b; }
   .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 2px; margin-right: 6px;

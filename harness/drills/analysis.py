@@ -1,6 +1,8 @@
-"""MTTR analysis (DESIGN §10): TTD, TTM, TTR, MTTR, amplification, goodput, blast radius, from per-second series.
+"""MTTR analysis (DESIGN §10, §12): one trial's every number, from its per-second series.
 
-Pure functions over a `RunSeries`; no I/O, no clocks. Definitions:
+Pure functions over a `RunSeries`; no I/O, no clocks. The per-second readings
+and the GOOD/BAD/UNKNOWN state of each second are `harness.drills.slo`'s (re-
+exported here), the user-impact numbers `harness.drills.impact`'s. Definitions:
 
 - a sample at time t covers the second (t−1, t]. The **fault window** is the
   samples whose second lies in [fault-on, fault-off): fault-on + ½ ≤ t < fault-off + ½
@@ -14,7 +16,17 @@ Pure functions over a `RunSeries`; no I/O, no clocks. Definitions:
   hold_s + window_s). **TTD** = first bad second in that range − fault-on.
   A breach that starts after the range is a **post-fault breach**
   (`{start_s: seconds after fault-off, duration_s: until held again, null if never}`):
-  a finding of its own, not TTD, and it does not make the trial `breached`.
+  users were hurt, so the trial is `breached` (its MTTR that breach's length,
+  TTD/TTM/TTR null: nothing to detect at fault-on) and the field stays its own
+  finding. One after a restored fault breach adds to the outage, not the MTTR.
+- **outage** = seconds the SLO was lost: the fault breach (first breach →
+  restored for good, or to the run's end) plus every post-fault breach; 0 when
+  held. The statistic recovery is compared on (`harness.drills.stats`).
+- **budget burn**, **bad seconds**: see `harness.drills.impact`.
+- **uncertainty**: a series read back from Prometheus says how far each edge
+  may lie off the runner's grid (`RunSeries.edge_error`, `fault_error`); every
+  reported time gets the sum of its two edges' (`uncertainty_s`), beside the
+  read-back's `resolution_s`. Exact series carry neither field.
 - **TTM** = first breach → first held point whose hold window ends while the
   fault is still on (mitigation: breaker, balancer, budget).
 - **TTR** = fault-off → first held point after fault-off (0 when the system was
@@ -23,8 +35,8 @@ Pure functions over a `RunSeries`; no I/O, no clocks. Definitions:
   (restored for good). `None` when never restored. `None` too, with
   `breached: False`, when the SLO held: never 0. Times are sample end-times.
 - **insufficient data**: fewer than 80 % of the fault window's seconds are
-  known, or no edge calls in it, or the load fell behind. Such a trial is never
-  ranked as holding.
+  known, or no edge calls in it, or the load fell behind (`insufficient_reason`
+  says which). Such a trial is never ranked as holding.
 - **offered load**: per traffic class, `planned` requests/s (what the load
   driver was asked to send) and `achieved`: the calls the edge client *started*
   in the fault window ÷ its length. Calls are counted when they end, so each

@@ -74,7 +74,7 @@ def impact_points(results: dict, order: Sequence[str], colors: dict[str, str], w
            if outage_s(t) is not None and t.get("budget_burn") is not None]  # fmt: skip
     if not pts:
         return ""
-    left, right, top, bottom = 48, 16, 10, 40
+    left, right, top, bottom = 56, 16, 10, 40
     height = 240
     pw, ph = width - left - right, height - top - bottom
     x1 = max(max(p[2] for p in pts) * 1.1, 1.0)
@@ -100,6 +100,8 @@ def impact_points(results: dict, order: Sequence[str], colors: dict[str, str], w
         parts.append(f'<text x="{sx(x1 * frac):.1f}" y="{top + ph + 16}" text-anchor="middle">{x1 * frac:.0f}s</text>')
         parts.append(f'<text x="{left - 4}" y="{sy(y1 * frac) + 4:.1f}" text-anchor="end">{y1 * frac:.1f}×</text>')
     parts.append(f'<text x="{left + pw / 2:.1f}" y="{height - 4}" text-anchor="middle">outage (s)</text>')
+    parts.append(f'<text x="12" y="{top + ph / 2:.1f}" text-anchor="middle" '
+                 f'transform="rotate(-90 12 {top + ph / 2:.1f})">budget burn</text>')  # fmt: skip
     for name, t, x, y in pts:
         label = html.escape(f"{name} trial {t.get('trial', 1)}: outage {x:.1f} s, budget burn {y:.2f}×")
         fill = "none" if not t.get("breached") else colors[name]
