@@ -139,6 +139,8 @@ def _insufficient(series: RunSeries, states: Sequence[int], win: range) -> tuple
     calls = rps_series(series, "all")
     if sum(calls[i] for i in win) <= 0:
         return share, "no calls in the fault window"
+    if share < MIN_KNOWN_SHARE and len(win) < MIN_KNOWN_SHARE * expected:  # the sampler fell behind
+        return share, f"samples missing in the fault window ({len(win)} of {expected} seconds sampled)"
     if share < MIN_KNOWN_SHARE:
         return share, f"too few calls in the fault window ({100 * share:.0f} % of its seconds known)"
     return share, None

@@ -92,8 +92,9 @@ def summarize(trials: Sequence[Mapping]) -> dict:
         "blast_radius": _median([t.get("blast_radius") for t in ok]),
     }
     if len(ok) < len(trials):
+        reasons = [(t.get("insufficient_reason") or "insufficient data").split(" (")[0] for t in trials]
         out["insufficient_reasons"] = sorted(
-            {t.get("insufficient_reason") or "insufficient data" for t in trials if t.get("insufficient_data")}
+            {r for r, t in zip(reasons, trials, strict=True) if t.get("insufficient_data")}
         )
     if any("uncertainty_s" in t for t in ok):  # read back: the largest ± of each time over the trials it covers
         out["uncertainty_s"] = {

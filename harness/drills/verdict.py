@@ -155,8 +155,9 @@ def judge(configs: Mapping[str, Mapping], *, seed: int = 0) -> tuple[list[str], 
     if len(usable) == 1:
         s = summaries[best]
         mttr, burn = s["mttr_s"]["median"], s.get("budget_burn", {}).get("median")
-        said = f"breached in {s['breaches']} of {s['valid_trials']} trials, median MTTR "
-        said += "—" if mttr is None else f"{mttr:.1f} s"
+        said = f"breached in {s['breaches']} of {s['valid_trials']} trials"
+        said += "" if mttr is None else f", median MTTR {mttr:.1f} s"
+        said += f", {s['never_restored']} never restored" if s.get("never_restored") else ""
         said += "" if burn is None else f", median budget burn {burn:.2f}×"
         text = f"Only {best} has data to judge: {said}.{tail}" if aside else f"{best}: {said}."
         out.update(kind="single", text=text)

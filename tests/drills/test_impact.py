@@ -102,6 +102,15 @@ def test_a_trial_without_data_says_why():
         sparse[t - 1] = None
     why = a.analyze_run(make_series(sparse), SLO)["insufficient_reason"]
     assert why == "too few calls in the fault window (30 % of its seconds known)"
+    # a sampler that fell behind (a loaded box): t = 13..18 never sampled, so 4 of the 10 fault seconds are
+    gappy = make_series(rates({}))
+    keep = [i for i, t in enumerate(gappy.t) if not 13 <= t <= 18]
+    gappy.t = [gappy.t[i] for i in keep]
+    gappy.values = {k: [v[i] for i in keep] for k, v in gappy.values.items()}
+    res = a.analyze_run(gappy, SLO)
+    assert res["insufficient_data"] and res["insufficient_reason"] == (
+        "samples missing in the fault window (4 of 10 seconds sampled)"
+    )
 
 
 # --- the read-back's uncertainty ---------------------------------------------------------------------------
