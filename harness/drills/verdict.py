@@ -83,18 +83,16 @@ def detail(c: dict) -> str:
     return ", ".join(parts)
 
 
-def _recovery_words(c: dict, better: bool) -> str:
-    if "outage" in (c["better"] if better else c["worse"]):
-        oa, ob = c["median_outage_s"]
-        way = "faster" if better else "slower"
-        gap = abs(c["median_outage_diff_s"])
-        return f"recovers {gap:.1f} s {way} (median outage {oa:.1f} vs {ob:.1f} s, {_ci_s(c)})"
+def _words(c: dict, measure: str, other: str) -> str:
+    """How A differs from B (`other`) on one measure it is significantly better or worse on."""
     b, o = c["breaches"], c["other_breaches"]
-    way = "less" if better else "more"
-    return f"breaches {way} often ({b[0]}/{b[1]} vs {o[0]}/{o[1]} trials, Fisher p={c['fisher_p']:.2g})"
-
-
-def _burn_words(c: dict, other: str) -> str:
+    if measure == "breaches":
+        way = "less" if measure in c["better"] else "more"
+        return f"breaches {way} often ({b[0]}/{b[1]} vs {o[0]}/{o[1]} trials, Fisher p={c['fisher_p']:.2g})"
+    if measure == "outage":
+        (oa, ob), gap = c["median_outage_s"], abs(c["median_outage_diff_s"])
+        way = "faster" if measure in c["better"] else "slower"
+        return f"recovers {gap:.1f} s {way} (median outage {oa:.1f} vs {ob:.1f} s, {_ci_s(c)})"
     ba, bb = c["budget_burn"]
     if bb > 0:
         return f"burns {ba / bb:.2g}× the error budget {other} burns ({ba:.2f} vs {bb:.2f}, {_ci_burn(c)})"
@@ -102,11 +100,13 @@ def _burn_words(c: dict, other: str) -> str:
 
 
 def tradeoff_text(a: str, b: str, c: dict) -> str:
-    """'A recovers 2.0 s faster (…) but burns 3.1× the error budget B burns (…)': the faster one first."""
-    if "budget_burn" in c["worse"]:
-        return f"{a} {_recovery_words(c, True)} but {_burn_words(c, b)}"
-    m = _mirror(c)
-    return f"{b} {_recovery_words(m, True)} but {_burn_words(m, a)}"
+    """'A recovers 2.0 s faster (…) but burns 3.1× the error budget B burns (…)': the one better on
+    recovery first; each measure with its numbers and CI."""
+    if "budget_burn" in c["better"]:
+        a, b, c = b, a, _mirror(c)
+    good = " and ".join(_words(c, m, b) for m in c["better"])
+    bad = " and ".join(_words(c, m, b) for m in c["worse"])
+    return f"{a} {good} but {bad}"
 
 
 def _plural(n: int, word: str) -> str:

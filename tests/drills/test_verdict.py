@@ -125,3 +125,21 @@ def test_regression_counts_a_worse_budget_burn():
     why = stats.regression(base, worse)
     assert why is not None and why.startswith("median budget burn")
     assert stats.regression(base, base) is None
+
+
+def test_a_trade_off_names_each_measure_with_its_numbers():
+    from harness.drills.verdict import tradeoff_text
+
+    c = {"breaches": [0, 6], "other_breaches": [6, 6], "fisher_p": 0.0022, "median_outage_s": [0.0, 4.0],
+         "median_outage_diff_s": -4.0, "ci95_s": [-5.0, -3.0], "ci_trusted": True, "budget_burn": [2.5, 0.5],
+         "budget_burn_diff": 2.0, "budget_burn_ci95": [1.5, 2.5], "burn_ci_trusted": True,
+         "better": ["breaches", "outage"], "worse": ["budget_burn"], "outcome": "tradeoff"}  # fmt: skip
+    assert tradeoff_text("a", "b", c) == (
+        "a breaches less often (0/6 vs 6/6 trials, Fisher p=0.0022) and recovers 4.0 s faster (median outage "
+        "0.0 vs 4.0 s, 95% CI -5.0 to -3.0 s) but burns 5× the error budget b burns (2.50 vs 0.50, 95% CI of "
+        "the difference +1.50 to +2.50)"
+    )
+    # seen from b, the same pair reads the same way round: the one that recovers better first
+    from harness.drills.verdict import _mirror
+
+    assert tradeoff_text("b", "a", _mirror(c)) == tradeoff_text("a", "b", c)
