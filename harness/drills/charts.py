@@ -13,7 +13,7 @@ import html
 from collections.abc import Mapping, Sequence
 
 from harness.drills import slo as a
-from harness.drills.cells import mttr_text
+from harness.drills.cells import mttr_text, plus_minus
 from harness.drills.series import RunSeries
 from harness.drills.stats import outage_s
 
@@ -103,7 +103,8 @@ def impact_points(results: dict, order: Sequence[str], colors: dict[str, str], w
     parts.append(f'<text x="12" y="{top + ph / 2:.1f}" text-anchor="middle" '
                  f'transform="rotate(-90 12 {top + ph / 2:.1f})">budget burn</text>')  # fmt: skip
     for name, t, x, y in pts:
-        label = html.escape(f"{name} trial {t.get('trial', 1)}: outage {x:.1f} s, budget burn {y:.2f}×")
+        pm = plus_minus((t.get("uncertainty_s") or {}).get("outage_s"))
+        label = html.escape(f"{name} trial {t.get('trial', 1)}: outage {x:.1f} s{pm}, budget burn {y:.2f}×")
         fill = "none" if not t.get("breached") else colors[name]
         parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5" fill="{fill}" stroke="{colors[name]}" '
                      f'stroke-width="2" opacity="0.8" class="impact{" held" if not t.get("breached") else ""}" '
