@@ -1,7 +1,14 @@
-"""Every expected failure of a `drill` subcommand: one line `drill: …` on stderr, exit 2 or 1, no traceback."""
+"""Every expected failure of a `drill` subcommand: one line `drill: …` on stderr, exit 2 or 1, no traceback.
+
+Most run `harness.cli.main` in this process (what `drill` calls; a traceback would fail the test just
+the same): starting an interpreter per case cost ~2 s each. Those where a C library may write to the
+process's own stderr (grpc binding a port) run `drill` as a real process.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import pathlib
@@ -12,6 +19,7 @@ import sys
 import pytest
 
 from harness.drills.plan import SCHEMA_PATH, schema
+from harness.procs.ports import refused_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -24,11 +32,34 @@ configs: [naive]
 """
 
 
-def drill(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
+def drill_process(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`drill ARGS` as its own process: exit code and every byte it writes to stderr."""
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
     )  # fmt: skip
+
+
+def drill(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`drill ARGS` in this process (`harness.cli.main`), stdout and stderr captured."""
+    from harness import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exc:  # argparse
+                code = exc.code
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def assert_one_line(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:
@@ -82,7 +113,7 @@ def test_unknown_plan_name():
 
 
 def test_bad_flag_is_one_line_usage_error():
-    assert_one_line(drill("run", "--trails", "3"), 2, "unrecognized arguments")
+    assert_one_line(drill_process("run", "--trails", "3"), 2, "unrecognized arguments")
 
 
 def _busy_port() -> socket.socket:
@@ -96,28 +127,26 @@ def _busy_port() -> socket.socket:
 def test_serve_on_a_busy_grpc_port():
     with _busy_port() as s:
         port = s.getsockname()[1]
-        proc = drill("serve", "--port", str(port), "--metrics-port", "-1")
+        proc = drill_process("serve", "--port", str(port), "--metrics-port", "-1")
     assert_one_line(proc, 1, f"cannot listen on 127.0.0.1:{port}")
 
 
 def test_serve_on_a_busy_metrics_port():
     with _busy_port() as s:
         port = s.getsockname()[1]
-        proc = drill("serve", "--port", "0", "--metrics-port", str(port))
+        proc = drill_process("serve", "--port", "0", "--metrics-port", str(port))
     assert_one_line(proc, 1, f"cannot serve metrics on 127.0.0.1:{port}")
 
 
 def test_analyze_with_prometheus_unreachable(tmp_path):
-    with _busy_port() as s:  # listening, never answering HTTP: closed right after
-        port = s.getsockname()[1]
-    proc = drill("analyze", "--prometheus", f"http://127.0.0.1:{port}", "--last", "1m", "--out", str(tmp_path))
+    with refused_port() as port:
+        proc = drill("analyze", "--prometheus", f"http://127.0.0.1:{port}", "--last", "1m", "--out", str(tmp_path))
     assert_one_line(proc, 1, "cannot reach Prometheus")
 
 
 def test_dashboards_push_with_grafana_down():
-    with _busy_port() as s:
-        port = s.getsockname()[1]
-    proc = drill("dashboards", "push", "--grafana", f"http://127.0.0.1:{port}", "--token", "t")
+    with refused_port() as port:
+        proc = drill("dashboards", "push", "--grafana", f"http://127.0.0.1:{port}", "--token", "t")
     assert_one_line(proc, 1, "cannot reach Grafana")
 
 
@@ -146,8 +175,8 @@ def test_out_of_range_values_are_refused_with_their_path(mutation, path):
 
 
 def test_serve_with_a_wildcard_tenant_allowlist():
-    proc = drill("serve", "--port", "0", "--metrics-port", "-1", "--enable-faults",
-                 env={"DRILL_FAULT_TENANTS": "*"})  # fmt: skip
+    proc = drill_process("serve", "--port", "0", "--metrics-port", "-1", "--enable-faults",
+                         env={"DRILL_FAULT_TENANTS": "*"})  # fmt: skip
     assert_one_line(proc, 2, "DRILL_FAULT_TENANTS")
 
 def test_run_with_zero_trials_is_a_usage_error(tmp_path):

@@ -95,3 +95,23 @@ class RefusalLimiter:
             st[1] += 1
             suppressed, st[2] = st[2], 0
             return suppressed
+
+
+def hit_ids(lines, since: float | None = None, until: float | None = None) -> set[str]:
+    """Request ids of the `fault_hit` records among log lines (any prefix before the JSON is skipped),
+    optionally only those whose `time` lies in [since, until]: what a service says it injected."""
+    ids: set[str] = set()
+    for line in lines:
+        if '"fault_hit"' not in line:
+            continue
+        try:
+            record = json.loads(line[line.find("{"):])
+            if record.get("event") != "fault_hit":
+                continue
+            t = float(record.get("time", 0.0))
+            if (since is not None and t < since) or (until is not None and t > until):
+                continue
+            ids.add(str(record["request_id"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return ids

@@ -138,6 +138,14 @@ FAIL_FAST = Counter(
 TCP_CONNECTIONS_NAME = "drill_tcp_connections"  # collected by harness.demo.conntrack, labels port, state
 FAULT_ACTIVE = Gauge("drill_fault_active", "1 while a drill's fault phase is on.", ["plan"])
 PHASE = Gauge("drill_phase", "1 for the drill's current phase.", ["plan", "phase"])
+TRIAL_PHASE_START = Gauge(
+    "drill_trial_phase_start_seconds",
+    "Unix time at which a phase (warmup, fault, recovery, done) of a drill trial starts, set by the load when the "
+    "trial starts: a reader finds each trial and its exact fault window without sampling the phase gauges.",
+    ["plan", "config", "trial", "phase"],
+)
+#: The phases a trial's timeline marks, in order (`done` is the end of the load's schedule).
+TRIAL_PHASES = ("warmup", "fault", "recovery", "done")
 
 
 #: ProcessCollector's gauge (prometheus_client), read by the drills and dashboards.

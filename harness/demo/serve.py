@@ -153,6 +153,9 @@ def _check_free(host: str, port: int) -> None:
     if port <= 0:
         return
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        # as grpc binds: SO_REUSEADDR, so a restart on the same port is not refused for the old
+        # connections' TIME_WAIT, while a live listener still is
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:

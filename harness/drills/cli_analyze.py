@@ -32,9 +32,16 @@ def _when(text: str) -> float:
 
 def _duration(text: str) -> float:
     units = {"s": 1, "m": 60, "h": 3600}
-    if text[-1:] in units:
-        return float(text[:-1]) * units[text[-1]]
-    return float(text)
+    try:
+        seconds = float(text[:-1]) * units[text[-1]] if text[-1:] in units else float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"a duration like 90s, 5m or 1h, got {text!r}")
+    return seconds
+
+
+_duration.__name__ = "duration"  # argparse names the type in its message
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,7 +53,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--last", type=_duration, default=None, help="range = the last N (e.g. 5m) instead of --start")
     p.add_argument("--fault-start", type=_when, default=None, help="fault window start (else drill_fault_active)")
     p.add_argument("--fault-end", type=_when, default=None, help="fault window end")
-    p.add_argument("--plan", default=None, help="plan name for the report (default: the saved run's, or prometheus)")
+    p.add_argument(
+        "--plan",
+        default=None,
+        help="the plan the drill ran (shipped name or YAML): its SLO, hops, fault and seed are used (default: "
+        "--results, else the shipped plan the load's trial gauges name, else the default SLO)",
+    )
+    p.add_argument("--results", default=None, help="the run's results.json: its SLO, hops, fault, seed and plan")
     p.add_argument("--hops", default=None, help="comma-separated hops edge first (default: by name)")
     p.add_argument("--edge", default=None, help="regex of the edge client's `service` label (loadgen|locust)")
     p.add_argument("--max-error-rate", type=float, default=None, help="SLO error rate (default 0.05)")
@@ -78,6 +91,67 @@ def _slo(args: argparse.Namespace, saved: dict | None):
         raise BadInput(f"analyze: SLO {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
 
 
+def _slo_text(slo) -> str:
+    p99 = f", p99 ≤ {slo.max_p99_s:g} s" if slo.max_p99_s is not None else ""
+    return (f"error rate ≤ {slo.max_error_rate:.0%}{p99} on {slo.traffic} traffic over {slo.window_s} s, "
+            f"held {slo.hold_s} s")  # fmt: skip
+
+
+def _run_context(args: argparse.Namespace, plans_seen) -> dict:
+    """What the drill ran under — SLO, hops, fault, seed, plan name — and where that came from.
+
+    `drill analyze --prometheus` must give the runner's answer by default, so it uses the run's own
+    definitions: a results.json (`--results`), a plan (`--plan`), or the shipped plan named by the load's
+    trial gauges; only when none is known, the default SLO (said so).
+    """
+    import json
+
+    from harness.drills.model import Fault
+    from harness.drills.plan import load_plan, shipped_plans
+
+    if args.results:
+        path = pathlib.Path(args.results)
+        try:
+            data = json.loads(path.read_text())
+            fault = Fault.model_validate(data["fault"]) if "ratio" in (data.get("fault") or {}) else None
+            timeout = ((data.get("plan_spec") or {}).get("traffic") or {}).get("timeout_s")
+            load = {}
+            for name, c in data["configs"].items():
+                offered = next((t.get("offered_rps") for t in c.get("trials") or [c] if t.get("offered_rps")), {})
+                load[name] = ({tr: o["planned"] for tr, o in offered.items()}, timeout)
+            return {"slo": data["slo"], "hops": data.get("hops"), "fault": fault, "seed": data.get("seed"),
+                    "plan": data.get("plan"), "load": load, "from": f"results {path}"}  # fmt: skip
+        except OSError as exc:
+            raise BadInput(f"analyze: --results {path}: {exc.strerror}") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BadInput(f"analyze: --results {path}: not a results.json ({exc.__class__.__name__}: {exc})") from None
+    name, how = args.plan, "plan"
+    if name is None:
+        seen = [p for p in plans_seen() if p in shipped_plans()]
+        if len(seen) == 1:
+            name, how = seen[0], "plan (named by the load's trial gauges)"
+    if name is None:
+        return {"slo": None, "hops": None, "fault": None, "seed": None, "plan": None, "load": {},
+                "from": "defaults (no --plan or --results given)"}  # fmt: skip
+    from harness.drills.load import planned_rps
+
+    plan = load_plan(name)
+    load = {v.name: (planned_rps(v.traffic), v.traffic.timeout_s) for v in plan.variants}
+    return {"slo": plan.slo.model_dump(), "hops": plan.hop_names, "fault": plan.fault, "seed": plan.seed,
+            "plan": plan.name, "load": load, "from": f"{how} {name}"}  # fmt: skip
+
+
+def _with_load(series: dict, load: dict) -> dict:
+    """Give each configuration's read-back series what its load planned (rates, timeout), as the runner
+    knows them: the same offered-load check (`load_fell_behind`, `insufficient_data`) then applies."""
+    for name, trials in series.items():
+        planned, timeout = load.get(name, (None, None))
+        for s in trials:
+            s.planned_rps = planned or s.planned_rps
+            s.timeout_s = timeout or s.timeout_s
+    return series
+
+
 def _from_series(args: argparse.Namespace):
     import json
 
@@ -107,17 +181,20 @@ def run(args: argparse.Namespace) -> int:
     hops = args.hops.split(",") if args.hops else None
     if args.series:
         header, series = _from_series(args)
-        slo = _slo(args, header.get("slo"))
-        hops = hops or header.get("hops")
         fault = None
         if isinstance(header.get("fault"), dict) and "ratio" in header["fault"]:
             fault = Fault.model_validate(header["fault"])
-        source = {"series": str(args.series)}
-        results = assemble(series, slo, hops, plan_name=args.plan or header.get("plan") or "series", fault=fault,
+        ctx = {"slo": header.get("slo"), "hops": header.get("hops"), "fault": fault, "seed": header.get("seed"),
+               "plan": header.get("plan"), "load": {}, "from": f"the saved run ({args.series})"}  # fmt: skip
+        if args.plan or args.results:
+            ctx = _run_context(args, list)
+        slo = _slo(args, ctx["slo"])
+        source = {"series": str(args.series), "slo_from": ctx["from"]}
+        results = assemble(series, slo, hops or ctx["hops"], plan_name=ctx["plan"] or "series", fault=ctx["fault"],
                            source=source).model_dump()  # fmt: skip
-        results["seed"] = header.get("seed")
+        results["seed"] = ctx["seed"]
     else:
-        from harness.drills.prom import EDGE_SERVICES, read_drill
+        from harness.drills.prom import EDGE_SERVICES, plans_in, read_drill
 
         end = args.end or time.time()
         start = end - args.last if args.last else args.start
@@ -128,10 +205,15 @@ def run(args: argparse.Namespace) -> int:
             if args.fault_start is None or args.fault_end is None:
                 raise BadInput("analyze: --fault-start and --fault-end go together")
             fault_window = (args.fault_start, args.fault_end)
-        slo = _slo(args, None)
+        ctx = _run_context(args, lambda: plans_in(args.prometheus, start, end))
+        slo = _slo(args, ctx["slo"])
         series = read_drill(args.prometheus, start, end, edge=args.edge or EDGE_SERVICES, fault=fault_window)
-        source = {"prometheus": args.prometheus, "start": start, "end": end}
-        results = assemble(series, slo, hops, plan_name=args.plan or "prometheus", source=source).model_dump()
+        series = _with_load(series, ctx["load"])
+        source = {"prometheus": args.prometheus, "start": start, "end": end, "slo_from": ctx["from"]}
+        results = assemble(series, slo, hops or ctx["hops"], plan_name=ctx["plan"] or "prometheus", fault=ctx["fault"],
+                           source=source).model_dump()  # fmt: skip
+        results["seed"] = ctx["seed"]
+        print(f"SLO from {ctx['from']}: {_slo_text(slo)}")
     out = pathlib.Path(args.out)
     write_outputs(out, results, series)
     print_summary(results, out)

@@ -48,6 +48,10 @@ def add_common(p: argparse.ArgumentParser) -> None:
         help="load driver: the in-runner aio load (reproducible request ids) or Locust headless (plan default)",
     )
     p.add_argument("--profile", default=None, help="Locust profile (loadtests/profiles/NAME.conf) for --driver locust")
+    p.add_argument(
+        "--workers", type=_positive, default=None,
+        help="--driver locust: Locust worker processes on this machine (its master/worker mode; default 1)",
+    )  # fmt: skip
 
 
 def _positive(text: str) -> int:
@@ -82,6 +86,8 @@ def overrides_from(args: argparse.Namespace) -> dict:
         traffic["driver"] = args.driver
     if getattr(args, "profile", None):
         traffic["profile"] = args.profile
+    if getattr(args, "workers", None):
+        traffic["workers"] = args.workers
     if traffic:
         over["traffic"] = traffic
     return over

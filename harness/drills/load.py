@@ -31,9 +31,13 @@ from typing import Protocol
 from grpc import aio
 
 from harness.core import headers as h
+from harness.core import metrics as m
 from harness.core.errors import RunFailed
 from harness.core.faults import is_hit
-from harness.demo.proto import drill_pb2, drill_pb2_grpc
+from harness.core.headers import has_fault_marker
+from harness.core.snapshots import EdgeCounts, next_second
+from harness.core.status import status_name
+from harness.drills.edge import EdgeCall
 from harness.drills.model import Fault, Phases, Traffic
 from harness.drills.plan import locust_profile
 from harness.interceptors import DrillClientInterceptor, Tagging
@@ -72,7 +76,16 @@ def ids_digest(ids) -> str:
 
 
 class AioLoad:
-    """In-runner grpc.aio load: organic and drill users on a fixed open-loop schedule."""
+    """In-runner grpc.aio load: organic and drill users on a fixed open-loop schedule.
+
+    The schedule starts on a whole unix second (`start_unix`), so every phase boundary
+    is a whole second, and the trial's phase times are exported when it starts
+    (`drill_trial_phase_start_seconds`). Every finished call is filed in `counts`
+    under the second it ended in (harness.core.snapshots): the runner and any
+    Prometheus read the same per-second numbers. Every call's trailing metadata is
+    read: the ids that came back with the `x-drill-fault` marker are the hits the
+    services themselves reported (`observed_hits`).
+    """
 
     name = "aio"
 
@@ -85,23 +98,37 @@ class AioLoad:
         traffic: Traffic,
         fault: Fault,
         phases: Phases,
-        metrics_url: str,
+        edge_call: EdgeCall,
+        counts: EdgeCounts,
+        metrics_url: str | None = None,
+        trial: int = 1,
     ) -> None:
         self.plan, self.seed, self.config_label = plan, seed, config_label
         self.traffic, self.fault, self.phases = traffic, fault, phases
+        self.edge_call = edge_call
+        self.counts = counts
+        self.method_label = m.method_label(edge_call.method)
         self.metrics_url = metrics_url
+        self.trial = trial
         self._tasks: list[asyncio.Task] = []
         self._calls: set[asyncio.Task] = set()
         self._channels: list[aio.Channel] = []
         self._tagged: list[str] = []
+        self._marked: list[str] = []
+        #: the unix second the schedule starts at (phase boundaries are whole seconds after it)
+        self.start_unix: float | None = None
         self.t_start: float | None = None
         self.sent = 0
 
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
-        return [(None, self.metrics_url)]
+        return [(None, self.metrics_url)] if self.metrics_url else []
 
     async def start(self, edge: list[str]) -> None:
-        self.t_start = time.monotonic()
+        """Schedule the users from the next whole unix second; returns at once (before it)."""
+        self.start_unix = next_second()
+        self.t_start = time.monotonic() + (self.start_unix - time.time())
+        mark_trial(self.plan, self.config_label, self.trial, self.start_unix, self.phases)
+        self.counts.declare(self.config_label, self.method_label)
         tr = self.traffic
         users = [("organic", i, tr.organic_rate) for i in range(tr.organic_users)]
         users += [("drill", i, tr.drill_rate) for i in range(tr.drill_users)]
@@ -111,7 +138,7 @@ class AioLoad:
             taggings = [Tagging(tenant=self.fault.tenant)] if drill else [Tagging()]
             if drill and self.fault.directive:
                 taggings.append(self.fault.tagging())
-            stubs = []
+            callables = []
             for tagging in taggings:  # one channel per tagging: no swap races at phase edges
                 icpt = DrillClientInterceptor(
                     tagging,
@@ -120,13 +147,17 @@ class AioLoad:
                     target=addr,
                     cancel_after_ms=tr.cancel_ms if drill else None,
                 )
-                channel = aio.insecure_channel(addr, interceptors=[icpt])
+                channel = aio.insecure_channel(addr, interceptors=icpt.with_streams())
                 self._channels.append(channel)
-                stubs.append(getattr(drill_pb2_grpc.DemoStub(channel), tr.method))
+                if self.edge_call.streaming:
+                    callables.append(channel.unary_stream(self.edge_call.method))
+                else:
+                    callables.append(channel.unary_unary(self.edge_call.method))
             offset = k / max(1, len(users)) / max(rate, 1e-6)
-            self._tasks.append(asyncio.create_task(self._user(f"{kind}{i}", rate, offset, stubs)))
+            modes = [t.fault_mode for t in taggings]
+            self._tasks.append(asyncio.create_task(self._user(f"{kind}{i}", kind, rate, offset, callables, modes)))
 
-    async def _user(self, user: str, rate: float, offset: float, stubs: list) -> None:
+    async def _user(self, user: str, traffic: str, rate: float, offset: float, callables: list, modes: list) -> None:
         slots = asyncio.Semaphore(self.traffic.max_inflight)
         count = int(self.phases.total * rate)
         for n in range(count):
@@ -135,31 +166,50 @@ class AioLoad:
             if delay > 0:
                 await asyncio.sleep(delay)
             rid = request_id(self.plan, self.seed, user, n)
-            stub = stubs[0]
-            if len(stubs) > 1 and self.phases.at(at) == "fault":
-                stub = stubs[1]
+            k = 0
+            if len(callables) > 1 and self.phases.at(at) == "fault":
+                k = 1
                 self._tagged.append(rid)
             await slots.acquire()
-            task = asyncio.create_task(self._one(stub, rid, slots))
+            task = asyncio.create_task(self._one(callables[k], rid, slots, traffic, modes[k]))
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
             self.sent += 1
 
-    async def _one(self, stub, rid: str, slots: asyncio.Semaphore) -> None:
+    async def _one(self, method, rid: str, slots: asyncio.Semaphore, traffic: str, mode: str) -> None:
+        request = self.edge_call.request(rid)
+        trailers = None
+        status = "OK"
+        start = time.perf_counter()
         try:
-            await stub(
-                drill_pb2.CallRequest(payload=rid), timeout=self.traffic.timeout_s, metadata=((h.REQUEST_ID, rid),)
-            )
-        except aio.AioRpcError:
-            pass  # counted by the interceptor
-        except asyncio.CancelledError:
-            pass
-        finally:
+            call = method(request, timeout=self.traffic.timeout_s, metadata=((h.REQUEST_ID, rid),))
+            if self.edge_call.streaming:
+                async for _ in call:
+                    pass
+            else:
+                await call
+            trailers = await call.trailing_metadata()
+        except aio.AioRpcError as err:
+            status = status_name(err.code())
+            trailers = err.trailing_metadata()
+        except asyncio.CancelledError:  # stop(): the call is abandoned, not counted
             slots.release()
+            return
+        slots.release()
+        injected = trailers is not None and has_fault_marker(trailers)
+        if injected:
+            self._marked.append(rid)
+        # filed under the second it ended in: the runner's and every reader's per-second counts
+        self.counts.record(self.config_label, self.method_label, traffic, status, mode, injected,
+                           time.perf_counter() - start)  # fmt: skip
 
     def expected_hits(self) -> list[str]:
         f = self.fault
         return [r for r in self._tagged if is_hit(self.seed, r, f.directive, f.ratio)]
+
+    def observed_hits(self) -> list[str]:
+        """Request ids whose answer carried the `x-drill-fault` marker (set only by the hop that injected)."""
+        return list(self._marked)
 
     def planned_rps(self) -> dict[str, float]:
         return planned_rps(self.traffic)
@@ -178,6 +228,14 @@ class AioLoad:
         for c in self._channels:
             await c.close(grace=None)
         self._channels.clear()
+
+
+def mark_trial(plan: str, config: str, trial: int, start_unix: float, phases: Phases) -> None:
+    """Export when each phase of this trial starts (`drill_trial_phase_start_seconds`), for any reader."""
+    at = start_unix
+    for phase, seconds in zip(m.TRIAL_PHASES, (phases.warmup, phases.fault, phases.recovery, 0.0), strict=True):
+        m.TRIAL_PHASE_START.labels(plan, config, str(trial), phase).set(at)
+        at += seconds
 
 
 class LocustLoad:
@@ -203,9 +261,19 @@ class LocustLoad:
         self.ports_dir = workdir / "locust-ports"  # each Locust process binds its own port and writes it here
         self.port = 0
         self.proc = None
+        self.start_unix: float | None = None
 
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
-        return [("loadgen", f"http://127.0.0.1:{self.port}/metrics")] if self.port else []
+        """Every Locust process's /metrics, as each announced it (one standalone, or a master and its workers)."""
+        urls = []
+        for path in sorted(self.ports_dir.glob("*.json")) if self.ports_dir.exists() else []:
+            try:
+                port = json.loads(path.read_text()).get("metrics_port")
+            except (OSError, ValueError):
+                continue
+            if port:
+                urls.append(("loadgen", f"http://127.0.0.1:{port}/metrics"))
+        return urls
 
     async def start(self, edge: list[str]) -> None:
         from harness.procs.spawn import python_env, spawn
@@ -225,6 +293,8 @@ class LocustLoad:
             "--drill-metrics-port", "0", "--drill-ports-dir", str(self.ports_dir),
             "--drill-seed", str(self.seed), "--drill-ids-dir", str(self.ids_dir),
         ]  # fmt: skip
+        if tr.workers > 1:  # Locust's own distributed mode on this machine: a master and N worker processes
+            argv += ["--processes", str(tr.workers)]
         if f.target:
             argv += ["--drill-target", f.target]
         if f.instances is not None:
@@ -241,7 +311,9 @@ class LocustLoad:
         self.proc = spawn(argv, self.workdir / "locust.log", env)
         # Locust's phase clock starts with its /metrics (same init): wait for it, so the runner's
         # scrapes cover Locust's whole recovery phase rather than starting seconds early
-        self.port = await asyncio.to_thread(_wait_announced, self.ports_dir / "local.json", LOCUST_START_S, self.proc)
+        first = self.ports_dir / ("master.json" if tr.workers > 1 else "local.json")  # the one that runs the phases
+        self.port = await asyncio.to_thread(_wait_announced, first, LOCUST_START_S, self.proc)
+        self.start_unix = time.time()
         if not self.port:
             raise RunFailed(
                 f"locust did not start: {_last_line(self.workdir / 'locust.log')} (log: {self.workdir / 'locust.log'})"

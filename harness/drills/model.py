@@ -71,6 +71,110 @@ class Topology(_Strict):
         return v
 
 
+# --- a stack: services the runner did not start (DESIGN §13) -----------------------------------
+class EdgeSpec(_Strict):
+    """What the load calls: an address, a full method and a JSON request typed like ghz/grpcurl take it."""
+
+    #: HOST:PORT the load calls (a port-forward for a cluster)
+    address: str = Field(pattern=r"^[^\s:]+:\d+$")
+    #: full method name, `pkg.Service/Method`
+    method: str = Field(pattern=r"^/?[A-Za-z_][\w.]*/[A-Za-z_]\w*$")
+    #: the request as JSON (protobuf's JSON mapping); {} = the default message
+    request: dict = Field(default_factory=dict)
+    #: where the request's type comes from: a .proto file (needs grpcio-tools), a descriptor set
+    #: (`protoc --include_imports --descriptor_set_out=FILE`), or the server's reflection (default)
+    proto: str | None = None
+    descriptor_set: str | None = None
+    #: import path for `proto` (default: the .proto's folder)
+    proto_path: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_type_source(self) -> EdgeSpec:
+        if self.proto and self.descriptor_set:
+            raise ValueError("give proto or descriptor_set, not both (neither = server reflection)")
+        return self
+
+
+class StackHop(_Strict):
+    """One hop of a running stack, in chain order: where its series come from."""
+
+    name: str = Field(min_length=1, pattern=r"^[a-z][a-z0-9-]*$")
+    #: its replicas' /metrics URLs, scraped by the runner each second
+    metrics: list[str] = Field(default_factory=list)
+    #: or a PromQL label selector read from `stack.prometheus` after each trial, e.g. {namespace="d", app="x"}
+    selector: str | None = Field(None, pattern=r"^\{.*\}$")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> StackHop:
+        if bool(self.metrics) == bool(self.selector):
+            raise ValueError(f"hop {self.name!r}: give metrics (URLs) or selector (read from stack.prometheus)")
+        for url in self.metrics:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"hop {self.name!r}: {url!r} is not an http:// URL")
+        return self
+
+
+class ReadyProbe(_Strict):
+    """The edge serves a configuration once its gRPC health check passed `checks` times in a row."""
+
+    checks: int = Field(3, ge=1, le=100)
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    interval_s: float = Field(1.0, gt=0, le=60)
+
+
+class StackConfig(_Strict):
+    """One configuration of a stack and how to switch the stack to it."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    #: shell command the runner runs (with a timeout) before each trial of this configuration; it returns
+    #: once the stack serves it (e.g. `kubectl apply -k … && kubectl rollout status …`). None: nothing to switch.
+    switch: str | None = None
+    switch_timeout_s: float = Field(300.0, gt=0, le=3600)
+    ready: ReadyProbe = ReadyProbe()
+
+
+class AuditSource(_Strict):
+    """Where the stack's audit lines can be read after a trial: the hit set the services themselves report."""
+
+    #: globs of log files on this machine holding the services' audit lines
+    files: list[str] = Field(default_factory=list)
+    #: or a command that prints them (e.g. `kubectl -n drill logs -l app=ledger --since=10m`)
+    command: str | None = None
+    timeout_s: float = Field(60.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _one(self) -> AuditSource:
+        if bool(self.files) == bool(self.command):
+            raise ValueError("audit: give files (globs) or command")
+        return self
+
+
+class Stack(_Strict):
+    """Services the runner did not start: the edge, the hops' series, the configurations' switches."""
+
+    edge: EdgeSpec
+    hops: tuple[StackHop, ...] = Field(min_length=1)
+    #: Prometheus base URL for hops given by `selector`
+    prometheus: str | None = Field(None, pattern=r"^https?://")
+    #: the services' audit lines (their own word on which requests they hit); without it, the hits are the
+    #: calls answered with the `x-drill-fault` marker (set by the hop that injects, when that is the edge)
+    audit: AuditSource | None = None
+    #: one entry per configuration; a stack without switch commands runs one, named by the user
+    configs: tuple[StackConfig, ...] = Field(default_factory=lambda: (StackConfig(name="stack"),), min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Stack:
+        names = [h.name for h in self.hops]
+        if len(set(names)) != len(names):
+            raise ValueError(f"hop names must be unique: {names}")
+        configs = [c.name for c in self.configs]
+        if len(set(configs)) != len(configs):
+            raise ValueError(f"configuration names must be unique: {configs}")
+        if any(h.selector for h in self.hops) and not self.prometheus:
+            raise ValueError("hops with a selector need stack.prometheus (the Prometheus to read them from)")
+        return self
+
+
 class Traffic(_Strict):
     organic_users: int = Field(4, ge=0)
     organic_rate: float = Field(10.0, ge=0)  # per user, req/s
@@ -82,6 +186,8 @@ class Traffic(_Strict):
     max_inflight: int = Field(64, ge=1)
     driver: Literal["aio", "locust"] = "aio"
     profile: str | None = None  # Locust profile name (loadtests/profiles/NAME.conf)
+    #: Locust processes on this machine (driver locust): above 1, Locust's master with that many workers
+    workers: int = Field(1, ge=1, le=64)
 
 
 class Fault(_Strict):
@@ -180,7 +286,9 @@ class PlanFile(_Strict):
     name: str | None = None
     description: str = ""
     seed: int = 42
-    topology: Topology = Topology()
+    #: the chain the runner starts itself (demo hops), or `stack`: services already running
+    topology: Topology | None = None
+    stack: Stack | None = None
     traffic: Traffic = Traffic()
     fault: Fault = Fault()
     phases: Phases = Phases()
@@ -194,7 +302,18 @@ class PlanFile(_Strict):
 
     @model_validator(mode="after")
     def _target_is_a_hop(self) -> PlanFile:
-        names = [hop.name for hop in self.topology.hops]
+        if (self.topology is None) == (self.stack is None):
+            raise ValueError(
+                "a plan needs a topology (hops the runner starts) or a stack (services already running), "
+                "not both" if self.topology and self.stack else
+                "a plan needs a topology (hops the runner starts) or a stack (services already running)"
+            )  # fmt: skip
+        if self.stack is not None:
+            if self.variants or self.configs != [None]:
+                raise ValueError("a stack names its configurations in stack.configs (not configs or variants)")
+            if self.probe is not None:
+                raise ValueError("probe: the half-open probe is for topologies the runner starts")
+        names = [hop.name for hop in (self.topology or self.stack).hops]
         if self.fault.target and self.fault.target not in names:
             raise ValueError(f"fault.target {self.fault.target!r} is not a hop ({names})")
         return self
@@ -228,10 +347,12 @@ class Plan(_Strict):
     description: str = ""
     probe: Probe | None = None
     source: str = ""
+    #: services already running (None: the runner starts `hops` itself)
+    stack: Stack | None = None
 
     @property
     def hop_names(self) -> list[str]:
-        return [hop.name for hop in self.hops]
+        return [hop.name for hop in self.stack.hops] if self.stack else [hop.name for hop in self.hops]
 
     def to_dict(self) -> dict:
         """The plan as results.json's `plan_spec` carries it."""
@@ -239,7 +360,7 @@ class Plan(_Strict):
             "name": self.name,
             "seed": self.seed,
             "description": self.description,
-            "hops": [hop.model_dump() for hop in self.hops],
+            "hops": [hop.model_dump() for hop in self.hops] if not self.stack else [h.name for h in self.stack.hops],
             "traffic": self.traffic.model_dump(),
             "fault": self.fault.model_dump(),
             "phases": self.phases.model_dump(),
@@ -248,6 +369,7 @@ class Plan(_Strict):
             "variants": [v.name for v in self.variants],
             "trials": self.trials,
             "probe": self.probe.model_dump() if self.probe else None,
+            "stack": self.stack.model_dump() if self.stack else None,
         }
 
 

@@ -194,6 +194,8 @@ def from_dict(data: dict, source: str = "") -> Plan:
     except pydantic.ValidationError as exc:
         raise _errors(exc, where) from None
     base_dir = pathlib.Path(source).parent if source else pathlib.Path.cwd()
+    if spec.stack is not None:
+        return _stack_plan(spec, where, base_dir, source)
     hops = spec.topology.hops
     variants: list[Variant] = []
     raws = spec.variants or [None] * len(spec.configs)
@@ -235,6 +237,40 @@ def from_dict(data: dict, source: str = "") -> Plan:
         description=spec.description,
         probe=spec.probe,
         source=source,
+    )
+
+
+def _stack_plan(spec: PlanFile, where: str, base_dir: pathlib.Path, source: str) -> Plan:
+    """A plan on a running stack: one variant per `stack.configs` entry (its switch command selects it)."""
+    stack = spec.stack
+    edge = stack.edge
+    for key in ("proto", "descriptor_set"):  # relative to the plan file, like configuration files
+        value = getattr(edge, key)
+        if value and not pathlib.Path(value).is_absolute():
+            edge = edge.model_copy(update={key: str((base_dir / value).resolve())})
+        value = getattr(edge, key)
+        if value and not pathlib.Path(value).is_file():
+            raise PlanError(f"{where}: stack.edge.{key}: no file {value!r}")
+    edge = edge.model_copy(update={"proto_path": [str((base_dir / d).resolve()) for d in edge.proto_path]})
+    if spec.traffic.driver == "locust":
+        raise PlanError(f"{where}: traffic.driver: a stack is driven by the runner's aio load")
+    variants = tuple(
+        Variant(name=c.name, config=None, fault=spec.fault, traffic=spec.traffic, hops=()) for c in stack.configs
+    )
+    return Plan(
+        name=spec.name or (pathlib.Path(source).stem if source else "drill"),
+        seed=spec.seed,
+        hops=(),
+        timeout_s=None,
+        traffic=spec.traffic,
+        fault=spec.fault,
+        phases=spec.phases,
+        slo=spec.slo,
+        variants=variants,
+        trials=spec.trials,
+        description=spec.description,
+        source=source,
+        stack=stack.model_copy(update={"edge": edge}),
     )
 
 

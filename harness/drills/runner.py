@@ -24,14 +24,15 @@ from prometheus_client import start_http_server
 
 from harness.core import metrics as m
 from harness.core.errors import RunFailed
+from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.dashboards.annotations import DrillAnnotator
 from harness.drills import analysis, report
 from harness.drills.load import AioLoad, LocustLoad, ids_digest
 from harness.drills.model import Plan, Probe, Results, SeriesKey, Variant
 from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
-from harness.drills.series import RunSeries, build_series
-from harness.drills.topology import Topology
+from harness.drills.series import RunSeries, build_series, reduce_families
+from harness.drills.stacks import target_for
 from harness.procs.prometheus import PrometheusError, api_get
 from harness.procs.spawn import python_env, spawn, stop_processes
 
@@ -40,32 +41,25 @@ class DrillError(RunFailed):
     """The drill could not finish (a service crashed, the load failed)."""
 
 
-_METRICS_URL: str | None = None
+_METRICS: tuple[str, EdgeCounts] | None = None
+
+#: The scraper reads each second this long after it ends (the hops' counters are interpolated to the second).
+SCRAPE_DELAY_S = 0.1
+
+
+def runner_metrics() -> tuple[str, EdgeCounts]:
+    """The runner's own /metrics and the aio load's per-second edge counts it serves, stamped with their
+    second (harness.core.snapshots), beside every other series of the process, live."""
+    global _METRICS
+    if _METRICS is None:
+        counts = EdgeCounts("loadgen")
+        server, _thread = start_http_server(0, addr="127.0.0.1", registry=LoadExport(counts).registry())
+        _METRICS = (f"http://127.0.0.1:{server.server_port}/metrics", counts)
+    return _METRICS
 
 
 def runner_metrics_url() -> str:
-    """The runner's own /metrics (client-side series of the aio load, drill timeline gauges)."""
-    global _METRICS_URL
-    if _METRICS_URL is None:
-        server, _thread = start_http_server(0, addr="127.0.0.1")
-        _METRICS_URL = f"http://127.0.0.1:{server.server_port}/metrics"
-    return _METRICS_URL
-
-
-def audit_hit_ids(workdir: pathlib.Path) -> set[str]:
-    """Request ids of every `fault_hit` audit line in the topology's logs."""
-    ids: set[str] = set()
-    for log in workdir.glob("*.log"):
-        with open(log, errors="replace") as fh:
-            for line in fh:
-                if '"fault_hit"' not in line:
-                    continue
-                start = line.find("{")
-                try:
-                    ids.add(json.loads(line[start:])["request_id"])
-                except (ValueError, KeyError):
-                    continue
-    return ids
+    return runner_metrics()[0]
 
 
 def _probe_summary(path: pathlib.Path) -> dict | None:
@@ -106,7 +100,8 @@ class Runner:
         #: per configuration: one RunSeries per trial, in trial order
         self.series: dict[str, list[RunSeries]] = {}
         self.extras: dict[str, list[dict]] = {}
-        self.topology: Topology | None = None
+        #: the stack being drilled: the demo topology the runner starts, or services already running
+        self.target = target_for(plan, log)
         #: per configuration: the fault window in unix seconds (for reading the run back from Prometheus)
         self.windows: dict[str, tuple[float, float]] = {}
         #: per configuration: each trial's (run start, run end, fault on, fault off) in unix seconds
@@ -115,26 +110,21 @@ class Runner:
 
     # -- one configuration -----------------------------------------------------------------
     async def run_config(self, variant: Variant, index: int, trial: int = 1) -> RunSeries:
-        plan = self.plan
-        label, config = variant.name, variant.config
+        plan, target = self.plan, self.target
+        label = variant.name
         workdir = self.out / "logs" / label
         if plan.trials > 1:
             workdir = workdir / f"trial-{trial}"
         if workdir.exists():
             for f in workdir.glob("*"):
-                f.unlink()
-        topo = Topology(
-            variant.hops, config=config, seed=plan.seed, workdir=workdir, tenants=variant.fault.tenant,
-            timeout_s=plan.timeout_s,
-        )  # fmt: skip
-        self.topology = topo
+                if f.is_file():
+                    f.unlink()
         load = None
         probe = None
         phase_gauges = {p: m.PHASE.labels(plan.name, p) for p in ("warmup", "fault", "recovery")}
         fault_gauge = m.FAULT_ACTIVE.labels(plan.name)
         try:
-            topo.start()  # in the main thread: PR_SET_PDEATHSIG is tied to the forking thread
-            self.log(f"[{label}] topology up: {' → '.join(f'{h.name}×{h.replicas}' for h in variant.hops)}")
+            await target.up(variant, trial, workdir)
             tr, fault = variant.traffic, variant.fault
             if tr.driver == "locust":  # the plan checked the profile exists
                 load = LocustLoad(
@@ -142,30 +132,37 @@ class Runner:
                     phases=plan.phases, workdir=workdir,
                 )  # fmt: skip
             else:
+                url, counts = runner_metrics()
                 load = AioLoad(
                     plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault,
-                    phases=plan.phases, metrics_url=runner_metrics_url(),
+                    phases=plan.phases, edge_call=target.edge_call(variant), counts=counts, metrics_url=url,
+                    trial=trial,
                 )  # fmt: skip
             if self.prometheus is not None:
-                self.prometheus.set_targets(topo.endpoints() + load.metrics_endpoints())
+                self.prometheus.set_targets(target.endpoints() + load.metrics_endpoints())
                 # a new target is discovered and first scraped a few seconds later: without this wait the
                 # hops' first seconds (all of warm-up in a short plan) are missing from Prometheus
-                if not await asyncio.to_thread(self._wait_scraped, [url for _, url in topo.endpoints()]):
+                if not await asyncio.to_thread(self._wait_scraped, [url for _, url in target.endpoints()]):
                     self.log(f"[{label}] prometheus has not scraped every replica yet: first seconds may be missing")
-            scraper = Scraper(lambda: topo.endpoints() + load.metrics_endpoints(), config=label)
-            wall0 = time.time() - (time.monotonic() - scraper.t0)
-            await scraper.scrape_once()  # baseline
-            await load.start(topo.edge)  # returns once the load's clock runs (Locust: once it is up)
-            t_load = time.monotonic() - scraper.t0
+            edge = None
+            if isinstance(load, AioLoad):  # the edge's exact per-second counts, straight from the load
+                edge = lambda second: reduce_families(load.counts.families(second), config=label)  # noqa: E731
+            scraper = Scraper(lambda: target.endpoints() + load.metrics_endpoints(), config=label, edge=edge)
+            wall0 = scraper.wall0
+            await scraper.prime()  # the hops before the first call
+            await load.start(target.edge())  # the schedule starts on a whole unix second (Locust: once it is up)
+            start_unix = load.start_unix
+            scraper.begin_at(start_unix)  # the load's first second is the baseline, however late we get there
+            anchor = scraper.mono(start_unix) + SCRAPE_DELAY_S
             ph = plan.phases
-            end_at = scraper.t0 + t_load + ph.total + 1.0
+            end_at = anchor + ph.total + 1.0
             state = {"phase": None}
 
             def tick() -> None:
-                crashed = topo.crashed()
+                crashed = target.crashed()
                 if crashed:
                     raise DrillError(f"service crashed during the drill: {', '.join(crashed)}")
-                elapsed = time.monotonic() - scraper.t0 - t_load
+                elapsed = time.time() - start_unix
                 phase = ph.at(elapsed)
                 if phase != state["phase"]:
                     state["phase"] = phase
@@ -182,19 +179,19 @@ class Runner:
                             "config": label if plan.trials == 1 else f"{label} #{trial}/{plan.trials}",
                             "index": index, "count": len(plan.variants), "phase": phase,
                             "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
-                            "hops": [h.name for h in variant.hops], "planned_rps": load.planned_rps(),
+                            "hops": plan.hop_names, "planned_rps": load.planned_rps(),
                             "timeout_s": tr.timeout_s,
                         }
                     )  # fmt: skip
 
             def start_probe() -> None:
                 nonlocal probe
-                probe = self._start_probe(variant.probe, topo, workdir)
+                probe = self._start_probe(variant.probe, target.edge()[0], workdir)
 
-            await scraper.run(lambda: time.monotonic() >= end_at, tick, anchor=scraper.t0 + t_load)
+            await scraper.run(lambda: time.monotonic() >= end_at, tick, anchor=anchor)
             if isinstance(load, AioLoad):
                 await load.wait(timeout_s=plan.traffic.timeout_s + 1.0)
-            await scraper.scrape_once()
+            await scraper.settle()
         finally:
             for g in phase_gauges.values():
                 g.set(0)
@@ -203,42 +200,65 @@ class Runner:
                 await load.stop()
             if probe is not None:
                 await asyncio.to_thread(stop_processes, [probe])
-            await asyncio.to_thread(topo.stop)
-            self.topology = None
-        on, off = t_load + ph.warmup, t_load + ph.warmup + ph.fault
+            await target.down()
+        samples = scraper.samples
+        if target.selectors():  # hops already scraped by a Prometheus: read them onto our seconds now
+            samples = await asyncio.to_thread(self._hops_from_prometheus, samples, wall0)
+        on, off = start_unix - wall0 + ph.warmup, start_unix - wall0 + ph.warmup + ph.fault
         if isinstance(load, LocustLoad):  # Locust runs its own phase clock: take its fault window
-            active = [t for t, snap in scraper.samples if snap.get(SeriesKey("active"), 0) >= 1]
+            active = [t for t, snap in samples if snap.get(SeriesKey("active"), 0) >= 1]
             if active:
                 on, off = active[0], active[-1] + 1.0
-        series = build_series(label, scraper.samples, on, off)
+        series = build_series(label, samples, on, off)
         series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
         self.windows[label] = (wall0 + on, wall0 + off)
         self._annotate("region", wall0 + on, wall0 + off, f"{label} trial {trial}: fault {variant.fault.directive}",
                        phase="fault", tags=(f"config:{label}",))  # fmt: skip
         self.trial_windows.setdefault(label, []).append((wall0, time.time(), wall0 + on, wall0 + off))
+        observed = await target.audit_hits(workdir, start_unix, time.time())
+        self.extras.setdefault(label, []).append(
+            self._extras(variant, load, scraper, workdir, wall0, probe, observed)
+        )  # fmt: skip
+        return series
+
+    def _extras(self, variant, load, scraper, workdir, wall0, probe, observed: set[str] | None) -> dict:
+        """What results.json keeps of a trial beside the analysis: where it ran and which ids were hit."""
         expected = set(load.expected_hits())
-        observed = audit_hit_ids(workdir)
         extras = {
-            "config": config or "plain",
+            "config": variant.config or ("plain" if self.target.kind == "topology" else variant.name),
             "started_unix": round(wall0, 3),
             "driver": load.name,
             "scrape_errors": scraper.errors,
-            "hits": {
-                "expected": len(expected),
-                "expected_digest": ids_digest(expected),
-                "observed": len(observed),
-                "observed_digest": ids_digest(observed),
-                "observed_subset_of_expected": observed <= expected if expected else None,
-            },
+            "hits": {"expected": len(expected), "expected_digest": ids_digest(expected)},
         }
+        if observed is not None:  # the services' own audit lines
+            extras["hits"].update({
+                "observed": len(observed), "observed_digest": ids_digest(observed),
+                "observed_subset_of_expected": observed <= expected if expected else None,
+            })  # fmt: skip
+        if isinstance(load, AioLoad):  # what the load itself was told: ids answered with the x-drill-fault marker
+            marked = set(load.observed_hits())
+            extras["hits"].update({"marked": len(marked), "marked_digest": ids_digest(marked)})
+            if observed is None:  # a running stack: the marker is the services' own word on what they hit
+                extras["hits"].update({
+                    "observed": len(marked), "observed_digest": ids_digest(marked),
+                    "observed_subset_of_expected": marked <= expected if expected else None,
+                })  # fmt: skip
         if probe is not None:
             extras["probe"] = _probe_summary(workdir / "probe.out")
-        self.extras.setdefault(label, []).append(extras)
-        return series
+        return extras
 
-    def _start_probe(self, spec: Probe, topo: Topology, workdir: pathlib.Path):
+    def _hops_from_prometheus(self, samples: list, wall0: float) -> list:
+        """Merge the hops a stack's Prometheus scrapes into our samples, read at the same whole seconds."""
+        from harness.drills.prom import read_hops
+
+        time.sleep(2.0)  # the last scrapes of the trial land
+        seconds = [t + wall0 for t, _ in samples]
+        hops = read_hops(self.plan.stack.prometheus, self.target.selectors(), seconds)
+        return [(t, {**snap, **extra}) for (t, snap), extra in zip(samples, hops, strict=True)]
+
+    def _start_probe(self, spec: Probe, edge: str, workdir: pathlib.Path):
         """`drill probe half-open EDGE` as a child process (bounded by its own --timeout)."""
-        edge = topo.edge[0]
         argv = [
             sys.executable, "-m", "harness.cli", "probe", spec.kind, edge,
             "--count", str(spec.count), "--timeout", str(spec.timeout_s), "--json",
@@ -297,29 +317,27 @@ class Runner:
         return False
 
     def _from_prometheus(self, start: float, end: float) -> dict:
-        """The same analysis from the local Prometheus' samples: a cross-check of the scraper."""
+        """The same analysis from the Prometheus that watched the run: a cross-check of the scraper.
+
+        Trials are told apart by the load's trial gauges (`drill_trial_phase_start_seconds`), so one
+        read covers the whole run; each trial's numbers carry the read's resolution.
+        """
         from harness.drills.prom import PrometheusError, read_drill
 
         time.sleep(2.0)  # let the last scrapes land
         out: dict = {"url": self.prometheus.url, "start": round(start, 3), "end": round(end, 3)}
         hops = self.plan.hop_names
-        keys = ("breached", "ttd_s", "ttr_s", "mttr_s", "amplification")
+        keys = ("breached", "ttd_s", "ttr_s", "mttr_s", "amplification", "uncertainty_s", "resolution_s")
         out["configs"] = {}
         try:
-            if self.plan.trials == 1:
-                series = read_drill(self.prometheus.url, start, end, faults=self.windows)
-                for name, s in series.items():
-                    res = analysis.analyze_run(s, self.plan.slo, hops)
-                    out["configs"][name] = {k: res[k] for k in keys}
-                return out
-            # several trials share a `config` label: read each trial's own time range
-            for name, windows in self.trial_windows.items():
+            for name, trials in read_drill(self.prometheus.url, start, end).items():
                 per_trial = []
-                for t0, t1, on, off in windows:
-                    series = read_drill(self.prometheus.url, t0, t1, faults={name: (on, off)})
-                    s = series.get(name)
-                    res = analysis.analyze_run(s, self.plan.slo, hops) if s else {}
-                    per_trial.append({k: res.get(k) for k in keys})
+                ours = self.series.get(name) or []
+                for s in trials:
+                    if ours:  # what the load planned, as the runner knows it: the same offered-load check
+                        s.planned_rps, s.timeout_s = ours[0].planned_rps, ours[0].timeout_s
+                    res = analysis.analyze_run(s, self.plan.slo, hops)
+                    per_trial.append({k: res.get(k) for k in keys} | {"resolution_s": s.resolution_s})
                 out["configs"][name] = {**per_trial[0], "trials": per_trial}
         except PrometheusError as exc:
             out["error"] = str(exc)

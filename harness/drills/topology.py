@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pathlib
 
+from harness.core.audit import hit_ids
 from harness.core.errors import RunFailed
 from harness.core.headers import DEFAULT_DRILL_TENANT
 from harness.drills.model import HopSpec
@@ -101,3 +102,12 @@ class Topology:
         """Replicas that exited: `NAME (exit CODE)`."""
         everyone = [r for rs in self.replicas.values() for r in rs]
         return [f"{r.name} (exit {r.proc.returncode})" for r in everyone if r.proc.poll() is not None]
+
+
+def audit_hit_ids(workdir: pathlib.Path) -> set[str]:
+    """Request ids of every `fault_hit` audit line in the topology's logs."""
+    ids: set[str] = set()
+    for log in workdir.glob("*.log"):
+        with open(log, errors="replace") as fh:
+            ids |= hit_ids(fh)
+    return ids

@@ -79,11 +79,14 @@ class LocalPrometheus:
         evaluation_interval: str = "1s",
         extra_args: Sequence[str] = (),
         keep_data: bool | None = None,
+        reuse: bool = False,
     ) -> None:
+        """`reuse=True` serves the TSDB already in WORKDIR/data (a finished run's) instead of a fresh one."""
         self._own_dir = workdir is None
+        self.reuse = reuse
         self.workdir = workdir or pathlib.Path(tempfile.mkdtemp(prefix="drill-prom-"))
         #: a runner's TSDB stays for later reading; a temporary one goes with stop()
-        self.keep_data = (not self._own_dir) if keep_data is None else keep_data
+        self.keep_data = (not self._own_dir or reuse) if keep_data is None else keep_data
         self.targets_file = self.workdir / "targets.json"
         self.config = {
             "global": {
@@ -119,7 +122,7 @@ class LocalPrometheus:
                 f"{PROMETHEUS!r} not found: install Debian's prometheus (scripts/system-deps) "
                 "or set DRILL_PROMETHEUS_BIN"
             )
-        if not self._own_dir and self.workdir.exists():
+        if not self._own_dir and self.workdir.exists() and not self.reuse:
             shutil.rmtree(self.workdir)  # a fresh TSDB per run
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.targets_file.write_text("[]")

@@ -4,6 +4,14 @@ Every child runs in its own process group with a parent-death signal and is
 registered for an atexit sweep, so a killed runner, test or benchmark leaves no
 process and no port behind. `start_serve` is the one way to start a `drill serve`
 and wait until it serves (it writes its bound ports to a ready file).
+
+No Python code runs in the child between fork and exec (no `preexec_fn`): that
+lets CPython start it with vfork, where no `pthread_atfork` handler runs. gRPC's
+do run after a plain fork in a process with live channels, restart its pollers
+in the child, and those abort when the child closes its inherited descriptors
+(`epoll_wait error: Bad file descriptor`, exit −6: a topology hop lost at start).
+The parent-death signal is set by util-linux's `setpriv --pdeathsig` on the way
+to the program instead, and `start_new_session` makes the process group.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,20 +33,8 @@ from harness.core.errors import RunFailed
 #: every live child's process group, for the atexit sweep
 _LIVE: dict[int, subprocess.Popen] = {}
 
-PR_SET_PDEATHSIG = 1
-
-
-def _child_setup() -> None:  # runs in the child between fork and exec
-    os.setsid()
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() == 1:  # parent already gone
-            os._exit(1)
-    except Exception:  # noqa: BLE001 - not Linux: the atexit sweep still applies
-        pass
+#: util-linux's setpriv sets PR_SET_PDEATHSIG, then execs the program (None: not Linux, the sweep still applies)
+SETPRIV = shutil.which("setpriv")
 
 
 def spawn(argv: list[str], log_path: pathlib.Path, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -46,12 +43,12 @@ def spawn(argv: list[str], log_path: pathlib.Path, env: dict[str, str] | None = 
     log = open(log_path, "ab")  # noqa: SIM115 - owned by the child's lifetime
     try:
         proc = subprocess.Popen(
-            argv,
+            [SETPRIV, "--pdeathsig", "TERM", "--", *argv] if SETPRIV else argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
-            preexec_fn=_child_setup,  # noqa: PLW1509 - setsid + pdeathsig, nothing else
+            start_new_session=True,
             close_fds=True,
         )
     finally:

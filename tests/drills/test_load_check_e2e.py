@@ -1,4 +1,4 @@
-"""End to end: Locust-driven drills are open loop and know their hits; a load that falls behind says so."""
+"""End to end: a Locust-driven drill is open loop and knows its hits; a load that falls behind says so."""
 
 from __future__ import annotations
 
@@ -7,19 +7,22 @@ import os
 import subprocess
 import sys
 
+from harness.drills.model import SeriesKey
+from harness.drills.report import read_series_document
 from tests.conftest import ROOT
 
-#: one hop pair, nothing overloaded: every tagged call reaches the ledger, so expected == observed
-TINY = {
-    "name": "tiny-locust",
+#: one hop pair, the ledger uncapped: every tagged call and each of its retries reaches the ledger
+STORM = {
+    "name": "storm-locust",
     "seed": 13,
     "topology": {"hops": [{"name": "gateway", "work_ms": 1}, {"name": "ledger", "work_ms": 1}]},
-    "traffic": {"organic_users": 2, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 1.0,
+    # a generous timeout: a tagged call reaches the ledger even on a starved machine (the hit set is exact)
+    "traffic": {"organic_users": 2, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 5.0,
                 "driver": "locust", "profile": "smoke"},  # fmt: skip
-    "fault": {"directive": "abort:UNAVAILABLE", "ratio": 50, "target": "ledger"},
-    "phases": {"warmup": 2, "fault": 5, "recovery": 3},
+    "fault": {"directive": "abort:UNAVAILABLE", "ratio": 100, "target": "ledger"},
+    "phases": {"warmup": 2, "fault": 4, "recovery": 2},
     "slo": {"max_error_rate": 0.05, "hold_s": 2, "traffic": "organic"},
-    "configs": ["plain"],
+    "configs": ["naive"],
 }
 
 
@@ -38,49 +41,41 @@ def _drill_run(tmp_path, plan: str | dict, *extra: str) -> dict:
     return json.loads((out / "results.json").read_text())
 
 
-def _trials(results: dict) -> list[tuple[str, dict]]:
-    return [(name, t) for name, c in results["configs"].items() for t in c["trials"]]
+def _series(tmp_path, config: str):
+    _, trials = read_series_document(json.loads((tmp_path / "out" / "series.json").read_text()))
+    return trials[config][0]
 
 
-def test_locust_retry_storm_keeps_its_arrival_rate_and_shows_the_storm(tmp_path):
-    r = _drill_run(tmp_path, "retry-storm", "--quick", "--driver", "locust", "--profile", "smoke")
-    for name, t in _trials(r):
-        assert t["driver"] == "locust"
-        # open loop: the drill's 10/s and organic 4 × 10/s hold through the fault, naive storm or not
-        for traffic, planned in (("organic", 40.0), ("drill", 10.0)):
-            o = t["offered_rps"][traffic]
-            assert o["planned"] == planned and abs(o["achieved"] - planned) <= 0.1 * planned, (name, o)
-        assert t["load_fell_behind"] is False and not t["insufficient_data"], (name, t["offered_rps"])
-        # seed-derived ids: the tagged ids (ratio 100: all hit) are known, and the ledger hit no other id.
-        # Not every tagged call reaches the ledger here (shed at its queue, or a breaker failing fast).
-        h = t["hits"]
-        assert h["expected"] > 0 and 0 < h["observed"] <= h["expected"] and h["observed_subset_of_expected"], h
-    naive, resilient = r["configs"]["naive"], r["configs"]["resilient"]
-    # the storm builds under Locust now (before: "No configuration breached the SLO")
-    assert naive["breached"] and naive["amplification"] > resilient["amplification"], (naive, resilient)
-    assert naive["blast_radius"] > resilient["blast_radius"]
-    assert r["verdict"]["best"] == "resilient" or resilient["breached"]  # the breaker caveat (docs/drills.md)
-
-
-def test_locust_drill_expected_hits_equal_the_audit_logs(tmp_path):
-    r = _drill_run(tmp_path, TINY)
-    t = r["configs"]["plain"]["trials"][0]
+def test_a_locust_driven_naive_storm_keeps_its_arrival_rate_and_hits_exactly_the_predicted_ids(tmp_path):
+    """One Locust-driven trial of a naive chain whose ledger aborts every drill call in the fault: the ids the
+    Locust processes tagged and the hit function picks are exactly the ids the ledger audited, and naive
+    retried them — more injected hits than hit ids, never more than its 4 attempts per call. The load checks
+    itself against the plan (offered_rps); that the schedule is open loop is tests/loadtests/test_openloop.py's,
+    and whether a busy box kept it on time is what `load_fell_behind` reports, not something to assert."""
+    r = _drill_run(tmp_path, STORM)
+    t = r["configs"]["naive"]["trials"][0]
+    assert t["driver"] == "locust"
+    assert {tr: o["planned"] for tr, o in t["offered_rps"].items()} == {"organic": 20.0, "drill": 10.0}
     h = t["hits"]
     assert h["expected"] > 0 and h["observed_digest"] == h["expected_digest"], h
-    assert t["load_fell_behind"] is False
+    series = _series(tmp_path, "naive")
+    hits = sum(v or 0.0 for v in series.values[SeriesKey("hits", "ledger")])
+    assert h["expected"] < round(hits) <= 4 * h["expected"], (hits, h["expected"])
 
 
 def test_a_load_that_cannot_keep_up_falls_behind_and_is_insufficient_data(tmp_path):
-    # one call in flight per drill user, each held 500 ms by the fault: 2 calls/s of the planned 10
+    # one call in flight per drill user, each held 500 ms by the fault: at most 2 calls/s of the planned 10
+    # (that the flag names only the class that fell behind is tests/drills/test_offered_load.py's, on series)
     plan = {
-        **TINY, "name": "behind",
-        "traffic": {**TINY["traffic"], "driver": "aio", "profile": None, "max_inflight": 1},
+        **STORM, "name": "behind", "configs": ["plain"],
+        "traffic": {**STORM["traffic"], "driver": "aio", "profile": None, "max_inflight": 1, "timeout_s": 1.0},
         "fault": {"directive": "delay:500", "ratio": 100},
+        "phases": {"warmup": 1, "fault": 3, "recovery": 1},
         "slo": {"max_error_rate": 0.05, "hold_s": 2, "traffic": "drill"},
     }  # fmt: skip
     r = _drill_run(tmp_path, plan)
     t = r["configs"]["plain"]["trials"][0]
-    assert t["offered_rps"]["drill"]["fell_behind"] and not t["offered_rps"]["organic"]["fell_behind"]
+    assert t["offered_rps"]["drill"]["fell_behind"]
     assert t["offered_rps"]["drill"]["achieved"] < 0.9 * t["offered_rps"]["drill"]["planned"] == 9.0
     assert t["load_fell_behind"] is True and t["insufficient_data"] is True
     assert r["configs"]["plain"]["summary"]["valid_trials"] == 0

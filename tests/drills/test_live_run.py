@@ -1,0 +1,178 @@
+"""One real `drill run` proves the wiring end to end: load → servers → scrape → analysis → report, and back.
+
+A two-hop plain chain (no retries), two variants × two trials, with `--prometheus auto`,
+`--grafana` (a stand-in API) and `--fail-on`. Everything asserted is what the method
+guarantees exactly, so none of it depends on how busy the machine is:
+
+- trials interleave A B A B; the same seed sends the same ids;
+- the hit set: the ids the load tagged during the fault and the pure hit function picks
+  are exactly the ids the ledger audited, and none came back with the `x-drill-fault`
+  marker (set by the hop that injects, never relayed by the gateway in front of it);
+- every hop served exactly the calls the edge made (a plain chain: no retries), counted
+  over the whole trial (the runner's baseline is read before the first call and its
+  last second after the last one);
+- the runner's per-second edge counts are exact (every call is filed under the second it
+  ended in), so the Prometheus read-back — in the run, and `drill analyze` on the kept
+  TSDB with no SLO flags — equals the runner per trial wherever Prometheus scraped every
+  second, and otherwise differs by no more than the uncertainty it states.
+
+Logic (what is a breach, the verdict, the tolerances) is checked on synthetic series elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from harness.core.faults import is_hit
+from harness.drills.analysis import total_requests
+from harness.drills.load import ids_digest
+from harness.drills.model import SeriesKey
+from harness.drills.report import read_series_document
+from harness.procs.prometheus import LocalPrometheus
+from tests.conftest import ROOT
+from tests.fake_grafana import FakeGrafana
+
+pytestmark = pytest.mark.slow
+
+PLAN = {
+    "name": "tiny",
+    "seed": 11,
+    "topology": {"hops": [{"name": "gateway", "work_ms": 1}, {"name": "ledger", "work_ms": 1}]},
+    "traffic": {"organic_users": 2, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 1.0},
+    "fault": {"directive": "abort:UNAVAILABLE", "ratio": 60, "target": "ledger"},
+    "phases": {"warmup": 2, "fault": 3, "recovery": 4},
+    "slo": {"max_error_rate": 0.05, "hold_s": 2, "traffic": "all"},
+    "variants": [{"name": "a"}, {"name": "b"}],
+}
+TIMES = ("ttd_s", "ttr_s", "mttr_s")
+
+
+def drill(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("live-run")
+    grafana = FakeGrafana()
+    threading.Thread(target=grafana.serve_forever, daemon=True).start()
+    plan = tmp / "tiny.yaml"
+    plan.write_text(json.dumps(PLAN))
+    out = tmp / "out"
+    try:
+        proc = drill("run", str(plan), "--out", str(out), "--no-live", "--trials", "2", "--prometheus", "auto",
+                     "--grafana", grafana.url, "--fail-on", "breach", "--fail-on", "mttr>1000")  # fmt: skip
+    finally:
+        grafana.shutdown()
+        grafana.server_close()
+    results = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
+    return proc, results, out, grafana
+
+
+def _trials(results: dict) -> list[tuple[str, dict]]:
+    return [(name, t) for name in ("a", "b") for t in results["configs"][name]["trials"]]
+
+
+def test_fail_on_breach_is_one_line_exit_3_after_every_output(run):
+    proc, results, out, _ = run
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("drill:")]
+    assert len(lines) == 1 and lines[0].startswith("drill: fail-on breach: ") and "mttr>" not in lines[0], lines
+    assert proc.stderr.strip().splitlines()[-1] == lines[0]
+    assert "Traceback" not in proc.stderr
+    for name in ("results.json", "series.json", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+
+
+def test_trials_interleave_and_every_reader_sees_the_predicted_hit_set(run):
+    _, results, _, _ = run
+    trials = sorted((t["started_unix"], name, t["trial"]) for name, t in _trials(results))
+    assert [(n, k) for _, n, k in trials] == [("a", 1), ("b", 1), ("a", 2), ("b", 2)]  # A B A B
+    # The drill user (3rd of 3 users, offset 2/3 of its period) sends ids tiny-11-drill0-N at N/10 + 1/15 s
+    # after the load's first second; those inside the fault window [2 s, 5 s) carry the directive.
+    tagged = [f"tiny-11-drill0-{n}" for n in range(90) if 2 <= n / 10 + 1 / 15 < 5]
+    predicted = ids_digest(i for i in tagged if is_hit(11, i, "abort:UNAVAILABLE", 60))
+    count = sum(is_hit(11, i, "abort:UNAVAILABLE", 60) for i in tagged)
+    for name, t in _trials(results):
+        h = t["hits"]
+        assert (h["expected"], h["expected_digest"]) == (count, predicted), (name, h)
+        assert (h["observed"], h["observed_digest"]) == (count, predicted), (name, h)  # the ledger's audit log
+        # the x-drill-fault marker is set by the hop that injects and not relayed: the gateway answered these
+        assert h["marked"] == 0, (name, h)
+        assert t["blast_radius"] == 0.0  # organic traffic is never hit
+
+
+def test_every_hop_served_exactly_the_calls_the_edge_made(run):
+    _, results, out, _ = run
+    _, series = read_series_document(json.loads((out / "series.json").read_text()))
+    for name, trials in series.items():
+        for s in trials:
+            edge = total_requests(s)  # every call the schedule sends: 3 users × 10/s × 9 s
+            for hop in ("gateway", "ledger"):
+                served = sum(v or 0.0 for v in s.values[SeriesKey("srv", hop)])
+                assert round(served) == edge == 3 * 10 * 9, (name, hop, served, edge)
+
+
+def test_grafana_annotations_mark_every_phase_and_each_fault_window(run):
+    _, results, _, grafana = run
+    posted = [body for method, path, _, body in grafana.requests if (method, path) == ("POST", "/api/annotations")]
+    events = sorted(b["text"] for b in posted if b.get("timeEnd") is None)
+    regions = [b for b in posted if b.get("timeEnd") is not None]
+    assert events == sorted(f"{n} trial {k}: {p}" for n in "ab" for k in (1, 2)
+                            for p in ("warmup", "fault", "recovery", "done")), events  # fmt: skip
+    assert len(regions) == 4 and all("fault abort:UNAVAILABLE" in b["text"] for b in regions)
+    assert all("drill" in b["tags"] and "plan:tiny" in b["tags"] for b in posted)
+
+
+def _agree(theirs: dict, ours: dict, what: str) -> None:
+    """Equal to the runner's, or within the uncertainty the read-back states for that time."""
+    assert theirs["breached"] == ours["breached"], (what, theirs, ours)
+    err = theirs.get("uncertainty_s") or {}
+    for key in TIMES:
+        assert (theirs[key] is None) == (ours[key] is None), (what, key, theirs[key], ours[key])
+        if ours[key] is not None:
+            assert abs(theirs[key] - ours[key]) <= err.get(key, 0.0) + 1e-6, (what, key, theirs[key], ours[key], err)
+
+
+def test_the_in_run_read_back_gives_the_runners_numbers(run):
+    _, results, _, _ = run
+    cross = results["prometheus"]
+    assert "error" not in cross, cross
+    for name in ("a", "b"):
+        ours = results["configs"][name]["trials"]
+        theirs = cross["configs"][name]["trials"]
+        assert len(theirs) == len(ours) == 2
+        for i, (o, t) in enumerate(zip(ours, theirs, strict=True)):
+            _agree(t, o, f"{name} #{i + 1} in-run")
+            if not any((t.get("uncertainty_s") or {}).values()):
+                assert t["resolution_s"] == 1.0  # every second was scraped: the read is exact
+
+
+def test_drill_analyze_on_the_kept_tsdb_gives_the_runners_answer_with_no_slo_flags(run, tmp_path):
+    _, results, out, _ = run
+    prom = LocalPrometheus(out / "prometheus", reuse=True).start()
+    try:
+        start = min(t["started_unix"] for _, t in _trials(results)) - 1
+        proc = drill("analyze", "--prometheus", prom.url, "--start", str(start), "--end", str(start + 300),
+                     "--results", str(out / "results.json"), "--out", str(tmp_path / "analyzed"))  # fmt: skip
+    finally:
+        prom.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"SLO from results {out / 'results.json'}" in proc.stdout
+    theirs = json.loads((tmp_path / "analyzed" / "results.json").read_text())
+    assert theirs["slo"] == results["slo"] and theirs["seed"] == results["seed"] == 11
+    for name in ("a", "b"):
+        o, t = results["configs"][name], theirs["configs"][name]
+        assert t["summary"]["breaches"] == o["summary"]["breaches"]
+        for i, (ot, tt) in enumerate(zip(o["trials"], t["trials"], strict=True)):
+            _agree(tt, ot, f"{name} #{i + 1} analyze")
+    assert theirs["verdict"]["winner"] == results["verdict"]["winner"]
+    assert theirs["ranking"][0] in results["configs"]

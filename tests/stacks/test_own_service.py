@@ -1,0 +1,139 @@
+"""`drill run` on a service of the user's own (tests/stacks/own_service.py: its own proto, reflection on,
+the interceptors added as the README says) — and every way a stack file can be wrong.
+
+The load calls `shop.v1.Cart/Add` with a JSON request typed by the server's reflection; the service injects
+itself, so the hits are what it says on the wire: the ids answered with the `x-drill-fault` trailer equal the
+ids `drill hits` picks among those the load tagged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from harness.core.faults import is_hit
+from harness.drills.load import ids_digest
+from harness.procs.ports import refused_port
+from harness.procs.spawn import spawn, stop_processes
+from tests.conftest import ROOT
+
+SEED = 5
+
+
+def drill(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cart(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cart")
+    ready = tmp / "ready.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DRILL_FAULT_ENABLED="1", DRILL_FAULT_SEED=str(SEED))
+    proc = spawn([sys.executable, "-m", "tests.stacks.own_service", "--ready-file", str(ready)], tmp / "cart.log", env)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp / "cart.log").read_text()[-2000:]
+            time.sleep(0.05)
+        yield json.loads(ready.read_text())
+    finally:
+        stop_processes([proc])
+
+
+def plan(cart: dict, **edge) -> dict:
+    return {
+        "name": "cart",
+        "seed": SEED,
+        "stack": {
+            "edge": {"address": f"127.0.0.1:{cart['port']}", "method": "shop.v1.Cart/Add",
+                     "request": {"item": "book", "qty": 2}, **edge},  # fmt: skip
+            "hops": [{"name": "cart", "metrics": [f"http://127.0.0.1:{cart['metrics_port']}/metrics"]}],
+            "configs": [{"name": "mine", "ready": {"checks": 2, "timeout_s": 20}}],
+        },
+        "traffic": {"organic_users": 1, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 2.0},
+        "fault": {"directive": "abort:UNAVAILABLE", "ratio": 50, "target": "cart"},
+        "phases": {"warmup": 1, "fault": 3, "recovery": 2},
+        "slo": {"max_error_rate": 0.05, "hold_s": 2, "traffic": "drill"},
+    }
+
+
+def write(tmp_path, data: dict, name: str = "stack.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def one_line(proc: subprocess.CompletedProcess, code: int, *needles: str) -> None:
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("drill:")]
+    assert proc.returncode == code and len(lines) == 1, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.mark.slow
+def test_a_run_on_your_own_service_reports_the_hits_it_marked(cart, tmp_path):
+    proc = drill("run", write(tmp_path, plan(cart)), "--out", str(tmp_path / "out"), "--no-live")
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    r = json.loads((tmp_path / "out" / "results.json").read_text())
+    t = r["configs"]["mine"]["trials"][0]
+    # the drill user (2nd of 2 users, offset 1/2 of its period) sends cart-5-drill0-N at N/10 + 1/20 s after
+    # the load's first second; those inside the fault window [1 s, 4 s) carry the directive
+    tagged = [f"cart-{SEED}-drill0-{n}" for n in range(60) if 1 <= n / 10 + 1 / 20 < 4]
+    predicted = {i for i in tagged if is_hit(SEED, i, "abort:UNAVAILABLE", 50)}
+    h = t["hits"]
+    assert (h["expected"], h["expected_digest"]) == (len(predicted), ids_digest(predicted)) and predicted
+    # observed = the ids the service answered with the x-drill-fault marker: its word, not a recomputation
+    assert (h["marked"], h["marked_digest"]) == (len(predicted), ids_digest(predicted)), h
+    assert (h["observed"], h["observed_digest"]) == (h["marked"], h["marked_digest"])
+    assert r["hops"] == ["cart"] and t["requests"] == 2 * 10 * 6
+
+
+@pytest.mark.parametrize(
+    "edge, code, needles",
+    [
+        ({"method": "shop.v1.Cart/Remove"}, 2, ("shop.v1.Cart has no method 'Remove'", "Add", "Watch")),
+        ({"method": "shop.v1.Basket/Add"}, 2, ("no service 'shop.v1.Basket' by reflection", "shop.v1.Cart")),
+        ({"method": "shop.v1.Cart/Watch"}, 2, ("streaming method",)),
+        ({"request": {"item": "book", "qty": "many"}}, 2, ("does not fit shop.v1.AddRequest",)),
+    ],
+)  # fmt: skip
+def test_a_stack_edge_that_does_not_fit_the_service_is_one_line(cart, tmp_path, edge, code, needles):
+    proc = drill("run", write(tmp_path, plan(cart, **edge)), "--out", str(tmp_path / "out"), "--no-live")
+    one_line(proc, code, *needles)
+
+
+def test_bad_stack_files_are_refused_before_anything_starts(cart, tmp_path):
+    bad = plan(cart)
+    bad["stack"]["hops"][0]["metric"] = bad["stack"]["hops"][0].pop("metrics")
+    one_line(drill("run", write(tmp_path, bad), "--out", str(tmp_path / "o")), 2, "stack.hops.0.metric: unknown key")
+    both = {**plan(cart), "topology": {"hops": [{"name": "gateway"}]}}
+    one_line(drill("run", write(tmp_path, both, "both.yaml"), "--out", str(tmp_path / "o")), 2, "not both")
+    sel = plan(cart)
+    sel["stack"]["hops"][0] = {"name": "cart", "selector": '{app="cart"}'}
+    one_line(drill("run", write(tmp_path, sel, "sel.yaml"), "--out", str(tmp_path / "o")), 2, "stack.prometheus")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unreachable_edge_fails_the_run_with_what_the_health_check_saw(cart, tmp_path):
+    with refused_port() as port:
+        data = plan(cart)
+        data["stack"]["edge"]["address"] = f"127.0.0.1:{port}"
+        data["stack"]["configs"][0]["ready"] = {"checks": 1, "timeout_s": 2, "interval_s": 0.5}
+        proc = drill("run", write(tmp_path, data), "--out", str(tmp_path / "out"), "--no-live")
+    one_line(proc, 1, f"127.0.0.1:{port} did not pass 1 health checks", "UNAVAILABLE")
+
+
+def test_a_switch_that_outlives_its_timeout_is_stopped_and_said(cart, tmp_path):
+    data = plan(cart)
+    data["stack"]["configs"][0].update({"switch": "sleep 30", "switch_timeout_s": 1})
+    proc = drill("run", write(tmp_path, data), "--out", str(tmp_path / "out"), "--no-live")
+    one_line(proc, 1, "switch to mine did not finish in 1 s (stopped)", "may be partly switched")
