@@ -183,7 +183,8 @@ def judge(configs: Mapping[str, Mapping], *, seed: int = 0) -> tuple[list[str], 
         out["trials_needed"] = need
     else:
         more = "; more trials are unlikely to separate them at the observed differences"
-    after = _plural(n_min, "trial") + ("" if have == n_min else f" ({have} with enough data)")
+    short = [f"{n}: {summaries[n]['valid_trials']}" for n in usable if summaries[n]["valid_trials"] < n_min]
+    after = _plural(n_min, "trial") + (f" ({', '.join(short)} with enough data)" if short else "")
     text = f"Inconclusive after {after}: no configuration is {RULE} ({details}){more}.{tail}"
     out.update(kind="inconclusive", text=text)
     return ranking, out

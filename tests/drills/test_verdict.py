@@ -143,3 +143,11 @@ def test_a_trade_off_names_each_measure_with_its_numbers():
     from harness.drills.verdict import _mirror
 
     assert tradeoff_text("b", "a", _mirror(c)) == tradeoff_text("a", "b", c)
+
+
+def test_an_inconclusive_verdict_says_which_configurations_had_fewer_trials_with_data():
+    r = run(a=[{(11, 19): 0.3}] * 3, b=[{(11, 19): 0.9}, {(11, 19): 0.9}, None])
+    v = r["verdict"]
+    assert v["winner"] is None and v["set_aside"] == {}  # b has data: compared on its two trials
+    assert v["text"].startswith("Inconclusive after 3 trials (b: 2 with enough data): no configuration is")
+    assert v["text"].endswith("about 3 trials with enough data per configuration (1 more) would likely settle it.")
