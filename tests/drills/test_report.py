@@ -140,11 +140,15 @@ def test_report_renders_in_headless_chromium(tmp_path):
 
 
 # --- issue 21: the report reads the verdict right ---------------------------------------------------------
-def _three_trials(**spec: list[dict]) -> tuple[dict, dict]:
-    """results.json (via `assemble`) and the representative series, from per-config lists of rate specs."""
+def _every_trial(**spec: list[dict]) -> tuple[dict, dict]:
+    """results.json (via `assemble`) and every trial's series, from per-config lists of rate specs."""
     series = {n: [make_series(rates(s), config=n) for s in specs] for n, specs in spec.items()}
-    results = assemble(series, a.Slo(), ["gateway", "ledger"], plan_name="synthetic").model_dump()
-    _three_trials.every = series  # write_outputs takes every trial
+    return assemble(series, a.Slo(), ["gateway", "ledger"], plan_name="synthetic").model_dump(), series
+
+
+def _three_trials(**spec: list[dict]) -> tuple[dict, dict]:
+    """results.json and each configuration's representative series (what `render` plots)."""
+    results, series = _every_trial(**spec)
     return results, {n: runs[results["configs"][n]["representative_trial"]] for n, runs in series.items()}
 
 
@@ -212,14 +216,14 @@ MEASURE = (
 def test_the_mttr_table_fits_a_1280_px_window_without_scrolling(tmp_path):
     # the widest table a run gives: three trials each, every cell a median with its (min–max), a never
     # restored trial, long configuration names, offered-load and read-back notes
-    results, series = _three_trials(
+    results, series = _every_trial(
         **{
             "resilient-p2c-long-timeout": [{(11, 13): 0.9}, {(11, 40): 0.9}, {(11, 14): 0.9}],
             "naive-long-timeout": [{(11, 20): 0.1}, {(11, 20): 0.1, (30, 31): 0.5}, {(11, 21): 0.1}],
             "budget": [{}, {(11, 12): 0.3}, {(26, 27): 0.4}],
         }
     )
-    report.write_outputs(tmp_path, results, _three_trials.every)
+    report.write_outputs(tmp_path, results, series)
     page = (tmp_path / "report.html").read_text()
     measured = tmp_path / "measured.html"
     measured.write_text(page.replace("</body>", MEASURE))  # the report itself has no script
