@@ -1,6 +1,8 @@
-"""MTTR analysis (DESIGN §10): TTD, TTM, TTR, MTTR, amplification, goodput, blast radius, from per-second series.
+"""MTTR analysis (DESIGN §10, §12): one trial's every number, from its per-second series.
 
-Pure functions over a `RunSeries`; no I/O, no clocks. Definitions:
+Pure functions over a `RunSeries`; no I/O, no clocks. The per-second readings
+and the GOOD/BAD/UNKNOWN state of each second are `harness.drills.slo`'s (re-
+exported here), the user-impact numbers `harness.drills.impact`'s. Definitions:
 
 - a sample at time t covers the second (t−1, t]. The **fault window** is the
   samples whose second lies in [fault-on, fault-off): fault-on + ½ ≤ t < fault-off + ½
@@ -14,7 +16,17 @@ Pure functions over a `RunSeries`; no I/O, no clocks. Definitions:
   hold_s + window_s). **TTD** = first bad second in that range − fault-on.
   A breach that starts after the range is a **post-fault breach**
   (`{start_s: seconds after fault-off, duration_s: until held again, null if never}`):
-  a finding of its own, not TTD, and it does not make the trial `breached`.
+  users were hurt, so the trial is `breached` (its MTTR that breach's length,
+  TTD/TTM/TTR null: nothing to detect at fault-on) and the field stays its own
+  finding. One after a restored fault breach adds to the outage, not the MTTR.
+- **outage** = seconds the SLO was lost: the fault breach (first breach →
+  restored for good, or to the run's end) plus every post-fault breach; 0 when
+  held. The statistic recovery is compared on (`harness.drills.stats`).
+- **budget burn**, **bad seconds**: see `harness.drills.impact`.
+- **uncertainty**: a series read back from Prometheus says how far each edge
+  may lie off the runner's grid (`RunSeries.edge_error`, `fault_error`); every
+  reported time gets the sum of its two edges' (`uncertainty_s`), beside the
+  read-back's `resolution_s`. Exact series carry neither field.
 - **TTM** = first breach → first held point whose hold window ends while the
   fault is still on (mitigation: breaker, balancer, budget).
 - **TTR** = fault-off → first held point after fault-off (0 when the system was
@@ -23,8 +35,8 @@ Pure functions over a `RunSeries`; no I/O, no clocks. Definitions:
   (restored for good). `None` when never restored. `None` too, with
   `breached: False`, when the SLO held: never 0. Times are sample end-times.
 - **insufficient data**: fewer than 80 % of the fault window's seconds are
-  known, or no edge calls in it, or the load fell behind. Such a trial is never
-  ranked as holding.
+  known, or no edge calls in it, or the load fell behind (`insufficient_reason`
+  says which). Such a trial is never ranked as holding.
 - **offered load**: per traffic class, `planned` requests/s (what the load
   driver was asked to send) and `achieved`: the calls the edge client *started*
   in the fault window ÷ its length. Calls are counted when they end, so each
@@ -52,141 +64,35 @@ import math
 from collections.abc import Sequence
 
 from harness.core.status import error_rate
+from harness.drills.impact import bad_seconds, budget_burn, impact_breaches
 from harness.drills.model import SeriesKey, Slo
 from harness.drills.series import RunSeries
-from harness.drills.stats import summary_key
+from harness.drills.slo import (
+    BAD,
+    GOOD,
+    UNKNOWN,
+    Breach,
+    breach_seconds,
+    breaches,
+    error_rate_series,
+    first_held,
+    grace_s,
+    hop_series,
+    index_at,
+    p99_series,
+    quantile_from_buckets,
+    rolling_mean,
+    rps_series,
+    sample_lengths,
+    samples_in,
+    slo_states,
+    status_counts,
+)
 
-
-# --- per-second series -------------------------------------------------------------------
-def status_counts(series: RunSeries, i: int, traffic: str = "all") -> dict[str, float]:
-    """Client calls in second i by status name, for one traffic class (or all)."""
-    counts: dict[str, float] = {}
-    for key in series.select("calls"):
-        if traffic != "all" and key.traffic != traffic:
-            continue
-        v = series.values[key][i]
-        if v:
-            counts[key.status] = counts.get(key.status, 0.0) + v
-    return counts
-
-
-def error_rate_series(
-    series: RunSeries, traffic: str = "all", min_calls: float = 0.0, window: int = 1
-) -> list[float | None]:
-    """Per second: error rate over the `window` seconds ending there (None below `min_calls` calls)."""
-    per_second = [status_counts(series, i, traffic) for i in range(len(series.t))]
-    out: list[float | None] = []
-    for i in range(len(series.t)):
-        counts: dict[str, float] = {}
-        for c in per_second[max(0, i - max(1, window) + 1) : i + 1]:
-            for k, v in c.items():
-                counts[k] = counts.get(k, 0.0) + v
-        total = sum(v for k, v in counts.items() if k != "CANCELLED")
-        out.append(error_rate(counts) if total >= max(min_calls, 1e-9) else None)
-    return out
-
-
-def rps_series(series: RunSeries, traffic: str = "all") -> list[float]:
-    """Edge requests/s (client calls, every status) of one traffic class or all."""
-    out = []
-    for i in range(len(series.t)):
-        out.append(sum(status_counts(series, i, traffic).values()))
-    return out
-
-
-def hop_series(series: RunSeries) -> dict[str, list[float]]:
-    """Server calls/s per hop (every replica, every status)."""
-    return {k.service: [v or 0.0 for v in series.values[k]] for k in series.select("srv")}
-
-
-def quantile_from_buckets(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """Prometheus-style histogram_quantile over (upper bound, cumulative count) pairs."""
-    buckets = sorted(buckets)
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    total = buckets[-1][1]
-    rank = q * total
-    prev_le, prev_count = 0.0, 0.0
-    for le, count in buckets:
-        if count >= rank:
-            if math.isinf(le):
-                return prev_le
-            if count == prev_count:
-                return le
-            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
-        prev_le, prev_count = le, count
-    return buckets[-1][0]
-
-
-def p99_series(series: RunSeries, traffic: str = "all", mode: str | None = None) -> list[float | None]:
-    """Per-second p99 of edge client latency for a traffic class (and fault mode, None = any)."""
-    groups: dict[float, list[SeriesKey]] = {}
-    for key in series.select("lat"):
-        if traffic != "all" and key.traffic != traffic:
-            continue
-        if mode is not None and key.mode != mode:
-            continue
-        groups.setdefault(float(key.le), []).append(key)
-    out: list[float | None] = []
-    for i in range(len(series.t)):
-        buckets = [(le, sum(series.values[k][i] or 0.0 for k in keys)) for le, keys in groups.items()]
-        out.append(quantile_from_buckets(0.99, buckets))
-    return out
-
-
-def rolling_mean(values: Sequence[float | None], width: int) -> list[float | None]:
-    out: list[float | None] = []
-    for i in range(len(values)):
-        window = [v for v in values[max(0, i - width + 1) : i + 1] if v is not None]
-        out.append(sum(window) / len(window) if window else None)
-    return out
-
-
-# --- SLO state machine -------------------------------------------------------------------
-GOOD, BAD, UNKNOWN = 1, -1, 0
-
-
-def slo_states(series: RunSeries, slo: Slo) -> list[int]:
-    """Per second: GOOD, BAD or UNKNOWN against the SLO."""
-    rates = error_rate_series(series, slo.traffic, slo.min_calls, slo.window_s)
-    p99s = p99_series(series, slo.traffic) if slo.max_p99_s is not None else [None] * len(series.t)
-    states = []
-    for rate, p99 in zip(rates, p99s, strict=True):
-        if rate is None:
-            states.append(UNKNOWN)
-        elif rate > slo.max_error_rate or (slo.max_p99_s is not None and (p99 or 0.0) > slo.max_p99_s):
-            states.append(BAD)
-        else:
-            states.append(GOOD)
-    return states
-
-
-def first_held(states: Sequence[int], start: int, hold: int) -> int | None:
-    """First index ≥ start where `hold` consecutive seconds are GOOD."""
-    run = 0
-    for i in range(max(0, start), len(states)):
-        run = run + 1 if states[i] == GOOD else 0
-        if run >= hold:
-            return i - hold + 1
-    return None
-
-
-def _index_at(t: Sequence[float], when: float) -> int:
-    """First sample index whose time is ≥ when (len(t) if none)."""
-    for i, x in enumerate(t):
-        if x >= when - 1e-9:
-            return i
-    return len(t)
-
-
-def _window(series: RunSeries, start: float, end: float) -> range:
-    """Samples whose second (t−1, t] lies in [start, end): start + ½ ≤ t < end + ½."""
-    return range(_index_at(series.t, start + 0.5), _index_at(series.t, end + 0.5))
-
-
-def grace_s(slo: Slo) -> float:
-    """Detection grace after fault-off: `slo.grace_s`, default hold + window."""
-    return float(slo.grace_s) if slo.grace_s is not None else float(slo.hold_s + slo.window_s)
+#: the per-second readers (`harness.drills.slo`) are long imported from here too
+__all__ = ["BAD", "GOOD", "UNKNOWN", "error_rate_series", "hop_series", "p99_series", "quantile_from_buckets",
+           "rolling_mean", "rps_series", "slo_states", "status_counts", "analyze_run", "recovery", "rank"]  # fmt: skip
+_window = samples_in  # the name tests/observability and older callers use
 
 
 #: a fault window with fewer known seconds than this share is `insufficient_data`
@@ -199,6 +105,8 @@ TIMEOUT_SLACK_S = 0.1
 
 @dataclasses.dataclass
 class Recovery:
+    """The recovery times of one trial, and the sample indices they were read at (for their ±)."""
+
     breached: bool
     ttd_s: float | None
     ttm_s: float | None
@@ -210,71 +118,100 @@ class Recovery:
     insufficient_data: bool = False
     known_share: float | None = None
     post_fault_breach: dict | None = None
-    #: never restored: run end − first breach, a lower bound of the MTTR (for statistics only)
+    #: never restored: run end − the start of the first bad second, a lower bound of the MTTR
     mttr_lower_bound_s: float | None = None
+    #: why the trial is insufficient_data (None when it is not)
+    insufficient_reason: str | None = None
+    #: the breach that started in the detection range (None: none did)
+    fault_breach: Breach | None = None
+    #: every breach that started after it (or after the detection range), in order
+    post_breaches: list[Breach] = dataclasses.field(default_factory=list)
+    #: sample index of the mitigation's held point (TTM) and of the recovery's (TTR)
+    ttm_at: int | None = None
+    ttr_at: int | None = None
 
 
-def _post_fault_breach(states: Sequence[int], t: Sequence[float], start: int, hold: int, off: float) -> dict | None:
-    later = [i for i in range(start, len(states)) if states[i] == BAD]
-    if not later:
-        return None
-    restored = first_held(states, later[0] + 1, hold)
-    if restored is not None:  # the breach ends at the first hold after its last bad second
-        last = max((i for i in later if i < restored), default=later[0])
-        restored = first_held(states, last + 1, hold)
-    return {
-        "start_s": round(t[later[0]] - off, 3),
-        "duration_s": None if restored is None else round(t[restored] - t[later[0]], 3),
-    }
-
-
-def recovery(series: RunSeries, slo: Slo) -> Recovery:
-    """TTD, TTM, TTR, MTTR of one run (see the module docstring)."""
-    t = series.t
-    states = slo_states(series, slo)
-    hold = max(1, int(slo.hold_s))
-    win = _window(series, series.fault_on, series.fault_off)
+def _insufficient(series: RunSeries, states: Sequence[int], win: range) -> tuple[float, str | None]:
+    """The fault window's known share, and why it is too little to judge (None: enough)."""
     expected = max(len(win), int(round(series.fault_off - series.fault_on)))
     known = sum(1 for i in win if states[i] != UNKNOWN)
     share = known / expected if expected else 0.0
-    edge_calls = sum(rps_series(series, "all")[i] for i in win)
-    insufficient = share < MIN_KNOWN_SHARE or edge_calls <= 0
+    calls = rps_series(series, "all")
+    if sum(calls[i] for i in win) <= 0:
+        return share, "no calls in the fault window"
+    if share < MIN_KNOWN_SHARE and len(win) < MIN_KNOWN_SHARE * expected:  # the sampler fell behind
+        return share, f"samples missing in the fault window ({len(win)} of {expected} seconds sampled)"
+    if share < MIN_KNOWN_SHARE:
+        return share, f"too few calls in the fault window ({100 * share:.0f} % of its seconds known)"
+    return share, None
+
+
+def _flaps(states: Sequence[int], breach: Breach) -> int:
+    end = breach.restored if breach.restored is not None else len(states)
+    return sum(1 for i in range(breach.first + 1, end) if states[i] == BAD and states[i - 1] != BAD)
+
+
+def recovery(series: RunSeries, slo: Slo, states: Sequence[int] | None = None) -> Recovery:
+    """TTD, TTM, TTR, MTTR of one run (see the module docstring)."""
+    t = series.t
+    states = slo_states(series, slo) if states is None else states
+    hold = max(1, int(slo.hold_s))
+    win = samples_in(series, series.fault_on, series.fault_off)
+    share, why = _insufficient(series, states, win)
     on, off = win.start, win.stop
-    detect_end = _index_at(t, series.fault_off + grace_s(slo) + 0.5)
+    detect_end = index_at(t, series.fault_off + grace_s(slo) + 0.5)
     bad = [i for i in range(on, detect_end) if states[i] == BAD]
+    base = {"insufficient_data": why is not None, "known_share": round(share, 3), "insufficient_reason": why}
     if not bad:
-        post = _post_fault_breach(states, t, detect_end, hold, series.fault_off)
-        return Recovery(False, None, None, None, None, None, None, 0, insufficient, round(share, 3), post)
+        post = breaches(states, detect_end, hold)
+        if not post:
+            return Recovery(False, None, None, None, None, None, None, 0, **base)
+        # a breach after the fault and its grace: users were hurt, so the trial did not hold; nothing to detect
+        first = post[0]
+        mttr = breach_seconds(t, first) if first.restored is not None else None
+        return Recovery(
+            True, None, None, None, mttr, t[first.first], t[first.restored] if first.restored is not None else None,
+            _flaps(states, first), post_fault_breach=_post_fault(t, first, series.fault_off),
+            mttr_lower_bound_s=None if mttr is not None else breach_seconds(t, first), post_breaches=post, **base,
+        )  # fmt: skip
     first = bad[0]
     first_t = t[first]
     ttd = first_t - series.fault_on
-    ttm = None
+    ttm = ttm_at = None
     held = first_held(states, first, hold)
     if held is not None and held + hold - 1 < off:
-        ttm = t[held] - first_t
-    ttr = None
+        ttm, ttm_at = t[held] - first_t, held
+    ttr = ttr_at = None
     if off < len(t):
         if off > 0 and first_held(states, off - 1, hold) == off - 1:
-            ttr = 0.0  # already holding when the fault went off
+            ttr, ttr_at = 0.0, off - 1  # already holding when the fault went off
         else:
             h = first_held(states, off, hold)
             if h is not None:
-                ttr = max(0.0, t[h] - series.fault_off)
-    restored = first_held(states, bad[-1] + 1, hold)
-    mttr = t[restored] - first_t if restored is not None else None
-    end_of_breach = restored if restored is not None else len(t)
-    flaps = 0
-    for i in range(first + 1, end_of_breach):
-        if states[i] == BAD and states[i - 1] != BAD:
-            flaps += 1
-    post = None
-    if restored is not None:
-        post = _post_fault_breach(states, t, max(restored, detect_end), hold, series.fault_off)
-    bound = None if mttr is not None else (t[-1] - first_t)
+                ttr, ttr_at = max(0.0, t[h] - series.fault_off), h
+    fault = Breach(first, first_held(states, bad[-1] + 1, hold))
+    restored = fault.restored
+    mttr = breach_seconds(t, fault) if restored is not None else None
+    post = breaches(states, max(restored, detect_end), hold) if restored is not None else []
     return Recovery(
-        True, ttd, ttm, ttr, mttr, first_t, t[restored] if restored is not None else None, flaps, insufficient,
-        round(share, 3), post, bound,
+        True, ttd, ttm, ttr, mttr, first_t, t[restored] if restored is not None else None, _flaps(states, fault),
+        post_fault_breach=_post_fault(t, post[0], series.fault_off) if post else None,
+        mttr_lower_bound_s=None if mttr is not None else breach_seconds(t, fault), fault_breach=fault,
+        post_breaches=post, ttm_at=ttm_at, ttr_at=ttr_at, **base,
     )  # fmt: skip
+
+
+def _post_fault(t: Sequence[float], breach: Breach, off: float) -> dict:
+    """`post_fault_breach`: when it started after fault-off, and how long until held again (None: never)."""
+    duration = breach_seconds(t, breach) if breach.restored is not None else None
+    return {"start_s": round(t[breach.first] - off, 3), "duration_s": None if duration is None else round(duration, 3)}
+
+
+def outage_s(rec: Recovery, t: Sequence[float]) -> float:
+    """Seconds the SLO was lost: the fault's breach (first breach → restored for good, or to the run's
+    end) plus every post-fault breach; 0 when it held."""
+    total = breach_seconds(t, rec.fault_breach) if rec.fault_breach is not None else 0.0
+    return total + sum(breach_seconds(t, b) for b in rec.post_breaches)
 
 
 # --- load shape and goodput ------------------------------------------------------------------
@@ -287,22 +224,23 @@ def _sum_counts(series: RunSeries, win: range, traffic: str) -> dict[str, float]
 
 
 def aggregate_error_rate(series: RunSeries, start: float, end: float, traffic: str = "all") -> float | None:
-    return error_rate(_sum_counts(series, _window(series, start, end), traffic))
+    return error_rate(_sum_counts(series, samples_in(series, start, end), traffic))
 
 
 def success_rate(series: RunSeries, start: float, end: float, traffic: str = "all") -> float | None:
     """OK ÷ (all − CANCELLED) of edge calls in [start, end); None without calls."""
-    counts = _sum_counts(series, _window(series, start, end), traffic)
+    counts = _sum_counts(series, samples_in(series, start, end), traffic)
     den = sum(v for k, v in counts.items() if k != "CANCELLED")
     return counts.get("OK", 0.0) / den if den > 0 else None
 
 
 def amplification(series: RunSeries, hops: Sequence[str] | None = None) -> dict[str, float | None]:
     """Per hop: the hop's attempts ÷ edge first attempts (all traffic), summed over the fault window."""
-    win = _window(series, series.fault_on, series.fault_off)
+    win = samples_in(series, series.fault_on, series.fault_off)
     if not win:
         return {}
-    ingress = sum(rps_series(series, "all")[i] for i in win)
+    edge = rps_series(series, "all")
+    ingress = sum(edge[i] for i in win)
     per_hop = hop_series(series)
     out: dict[str, float | None] = {}
     for hop in hops or sorted(per_hop):
@@ -316,7 +254,7 @@ def amplification(series: RunSeries, hops: Sequence[str] | None = None) -> dict[
 
 def attempts_per_success(series: RunSeries, hop: str | None) -> float | None:
     """The hop's attempts ÷ edge OK calls over the fault window (None when nothing succeeded)."""
-    win = _window(series, series.fault_on, series.fault_off)
+    win = samples_in(series, series.fault_on, series.fault_off)
     values = hop_series(series).get(hop) if hop else None
     if values is None:
         return None
@@ -329,7 +267,7 @@ def deadline_gaps(series: RunSeries) -> dict[str, dict[str, float]]:
     out = {}
     for key in series.select("gap"):
         hop = key.service
-        dt = _dts(series.t)
+        dt = sample_lengths(series.t)
         count = sum((v or 0.0) * d for v, d in zip(series.values[key], dt, strict=True))
         total = sum((v or 0.0) * d for v, d in zip(series.get(SeriesKey("gapsum", hop)), dt, strict=True))
         out[hop] = {"count": round(count, 1), "mean_s": round(total / count, 4) if count else 0.0}
@@ -337,17 +275,11 @@ def deadline_gaps(series: RunSeries) -> dict[str, dict[str, float]]:
 
 
 def fd_peaks(series: RunSeries) -> dict[str, float]:
-    return {
-        k.service: max((v for v in series.values[k] if v is not None), default=0.0) for k in series.select("fds")
-    }
-
-
-def _dts(t: Sequence[float]) -> list[float]:
-    return [1.0] + [max(0.0, b - a) for a, b in zip(t, t[1:], strict=False)]
+    return {k.service: max((v for v in series.values[k] if v is not None), default=0.0) for k in series.select("fds")}
 
 
 def total_requests(series: RunSeries, traffic: str = "all") -> int:
-    dt = _dts(series.t)
+    dt = sample_lengths(series.t)
     return int(round(sum(r * d for r, d in zip(rps_series(series, traffic), dt, strict=True))))
 
 
@@ -367,7 +299,7 @@ def started_rps(series: RunSeries, start: float, end: float, traffic: str) -> fl
         return None
     les = sorted({k.le for k in keys}, key=lambda le: math.inf if le == "+Inf" else float(le))
     bounds = [math.inf if le == "+Inf" else float(le) for le in les]
-    dt = _dts(series.t)
+    dt = sample_lengths(series.t)
     started = 0.0
     for i, t in enumerate(series.t):
         cum = [sum(series.values[k][i] or 0.0 for k in keys if k.le == le) for le in les]
@@ -407,9 +339,36 @@ def offered_load(series: RunSeries) -> tuple[dict[str, dict], bool | None]:
     return out, any(c["fell_behind"] for c in out.values())
 
 
+def uncertainty(series: RunSeries, rec: Recovery, found: Sequence[Breach]) -> dict[str, float]:
+    """± in seconds of every time the trial reports, read back from a source coarser than the runner's grid:
+    a duration is as uncertain as its two edges together (`RunSeries.edge_error_at`, `fault_error`)."""
+    e = series.edge_error_at
+    on_err, off_err = series.fault_error or (0.0, 0.0)
+
+    def span(b: Breach) -> float:
+        return e(b.first) + (e(b.restored) if b.restored is not None else 0.0)
+
+    out: dict[str, float] = {}
+    fault, post = rec.fault_breach, rec.post_breaches
+    if rec.ttd_s is not None and fault is not None:
+        out["ttd_s"] = on_err + e(fault.first)
+    if rec.ttm_s is not None and fault is not None:
+        out["ttm_s"] = e(fault.first) + e(rec.ttm_at)
+    if rec.ttr_s is not None:
+        out["ttr_s"] = off_err + e(rec.ttr_at)
+    if rec.mttr_s is not None:
+        out["mttr_s"] = span(fault if fault is not None else post[0])
+    if rec.post_fault_breach and rec.post_fault_breach.get("duration_s") is not None:
+        out["post_fault_breach_s"] = span(post[0])
+    out["bad_s"] = sum(span(b) for b in found)
+    out["outage_s"] = (span(fault) if fault is not None else 0.0) + sum(span(b) for b in post)
+    return {k: round(v, 3) for k, v in out.items()}
+
+
 def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) -> dict:
     """Every number results.json carries for one trial of one configuration."""
-    rec = recovery(series, slo)
+    states = slo_states(series, slo)
+    rec = recovery(series, slo, states)
     amp = amplification(series, hops)
     if hops:
         deepest = list(hops)[-1]
@@ -418,13 +377,16 @@ def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) 
 
     on, off = series.fault_on, series.fault_off
     offered, fell_behind = offered_load(series)
+    found = impact_breaches(series, states, slo)
+    burn, bad_calls = budget_burn(series, slo)
 
     def r(x):
         return None if x is None else round(x, 3)
 
-    return {
+    out = {
         "breached": rec.breached,
         "insufficient_data": rec.insufficient_data or bool(fell_behind),
+        "insufficient_reason": "load fell behind" if fell_behind else rec.insufficient_reason,
         "known_share": rec.known_share,
         "offered_rps": offered,
         "load_fell_behind": fell_behind,
@@ -434,6 +396,10 @@ def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) 
         "mttr_s": r(rec.mttr_s),
         "mttr_lower_bound_s": r(rec.mttr_lower_bound_s),
         "post_fault_breach": rec.post_fault_breach,
+        "outage_s": r(outage_s(rec, series.t)),
+        "budget_burn": r(burn),
+        "bad_calls": round(bad_calls, 1),
+        "bad_s": r(bad_seconds(series, found)),
         "flaps": rec.flaps,
         "amplification": amp.get(deepest) if deepest else None,
         "deepest_hop": deepest,
@@ -449,28 +415,14 @@ def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) 
         "deadline_gaps": deadline_gaps(series),
         "fd_peaks": fd_peaks(series),
     }
+    if series.edge_error is not None or series.fault_error is not None or series.resolution_s is not None:
+        out["uncertainty_s"] = uncertainty(series, rec, found)
+        out["resolution_s"] = series.resolution_s
+    return out
 
 
-def trial_key(c: dict) -> tuple:
-    """Sort key of one trial (or one configuration's representative numbers), best first:
-    held the SLO, then MTTR ascending, then never restored, then insufficient data (never "held")."""
-    if c.get("insufficient_data"):
-        return (3, 0.0)
-    if not c.get("breached"):
-        return (0, 0.0)
-    if c.get("mttr_s") is None:
-        return (2, 0.0)
-    return (1, c["mttr_s"])
+def rank(configs: dict[str, dict], *, seed: int = 0) -> list[str]:
+    """Configurations in the verdict's order (`harness.drills.verdict.judge`): best first, no data last."""
+    from harness.drills.verdict import judge
 
-
-def rank(configs: dict[str, dict]) -> list[str]:
-    """Configurations, fastest recovery first (by their summary when they have one, see `stats.summary_key`)."""
-
-    def key(name: str):
-        c = configs[name]
-        summary = c.get("summary")
-        if summary is not None:
-            return (*summary_key(summary), name)
-        return (*trial_key(c), name)
-
-    return sorted(configs, key=key)
+    return judge(configs, seed=seed)[0]

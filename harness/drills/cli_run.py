@@ -83,10 +83,11 @@ def _positive(text: str) -> int:
 def add_fail_on(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fail-on", action="append", default=[], metavar="COND",
-        help="exit 3 when a condition holds: 'breach' (any configuration breached the SLO in any trial), "
-        "'mttr>SECONDS' (a configuration's median MTTR above SECONDS, or never restored), "
-        "'regression:BASELINE.json' (median MTTR or breach probability significantly worse than the "
-        "baseline's); repeatable",
+        help="exit 3 when a condition holds: 'breach' (any configuration breached the SLO in any trial, "
+        "post-fault breaches included), 'mttr>SECONDS' (a configuration's median MTTR above SECONDS, or never "
+        "restored; a time read from Prometheus counts less its ±), 'budget>X' (a configuration's median error "
+        "budget burn above X, 1 = the SLO's allowance), 'regression:BASELINE.json' (breach probability, median "
+        "outage beyond the read-back ± or budget burn significantly worse than the baseline's); repeatable",
     )  # fmt: skip
 
 
@@ -189,49 +190,51 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
 
 
 def print_summary(results: dict, out: pathlib.Path) -> None:
+    """The terminal's table (the verdict's order), the read-back note, the verdict, and what was written."""
     from rich.console import Console
     from rich.table import Table
 
-    from harness.drills.report import _fmt, _pct, mttr_text, offered_text
+    from harness.drills import cells
 
     trials = max((c.get("summary", {}).get("trials", 1) for c in results["configs"].values()), default=1)
-    title = f"drill {results['plan']} (seed {results['seed']}" + (f", {trials} trials each)" if trials > 1 else ")")
+    known = [] if results.get("seed") is None else [f"seed {results['seed']}"]
+    known += [f"{trials} trials each"] if trials > 1 else []
+    title = f"drill {results['plan']}" + (f" ({', '.join(known)})" if known else "")
     table = Table(title=title)
-    cols = ("configuration", "trials", "MTTR (median)", "TTD", "TTR", "amplification", "success", "att/success",
-            "blast radius", "offered req/s organic · drill")  # fmt: skip
-    for col in cols:
-        table.add_column(col, justify="right")
+    table.add_column("configuration", no_wrap=True)
+    for col in ("trials", "MTTR (median)", "post-fault breach", "outside SLO", "budget burn", "TTD", "TTR",
+                "amplification", "success", "blast radius", "offered req/s organic · drill"):  # fmt: skip
+        table.add_column(col, justify="right", no_wrap=col in ("outside SLO", "budget burn", "TTD", "TTR"))
+
+    def two(text: str) -> str:  # the value, its detail on a second line
+        return "\n".join(x for x in cells.value_and_detail(text) if x)
+
     for name in results["ranking"]:
         c = results["configs"][name]
         s = c.get("summary") or {}
         table.add_row(
-            name, str(s.get("trials", 1)), mttr_text(c), _spread(s.get("ttd_s")) if s else _fmt(c["ttd_s"], " s", 1),
-            _spread(s.get("ttr_s")) if s else _fmt(c["ttr_s"], " s", 1),
-            _fmt(s.get("amplification", c.get("amplification")), "×"), _pct(s.get("success_rate")),
-            _fmt(s.get("attempts_per_success"), "", 2), _pct(s.get("blast_radius", c.get("blast_radius"))),
-            f"{offered_text(c, 'organic')} · {offered_text(c, 'drill')}",
+            name, str(s.get("trials", 1)), two(cells.mttr_text(c)), cells.post_fault_text(c),
+            two(cells.spread_text(c, "bad_s")), two(cells.burn_text(c)), two(cells.spread_text(c, "ttd_s")),
+            two(cells.spread_text(c, "ttr_s")),
+            cells.fmt(s.get("amplification", c.get("amplification")), "×"), cells.pct(s.get("success_rate")),
+            cells.pct(s.get("blast_radius", c.get("blast_radius"))),
+            f"{cells.offered_text(c, 'organic')} · {cells.offered_text(c, 'drill')}",
         )  # fmt: skip
     console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
+    if not console.is_terminal:  # a log or a file: wide enough for every column's value on one line
+        console = Console(width=200)
     console.print(table)
+    note = cells.readback_note(results)
+    if note:
+        console.print(note, highlight=False)
     behind = [f"{n} #{t.get('trial', 1)}" for n, c in results["configs"].items() for t in c.get("trials") or [c]
               if t.get("load_fell_behind")]  # fmt: skip
     if behind:
         console.print(f"load fell behind the plan (insufficient data): {', '.join(behind)}", highlight=False)
     v = results["verdict"]
     console.print(v["text"] if isinstance(v, dict) else v, highlight=False)
-    console.print(f"wrote {out / 'results.json'} and {out / 'report.html'}", highlight=False)
-
-
-def _spread(spread: dict | None) -> str:
-    from harness.drills.report import _fmt
-
-    if not spread or spread.get("median") is None:
-        return "—"
-    if spread["n"] == 1:
-        return _fmt(spread["median"], " s", 1)
-    return f"{spread['median']:.1f} s ({spread['min']:.1f}–{spread['max']:.1f})"
+    wrote = f"wrote {out / 'results.json'}, {out / 'series.json'} and {out / 'report.html'}"
+    console.print(wrote, highlight=False, soft_wrap=True)  # paths are never broken
 
 
 def run(args: argparse.Namespace) -> int:

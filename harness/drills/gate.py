@@ -1,12 +1,20 @@
 """`--fail-on`: CI gates over results.json (DESIGN §11: exit 3 when a condition holds).
 
-- `breach`: some configuration breached the SLO in some (valid) trial;
+- `breach`: some configuration breached the SLO in some (valid) trial
+  (a post-fault breach is a breach);
 - `mttr>SECONDS`: some configuration's median MTTR over its breached trials
-  (a never-restored trial counts as infinitely long) exceeds SECONDS;
+  (a never-restored trial counts as infinitely long) exceeds SECONDS. A time
+  read back from Prometheus counts less its ± (`uncertainty_s`): the median
+  over the trials of MTTR − ± must exceed SECONDS, so the gate trips only on
+  what the read-back is sure of;
+- `budget>X`: some configuration's median error budget burn (1 = the SLO's
+  allowance) exceeds X;
 - `regression:BASELINE.json`: some configuration present in both is
   significantly worse than in the baseline results.json: more breaches
-  (Fisher's exact test) or a longer median outage (bootstrap 95 % CI above 0),
-  see `harness.drills.stats.compare`.
+  (Fisher's exact test), a longer median outage (bootstrap 95 % CI above the
+  sum of the two sides' largest read-back ±, 0 for runs the runner measured
+  itself) or a higher median budget burn (its CI above 0), see
+  `harness.drills.stats.regression`.
 
 Conditions are parsed (and a baseline read) before the drill starts, so a typo
 is exit 2 and not a wasted run. `check` raises `ConditionFailed` with one line.
@@ -27,8 +35,9 @@ from harness.drills import stats
 
 @dataclasses.dataclass(frozen=True)
 class Condition:
-    kind: str  # "breach" | "mttr" | "regression"
+    kind: str  # "breach" | "mttr" | "budget" | "regression"
     seconds: float | None = None
+    budget: float | None = None
     baseline: dict | None = None
     source: str = ""
 
@@ -50,6 +59,14 @@ def parse_conditions(specs: Iterable[str]) -> list[Condition]:
             if not seconds >= 0:
                 raise BadInput(f"--fail-on {text!r}: seconds must be ≥ 0")
             out.append(Condition("mttr", seconds=seconds, source=text))
+        elif text.startswith("budget>"):
+            try:
+                budget = float(text[7:])
+            except ValueError:
+                raise BadInput(f"--fail-on {text!r}: budget>X needs a number (1 = the SLO's allowance)") from None
+            if not budget >= 0:
+                raise BadInput(f"--fail-on {text!r}: the budget burn must be ≥ 0")
+            out.append(Condition("budget", budget=budget, source=text))
         elif text.startswith("regression:"):
             path = pathlib.Path(text[len("regression:") :])
             try:
@@ -62,7 +79,7 @@ def parse_conditions(specs: Iterable[str]) -> list[Condition]:
                 raise BadInput(f"--fail-on {text!r}: the baseline is not a results.json (no configs)")
             out.append(Condition("regression", baseline=baseline, source=text))
         else:
-            raise BadInput(f"--fail-on {text!r}: expected breach, mttr>SECONDS or regression:BASELINE.json")
+            raise BadInput(f"--fail-on {text!r}: expected breach, mttr>SECONDS, budget>X or regression:BASELINE.json")
     return out
 
 
@@ -79,10 +96,19 @@ def reasons(condition: Condition, results: dict) -> list[str]:
         if condition.kind == "breach" and breached:
             out.append(f"{name} breached the SLO in {len(breached)} of {len(trials)} trials")
         elif condition.kind == "mttr" and breached:
-            median = statistics.median(math.inf if t.get("mttr_s") is None else t["mttr_s"] for t in breached)
+            sure = [math.inf if t.get("mttr_s") is None else t["mttr_s"] - stats.uncertainty(t, "mttr_s")
+                    for t in breached]  # fmt: skip
+            median = statistics.median(sure)
             if median > condition.seconds:
                 shown = "never restored" if math.isinf(median) else f"{median:.1f} s"
+                if any(stats.uncertainty(t, "mttr_s") for t in breached) and not math.isinf(median):
+                    shown += " (less its read-back ±)"
                 out.append(f"{name} median MTTR {shown} > {condition.seconds:g} s")
+        elif condition.kind == "budget":
+            burns = [t["budget_burn"] for t in trials if t.get("budget_burn") is not None]
+            median = statistics.median(burns) if burns else None
+            if median is not None and median > condition.budget:
+                out.append(f"{name} median budget burn {median:.2f}× > {condition.budget:g}×")
         elif condition.kind == "regression":
             base = condition.baseline["configs"].get(name)
             if base is None:

@@ -4,6 +4,7 @@ Per configuration: `trials` (each trial's `analysis.analyze_run` fields plus wha
 the runner adds), `summary` (`stats.summarize`), and, at the top level of
 `configs[NAME]`, the fields of its representative trial (the median one,
 `representative_trial` names its index) so a one-trial reader keeps working.
+`ranking` and `verdict` come from `verdict.judge`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from harness.drills import analysis, stats
+from harness.drills import analysis, stats, verdict
 from harness.drills.model import Fault, Plan, Results, Slo
 from harness.drills.series import RunSeries
 
@@ -64,7 +65,7 @@ def assemble(
     if hops is None:
         hops = sorted({h for c in configs.values() for h in c["amplification_by_hop"]})
     fault = fault or (plan.fault if plan else None)
-    ranking = analysis.rank(configs)
+    ranking, judged = verdict.judge(configs, seed=plan.seed if plan else 0)
     return Results(
         plan=plan.name if plan else plan_name,
         seed=plan.seed if plan else None,
@@ -73,7 +74,7 @@ def assemble(
         hops=list(hops),
         configs=configs,
         ranking=ranking,
-        verdict=stats.verdict(configs, ranking, seed=plan.seed if plan else 0),
+        verdict=judged,
         started_at=_stamp(started) if started else None,
         finished_at=_stamp(),
         duration_s=round(time.time() - started, 1) if started else None,

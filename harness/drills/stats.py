@@ -1,13 +1,16 @@
-"""Trials → summary and verdict (DESIGN §10): breach probability, medians, Fisher's exact test, bootstrap CIs.
+"""Trials → per-configuration summary and pairwise tests (DESIGN §10, §12): breach probability, medians,
+Fisher's exact test, bootstrap CIs of the outage and of the budget burn.
 
 Pure: every function takes per-trial dicts (`harness.drills.analysis.analyze_run`'s
 fields) and returns plain data; the bootstrap uses its own seeded generator so
-the same trials always give the same interval.
+the same trials always give the same interval. `harness.drills.verdict` turns
+the pairwise comparisons into a ranking and a sentence.
 
 For comparing configurations each trial's **outage** is used: 0 s when the SLO
-held (nothing was lost), its MTTR when restored, and the run-end bound
-(`mttr_lower_bound_s`) when never restored. That is a statistic only; results
-keep `mttr_s: null` for "held" and "never restored" alike. Trials with
+held, else the seconds the SLO was lost (the fault's breach until restored for
+good, or until the run's end when never restored, plus every post-fault
+breach: the trial's `outage_s`). That is a statistic only; results keep
+`mttr_s: null` for "held" and "never restored" alike. Trials with
 `insufficient_data` are left out of every statistic and counted apart.
 """
 
@@ -26,16 +29,27 @@ MAX_TRIALS_ESTIMATE = 200
 MIN_BOOTSTRAP_TRIALS = 3
 
 
+def valid(trials: Sequence[Mapping]) -> list[Mapping]:
+    return [t for t in trials if not t.get("insufficient_data")]
+
+
 def outage_s(trial: Mapping) -> float | None:
     """Seconds the SLO was lost in a trial (see the module docstring); None for insufficient data."""
     if trial.get("insufficient_data"):
         return None
     if not trial.get("breached"):
         return 0.0
-    if trial.get("mttr_s") is not None:
+    if trial.get("outage_s") is not None:
+        return float(trial["outage_s"])
+    if trial.get("mttr_s") is not None:  # a results.json from before `outage_s`
         return float(trial["mttr_s"])
     bound = trial.get("mttr_lower_bound_s")
     return float(bound) if bound is not None else math.inf
+
+
+def uncertainty(trial: Mapping, field: str) -> float:
+    """The read-back ± of one of a trial's times (0 when exact)."""
+    return float((trial.get("uncertainty_s") or {}).get(field) or 0.0)
 
 
 def _spread(values: Sequence[float | None]) -> dict:
@@ -51,16 +65,17 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 def summarize(trials: Sequence[Mapping]) -> dict:
-    """Per configuration: breach probability and the spread of MTTR/TTD/TTR over the breached trials."""
-    valid = [t for t in trials if not t.get("insufficient_data")]
-    breached = [t for t in valid if t.get("breached")]
-    outages = [outage_s(t) for t in valid]
-    return {
+    """Per configuration: breach probability, the spread of MTTR/TTD/TTR over the breached trials, and of
+    budget burn and bad seconds over every valid trial."""
+    ok = valid(trials)
+    breached = [t for t in ok if t.get("breached")]
+    outages = [outage_s(t) for t in ok]
+    out = {
         "trials": len(trials),
-        "valid_trials": len(valid),
-        "insufficient_data": len(trials) - len(valid),
+        "valid_trials": len(ok),
+        "insufficient_data": len(trials) - len(ok),
         "breaches": len(breached),
-        "breach_probability": round(len(breached) / len(valid), 3) if valid else None,
+        "breach_probability": round(len(breached) / len(ok), 3) if ok else None,
         "never_restored": sum(1 for t in breached if t.get("mttr_s") is None),
         "mttr_s": _spread([t.get("mttr_s") for t in breached]),
         "ttd_s": _spread([t.get("ttd_s") for t in breached]),
@@ -68,20 +83,26 @@ def summarize(trials: Sequence[Mapping]) -> dict:
         "median_outage_s": _median([o for o in outages if o is not None and math.isfinite(o)])
         if all(o is not None and math.isfinite(o) for o in outages)
         else (None if not outages else math.inf),
-        "post_fault_breaches": sum(1 for t in valid if t.get("post_fault_breach")),
-        "success_rate": _median([t.get("success_rate") for t in valid]),
-        "attempts_per_success": _median([t.get("attempts_per_success") for t in valid]),
-        "amplification": _median([t.get("amplification") for t in valid]),
-        "blast_radius": _median([t.get("blast_radius") for t in valid]),
+        "post_fault_breaches": sum(1 for t in ok if t.get("post_fault_breach")),
+        "budget_burn": _spread([t.get("budget_burn") for t in ok]),
+        "bad_s": _spread([t.get("bad_s") for t in ok]),
+        "success_rate": _median([t.get("success_rate") for t in ok]),
+        "attempts_per_success": _median([t.get("attempts_per_success") for t in ok]),
+        "amplification": _median([t.get("amplification") for t in ok]),
+        "blast_radius": _median([t.get("blast_radius") for t in ok]),
     }
-
-
-def summary_key(summary: Mapping) -> tuple:
-    """Rank configurations: any valid trial first, then breach probability, then median outage."""
-    if not summary.get("valid_trials"):
-        return (1, 0.0, 0.0)
-    outage = summary.get("median_outage_s")
-    return (0, summary["breach_probability"], math.inf if outage is None else outage)
+    if len(ok) < len(trials):
+        reasons = [(t.get("insufficient_reason") or "insufficient data").split(" (")[0] for t in trials]
+        out["insufficient_reasons"] = sorted(
+            {r for r, t in zip(reasons, trials, strict=True) if t.get("insufficient_data")}
+        )
+    if any("uncertainty_s" in t for t in ok):  # read back: the largest ± of each time over the trials it covers
+        out["uncertainty_s"] = {
+            f: round(max((uncertainty(t, f) for t in ok if t.get(f) is not None), default=0.0), 3)
+            for f in ("mttr_s", "ttd_s", "ttr_s", "bad_s", "outage_s")
+        }
+        out["resolution_s"] = max((t.get("resolution_s") or 0.0 for t in ok), default=0.0) or None
+    return out
 
 
 def representative(trials: Sequence[Mapping]) -> int:
@@ -133,115 +154,91 @@ def _trials_for_ci(n: int, diff: float, lo: float, hi: float) -> int | None:
     return need if need <= MAX_TRIALS_ESTIMATE else None
 
 
-def compare(best: Sequence[Mapping], other: Sequence[Mapping], *, seed: int = 0) -> dict:
-    """Is `other` significantly worse than `best`? Fisher on breaches, bootstrap CI on median outage."""
-    vb = [t for t in best if not t.get("insufficient_data")]
-    vo = [t for t in other if not t.get("insufficient_data")]
-    bb, bo = sum(bool(t.get("breached")) for t in vb), sum(bool(t.get("breached")) for t in vo)
-    out: dict = {"breaches": [bb, len(vb)], "other_breaches": [bo, len(vo)]}
-    out["fisher_p"] = round(fisher_p(bb, len(vb), bo, len(vo)), 4)
-    ob, oo = [outage_s(t) for t in vb], [outage_s(t) for t in vo]
-    finite = ob and oo and all(math.isfinite(x) for x in ob + oo)
-    if finite:
-        diff, lo, hi = bootstrap_median_diff(ob, oo, seed=seed)
-        out["median_outage_diff_s"] = round(diff, 3)
-        out["ci95_s"] = [round(lo, 3), round(hi, 3)]
-        enough = min(len(ob), len(oo)) >= MIN_BOOTSTRAP_TRIALS
-        out["ci_trusted"] = enough
-        ci_significant = enough and (lo > 0 or hi < 0)
-        ci_worse = enough and lo > 0
-    else:
-        out["median_outage_diff_s"], out["ci95_s"] = None, None
-        ci_significant = ci_worse = False
-        diff, lo, hi = 0.0, 0.0, 0.0
-    fisher_significant = out["fisher_p"] < ALPHA
-    out["significant"] = bool(fisher_significant or ci_significant)
-    more_breaches = bo / max(1, len(vo)) > bb / max(1, len(vb))
-    out["worse"] = bool((fisher_significant and more_breaches) or ci_worse)
-    if not out["significant"] and vb and vo:
-        n = min(len(vb), len(vo))
-        estimates = [e for e in (_trials_for_fisher(bb, len(vb), bo, len(vo)), _trials_for_ci(n, diff, lo, hi)) if e]
-        out["trials_needed"] = min(estimates) if estimates else None
-    return out
+def _ci(xa: Sequence[float], xb: Sequence[float], seed: int) -> dict | None:
+    """median(a) − median(b), its bootstrap 95 % CI, and whether there are trials enough to trust it."""
+    if not xa or not xb or not all(math.isfinite(x) for x in [*xa, *xb]):
+        return None
+    diff, lo, hi = bootstrap_median_diff(xb, xa, seed=seed)
+    return {"diff": round(diff, 3), "ci95": [round(lo, 3), round(hi, 3)],
+            "trusted": min(len(xa), len(xb)) >= MIN_BOOTSTRAP_TRIALS}  # fmt: skip
 
 
-def _num(x: float | None, unit: str = " s") -> str:
-    return "—" if x is None else ("never" if not math.isfinite(x) else f"{x:.1f}{unit}")
+def compare(a: Sequence[Mapping], b: Sequence[Mapping], *, seed: int = 0, outage_margin_s: float = 0.0) -> dict:
+    """Configuration A's trials against B's, on recovery and on budget burn; every difference is A − B.
 
-
-def verdict(configs: Mapping[str, Mapping], order: Sequence[str], *, seed: int = 0) -> dict:
-    """The best configuration against each other one; a winner only when every difference is significant.
-
-    `configs[name]` has `trials` (per-trial dicts) and `summary` (`summarize`); `order` is the ranking.
+    Recovery: Fisher's exact test on breaches, bootstrap CI of the median outage; budget burn: bootstrap CI
+    of the median burn. A is significantly `better` (or `worse`) on a measure when Fisher p < ALPHA with
+    fewer (more) breaches, or a trusted CI lies wholly below (above) 0 — for the outage, below −margin
+    (above +margin): `outage_margin_s` is how far read-back uncertainty alone could move the difference.
     """
-    trials = {n: list(configs[n].get("trials") or [configs[n]]) for n in order}
-    counts = {n: len(t) for n, t in trials.items()}
-    n_min = min(counts.values()) if counts else 0
-    base = {"trials": counts, "comparisons": {}}
-    valid = [n for n in order if configs[n].get("summary", {}).get("valid_trials", 1)]
-    if not valid:
-        return {**base, "text": "No trial had enough data to judge (see insufficient_data).", "winner": None,
-                "conclusive": False, "best": None}  # fmt: skip
-    best = valid[0]
-    if len(order) < 2:
-        s = configs[best].get("summary") or summarize(trials[best])
-        text = (
-            f"{best}: breached in {s['breaches']} of {s['valid_trials']} trials, "
-            f"median MTTR {_num(s['mttr_s']['median'])}."
-        )
-        return {**base, "text": text, "winner": None, "conclusive": False, "best": best, "names": [best]}
-    parts, settled, needed = [], True, []
-    for other in order:
-        if other == best:
-            continue
-        if other not in valid:
-            parts.append(f"{other} had insufficient data")
-            settled = False
-            continue
-        c = compare(trials[best], trials[other], seed=seed)
-        base["comparisons"][other] = c
-        ci = c["ci95_s"]
-        ci_text = f", 95% CI {ci[0]:+.1f} to {ci[1]:+.1f} s" if ci else ""
-        if ci and not c.get("ci_trusted"):
-            ci_text += " (too few trials for a CI)"
-        diff = c["median_outage_diff_s"]
-        parts.append(
-            f"vs {other}: breaches {c['breaches'][0]}/{c['breaches'][1]} vs {c['other_breaches'][0]}/"
-            f"{c['other_breaches'][1]} (Fisher p={c['fisher_p']:.2g}), median outage "
-            f"{_num(diff)} longer{ci_text}"
-        )
-        if not c["worse"]:
-            settled = False
-            if c.get("trials_needed"):
-                needed.append(c["trials_needed"])
-    detail = "; ".join(parts)
-    if settled:
-        text = f"{best} recovers best ({detail})."
-        return {**base, "text": text, "winner": best, "conclusive": True, "best": best, "names": list(order)}
-    more = (
-        f"; about {max(needed)} trials per configuration ({max(needed) - n_min} more) would likely settle it"
-        if needed and len(needed) == len(base["comparisons"])
-        else "; more trials are unlikely to separate them at the observed difference"
-    )
-    text = f"Inconclusive after {n_min} trial{'' if n_min == 1 else 's'}: {best} looks best ({detail}){more}."
-    out = {**base, "text": text, "winner": None, "conclusive": False, "best": best, "names": list(order)}
-    if needed:
-        out["trials_needed"] = max(needed)
+    va, vb = valid(a), valid(b)
+    ba, bb = sum(bool(t.get("breached")) for t in va), sum(bool(t.get("breached")) for t in vb)
+    out: dict = {"breaches": [ba, len(va)], "other_breaches": [bb, len(vb)],
+                 "fisher_p": round(fisher_p(ba, len(va), bb, len(vb)), 4)}  # fmt: skip
+    better, worse = [], []
+    if out["fisher_p"] < ALPHA and va and vb:
+        (better if ba / len(va) < bb / len(vb) else worse).append("breaches")
+    outage = _ci([outage_s(t) for t in va], [outage_s(t) for t in vb], seed)
+    out["median_outage_s"] = [_median([outage_s(t) for t in va]), _median([outage_s(t) for t in vb])]
+    out["median_outage_diff_s"] = outage["diff"] if outage else None
+    out["ci95_s"] = outage["ci95"] if outage else None
+    out["ci_trusted"] = bool(outage and outage["trusted"])
+    if outage and outage["trusted"]:
+        if outage["ci95"][1] < -outage_margin_s:
+            better.append("outage")
+        elif outage["ci95"][0] > outage_margin_s:
+            worse.append("outage")
+    burns_a = [t["budget_burn"] for t in va if t.get("budget_burn") is not None]
+    burns_b = [t["budget_burn"] for t in vb if t.get("budget_burn") is not None]
+    burn = _ci(burns_a, burns_b, seed)
+    out["budget_burn"] = [_median(burns_a), _median(burns_b)]
+    out["budget_burn_diff"] = burn["diff"] if burn else None
+    out["budget_burn_ci95"] = burn["ci95"] if burn else None
+    out["burn_ci_trusted"] = bool(burn and burn["trusted"])
+    if burn and burn["trusted"]:
+        if burn["ci95"][1] < 0:
+            better.append("budget_burn")
+        elif burn["ci95"][0] > 0:
+            worse.append("budget_burn")
+    out["better"], out["worse"] = better, worse
+    if better and worse:
+        out["outcome"] = "tradeoff"
+    elif better or worse:
+        out["outcome"] = "better" if better else "worse"
+    else:
+        out["outcome"] = "inconclusive"
+        if va and vb:
+            n = min(len(va), len(vb))
+            estimates = [_trials_for_fisher(ba, len(va), bb, len(vb))]
+            for ci in (outage, burn):
+                if ci:
+                    estimates.append(_trials_for_ci(n, ci["diff"], *ci["ci95"]))
+            found = [e for e in estimates if e]
+            out["trials_needed"] = min(found) if found else None
     return out
 
 
 def regression(baseline: Sequence[Mapping], current: Sequence[Mapping], *, seed: int = 0) -> str | None:
-    """Why `current` trials are significantly worse than `baseline` ones, or None."""
-    c = compare(baseline, current, seed=seed)
+    """Why `current` trials are significantly worse than `baseline` ones (recovery or budget burn), or None.
+
+    The outage counts only beyond the read-back uncertainty: its CI's low bound must clear the sum of the
+    two sides' largest ± (0 for a run measured by the runner itself).
+    """
+    margin = max((uncertainty(t, "outage_s") for t in valid(baseline)), default=0.0)
+    margin += max((uncertainty(t, "outage_s") for t in valid(current)), default=0.0)
+    c = compare(current, baseline, seed=seed, outage_margin_s=margin)
     if not c["worse"]:
         return None
     why = []
-    if c["fisher_p"] < ALPHA:
-        why.append(
-            f"breaches {c['other_breaches'][0]}/{c['other_breaches'][1]} vs {c['breaches'][0]}/{c['breaches'][1]} "
-            f"(Fisher p={c['fisher_p']:.2g})"
-        )
-    if c["ci95_s"] and c["ci95_s"][0] > 0:
-        why.append(f"median outage {c['median_outage_diff_s']:+.1f} s (95% CI {c['ci95_s'][0]:+.1f} to "
-                   f"{c['ci95_s'][1]:+.1f} s)")  # fmt: skip
-    return ", ".join(why) or "significantly worse"
+    if "breaches" in c["worse"]:
+        why.append(f"breaches {c['breaches'][0]}/{c['breaches'][1]} vs {c['other_breaches'][0]}/"
+                   f"{c['other_breaches'][1]} (Fisher p={c['fisher_p']:.2g})")  # fmt: skip
+    if "outage" in c["worse"]:
+        lo, hi = c["ci95_s"]
+        beyond = f", beyond the read-back's ± {margin:.1f} s" if margin else ""
+        why.append(f"median outage {c['median_outage_diff_s']:.1f} s longer (95% CI {lo:+.1f} to {hi:+.1f} s{beyond})")
+    if "budget_burn" in c["worse"]:
+        lo, hi = c["budget_burn_ci95"]
+        why.append(f"median budget burn {c['budget_burn'][0]:.2f}× vs {c['budget_burn'][1]:.2f}× "
+                   f"(95% CI of the difference {lo:+.2f} to {hi:+.2f})")  # fmt: skip
+    return ", ".join(why)

@@ -184,16 +184,19 @@ def test_a_breach_starting_after_the_grace_is_a_post_fault_breach_not_ttd():
     # defect 2: fault [10, 20), grace = hold 3 + window 1 = 4 s, so detection ends with t = 24;
     # a breach at t = 26..29 used to be reported as TTD 16 s with TTR 0
     res = a.analyze_run(make_series(rates({(26, 29): 0.5})), SLO)
-    assert res["breached"] is False
-    assert res["ttd_s"] is None and res["mttr_s"] is None
+    assert res["ttd_s"] is None and res["ttm_s"] is None and res["ttr_s"] is None  # nothing to detect at fault-on
     assert res["post_fault_breach"] == {"start_s": 6.0, "duration_s": 4.0}  # 26 -> held from 30
+    # issue 21: users were hurt, so the trial did not hold: breached, its MTTR the breach's length
+    assert res["breached"] is True and res["mttr_s"] == 4.0
+    assert res["outage_s"] == 4.0 and res["bad_s"] == 4.0
 
 
 def test_a_breach_inside_the_grace_is_detection():
     res = a.analyze_run(make_series(rates({(23, 25): 0.5})), SLO)
     assert res["breached"] is True and res["ttd_s"] == 13.0 and res["mttr_s"] == 3.0
-    longer = a.analyze_run(make_series(rates({(23, 25): 0.5})), a.Slo(grace_s=1))
-    assert longer["breached"] is False and longer["post_fault_breach"]["start_s"] == 3.0
+    shorter_grace = a.analyze_run(make_series(rates({(23, 25): 0.5})), a.Slo(grace_s=1))
+    assert shorter_grace["post_fault_breach"]["start_s"] == 3.0 and shorter_grace["ttd_s"] is None
+    assert shorter_grace["breached"] is True and shorter_grace["mttr_s"] == 3.0
 
 
 def test_a_later_breach_after_restoration_is_reported_apart():

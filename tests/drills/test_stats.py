@@ -9,6 +9,7 @@ import pytest
 from harness.drills import stats
 from harness.drills.model import Slo
 from harness.drills.results import assemble
+from harness.drills.verdict import judge
 from tests.drills.synth import make_series
 
 
@@ -24,11 +25,8 @@ def nodata() -> dict:
     return {"breached": False, "mttr_s": None, "insufficient_data": True}
 
 
-def configs(**trials: list[dict]) -> tuple[dict, list[str]]:
-    out = {n: {"trials": t, "summary": stats.summarize(t)} for n, t in trials.items()}
-    from harness.drills.analysis import rank
-
-    return out, rank(out)
+def configs(**trials: list[dict]) -> dict:
+    return {n: {"trials": t, "summary": stats.summarize(t)} for n, t in trials.items()}
 
 
 def test_summary_counts_breaches_and_spreads_over_breached_trials_only():
@@ -63,36 +61,35 @@ def test_bootstrap_ci_of_the_median_difference_is_seeded_and_covers_the_differen
 
 
 def test_a_clear_difference_names_a_winner():
-    c, order = configs(naive=[breach(9.0), breach(10.0), breach(12.0)], resilient=[held(), held(), held()])
-    v = stats.verdict(c, order)
+    order, v = judge(configs(naive=[breach(9.0), breach(10.0), breach(12.0)], resilient=[held(), held(), held()]))
     assert order == ["resilient", "naive"]
-    assert v["winner"] == "resilient" and v["conclusive"] is True
-    comp = v["comparisons"]["naive"]
-    assert comp["ci95_s"][0] > 0 and comp["median_outage_diff_s"] == 10.0
-    assert "95% CI" in v["text"]
+    assert v["winner"] == "resilient" and v["conclusive"] is True and v["kind"] == "winner"
+    (comp,) = v["comparisons"]
+    assert comp["config"] == "resilient" and comp["other"] == "naive" and comp["better"] == ["outage"]
+    assert comp["ci95_s"][1] < 0 and comp["median_outage_diff_s"] == -10.0  # resilient − naive
+    assert v["text"].startswith("resilient is best: significantly better than every other configuration")
+    assert "median outage 10.0 s shorter (95% CI" in v["text"]
 
 
 def test_overlapping_trials_are_inconclusive_with_an_estimate():
-    c, order = configs(a=[breach(8.0), breach(12.0), breach(10.0)], b=[breach(9.0), breach(13.0), breach(11.0)])
-    v = stats.verdict(c, order)
-    assert v["winner"] is None and v["conclusive"] is False
-    assert v["text"].startswith("Inconclusive after 3 trials: a looks best")
+    order, v = judge(configs(a=[breach(8.0), breach(12.0), breach(10.0)], b=[breach(9.0), breach(13.0), breach(11.0)]))
+    assert v["winner"] is None and v["conclusive"] is False and order == ["a", "b"]
+    assert v["text"].startswith("Inconclusive after 3 trials: no configuration is significantly better")
     # CI -3..+5 s around a 1-s difference: half-width 4 s → about 3·4² = 48 trials
     assert v["trials_needed"] == 48 and "about 48 trials per configuration (45 more)" in v["text"]
 
 
 def test_one_trial_each_is_never_conclusive():
-    c, order = configs(naive=[breach(20.0)], resilient=[held()])
-    v = stats.verdict(c, order)
+    _, v = judge(configs(naive=[breach(20.0)], resilient=[held()]))
     assert v["winner"] is None and "Inconclusive after 1 trial:" in v["text"]
     assert v["trials_needed"] >= 3
 
 
 def test_insufficient_data_never_wins():
-    c, order = configs(dead=[nodata(), nodata(), nodata()], naive=[breach(9.0), breach(9.0), breach(9.0)])
+    order, v = judge(configs(dead=[nodata(), nodata(), nodata()], naive=[breach(9.0), breach(9.0), breach(9.0)]))
     assert order == ["naive", "dead"]
-    v = stats.verdict(c, order)
-    assert v["best"] == "naive" and v["winner"] is None and "dead had insufficient data" in v["text"]
+    assert v["best"] == "naive" and v["winner"] is None and v["set_aside"] == {"dead": "insufficient data"}
+    assert v["text"].startswith("Only naive has data to judge") and "rerun: dead (insufficient data)" in v["text"]
 
 
 def test_regression_needs_significance():
