@@ -8,9 +8,10 @@ guarantees exactly, so none of it depends on how busy the machine is:
 - the hit set: the ids the load tagged during the fault and the pure hit function picks
   are exactly the ids the ledger audited, and none came back with the `x-drill-fault`
   marker (set by the hop that injects, never relayed by the gateway in front of it);
-- every hop served exactly the calls the edge made (a plain chain: no retries), counted
-  over the whole trial (the runner's baseline is read before the first call and its
-  last second after the last one);
+- every hop served the calls the edge made (a plain chain: no retries), counted over the
+  whole trial (the runner's baseline is read before the first call and its last second
+  after the last one): all of them, except at most those the edge gave up on (a call
+  whose deadline passed before a hop accepted it is never served);
 - the runner's per-second edge counts are exact (every call is filed under the second it
   ended in), so the Prometheus read-back — in the run, and `drill analyze` on the kept
   TSDB with no SLO flags — equals the runner per trial wherever Prometheus scraped every
@@ -110,15 +111,17 @@ def test_trials_interleave_and_every_reader_sees_the_predicted_hit_set(run):
         assert t["blast_radius"] == 0.0  # organic traffic is never hit
 
 
-def test_every_hop_served_exactly_the_calls_the_edge_made(run):
+def test_every_hop_served_the_calls_the_edge_made(run):
     _, results, out, _ = run
     _, series = read_series_document(json.loads((out / "series.json").read_text()))
     for name, trials in series.items():
         for s in trials:
             edge = total_requests(s)  # every call the schedule sends: 3 users × 10/s × 9 s
+            gave_up = sum(sum(v or 0.0 for v in s.values[k]) for k in s.select("calls", status="DEADLINE_EXCEEDED"))
+            assert edge == 3 * 10 * 9, (name, edge)
             for hop in ("gateway", "ledger"):
-                served = sum(v or 0.0 for v in s.values[SeriesKey("srv", hop)])
-                assert round(served) == edge == 3 * 10 * 9, (name, hop, served, edge)
+                served = round(sum(v or 0.0 for v in s.values[SeriesKey("srv", hop)]))
+                assert edge - round(gave_up) <= served <= edge, (name, hop, served, edge, gave_up)
 
 
 def test_grafana_annotations_mark_every_phase_and_each_fault_window(run):

@@ -32,7 +32,6 @@ def test_demo_quick_meets_the_done_criteria(tmp_path):
         assert c["summary"]["trials"] == 1
         assert set(c["amplification_by_hop"]) == {"gateway", "order", "account", "ledger"}
         assert c["requests"] > 0 and c["hits"]["observed_subset_of_expected"] is not False
-    assert r["verdict"]["winner"] is None
-    assert "Inconclusive after 1 trial" in r["verdict"]["text"]
+    assert r["verdict"]["winner"] is None  # one trial each: nothing can be significant
     assert " ".join(r["verdict"]["text"].split()) in " ".join(proc.stdout.split())  # the verdict is printed
     assert 'data-chart="trials"' in (out / "report.html").read_text()
