@@ -1,0 +1,194 @@
+"""Every example in README.md and docs/ is checked, so the docs cannot drift from the code again.
+
+Each fenced block is extracted. Shell commands are checked for what they name: a `drill`
+command parses with the real parser (its subcommand and flags exist) and the plan, files and
+configurations it names exist and load; `make` targets exist; `docker compose -f F` names a file
+and services that exist; `kubectl apply -k D` names a kustomization; `locust --config`, scripts
+and `python FILE` name files that exist. Quick examples that show their output (`drill hits … <
+ids` followed by `# id<TAB>hit…`) are run and their output compared. Python blocks compile and
+their `harness` imports resolve; YAML blocks that are plans load as plans. Links between docs
+resolve inside the repository, and no doc sends a reader outside it.
+
+Long examples (drills of minutes, anything needing Docker or a cluster) are checked, not run.
+Placeholders are written in capitals (PLAN.yaml, BASELINE.json, MASTER) and skipped.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from harness import cli
+from tests.conftest import ROOT
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"```(\w*)\n(.*?)```", re.S)
+
+
+def blocks(lang: str) -> list[tuple[str, str]]:
+    """(doc name, block text) of every fenced block in that language."""
+    out = []
+    for doc in DOCS:
+        for got, body in FENCE.findall(doc.read_text()):
+            if got == lang:
+                out.append((doc.relative_to(ROOT).as_posix(), body))
+    return out
+
+
+def commands(body: str) -> list[tuple[str, list[str]]]:
+    """(command line, output lines shown under it) of a shell block; continuations joined, comments cut."""
+    lines = body.replace("\\\n", " ").splitlines()
+    out: list[tuple[str, list[str]]] = []
+    for line in lines:
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            if out and "\t" in stripped:  # an output line shown under the command
+                out[-1][1].append(stripped[1:].strip())
+            continue
+        command = re.sub(r"\s+#\s.*$", "", stripped).strip()
+        out.append((command, []))
+    return out
+
+
+def simple_commands(line: str) -> list[list[str]]:
+    """The simple commands of a shell line (split at &&, ||, |, ;), env assignments and redirections dropped."""
+    out = []
+    for part in re.split(r"&&|\|\||\||;", line):
+        words = shlex.split(part.replace("&", " ") if part.rstrip().endswith("&") else part, comments=True)
+        words = [w for w in words if not re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", w)]
+        cut = next((i for i, w in enumerate(words) if w in ("<", ">", "2>") or w.startswith(("<", ">"))), None)
+        words = words[:cut] if cut is not None else words
+        if words:
+            out.append(words)
+    return out
+
+
+SHELL = [(doc, line, shown) for doc, body in blocks("sh") for line, shown in commands(body)]
+
+
+def _placeholder(word: str) -> bool:
+    return bool(re.search(r"[A-Z]{2,}", pathlib.Path(word).stem)) or word.startswith(("$", "<"))
+
+
+def _check_drill(words: list[str], doc: str) -> None:
+    argv = words[1:]
+    sub = next((a for a in argv if not a.startswith("-")), "")
+    parser = cli.build_parser(only=sub)
+    args = parser.parse_args(argv)  # a wrong subcommand or flag exits 2 here (pytest reports it)
+    # a plan the doc itself shows ("saved as `cart.yaml`") is checked with the doc's YAML blocks
+    shown = f"saved as `{getattr(args, 'plan', '')}`" in (ROOT / doc).read_text()
+    if sub == "run" and not _placeholder(args.plan) and not shown:
+        from harness.drills.plan import load_plan
+
+        load_plan(args.plan, quick=getattr(args, "quick", False))
+    for flag in ("series", "results"):
+        value = getattr(args, flag, None)
+        if value and not _placeholder(value) and not value.startswith(("out/", "drill-out")):
+            assert (ROOT / value).exists(), value
+
+
+def _check_file_words(words: list[str]) -> None:
+    """Every argument that looks like a repository path exists (outputs, placeholders and URLs aside)."""
+    outputs = {"--out", "--csv", "--json", "-o", "--storage.tsdb.path"}
+    for prev, word in zip(["", *words], words, strict=False):
+        if prev in outputs or "://" in word or _placeholder(word) or word.startswith(("/tmp/", "-")):
+            continue
+        if re.fullmatch(r"(\./)?(compose|deploy|loadtests|benchmarks|harness|docs|scripts|tests)/[\w./*-]+", word):
+            matches = list(ROOT.glob(word.removeprefix("./"))) if "*" in word else [ROOT / word]
+            assert matches and all(m.exists() for m in matches), f"{word} does not exist"
+
+
+@pytest.mark.parametrize("doc, line, shown", SHELL, ids=[f"{d}:{c[:50]}" for d, c, _ in SHELL])
+def test_shell_examples_name_what_exists(doc, line, shown):
+    compose = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
+    makefile = (ROOT / "Makefile").read_text()
+    for words in simple_commands(line):
+        program = pathlib.Path(words[0]).name
+        if program == "drill":
+            _check_drill(words, doc)
+        elif program == "make":
+            for target in words[1:]:
+                assert re.search(rf"^{re.escape(target)}:", makefile, re.M), f"make {target}: no such target"
+        elif program == "docker" and words[1:2] == ["compose"]:
+            services = [w for w in words if w in compose["services"]]
+            named = [w for w in words[words.index("up") + 1 :] if not w.startswith("-")] if "up" in words else []
+            assert set(named) <= set(services) | set(compose["services"]), named
+        elif program == "kubectl" and "-k" in words:
+            target = words[words.index("-k") + 1]
+            assert (ROOT / target / "kustomization.yaml").exists(), target
+        _check_file_words(words)
+
+
+def _shown_runs() -> list[tuple[str, str, list[str]]]:
+    return [(doc, line, shown) for doc, line, shown in SHELL if shown and "drill hits" in line]
+
+
+@pytest.mark.parametrize("doc, line, shown", _shown_runs(), ids=[c[:60] for _, c, _ in _shown_runs()])
+def test_quick_examples_print_what_the_docs_show(doc, line, shown):
+    """`drill hits … < ids.txt` with its output shown: the ids of the shown lines are fed in, the output compared."""
+    words = simple_commands(line)[-1]
+    ids = "".join(s.split("\t")[0] + "\n" for s in shown)
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", *words[1:]], input=ids, capture_output=True,
+                          text=True, cwd=ROOT, timeout=30)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == shown, (doc, line)
+
+
+PY = blocks("python")
+
+
+@pytest.mark.parametrize("doc, body", PY, ids=[f"{d}:{b.splitlines()[0][:40]}" for d, b in PY])
+def test_python_examples_compile_and_import_what_exists(doc, body):
+    tree = ast.parse(body)  # a syntax error fails here
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "harness":
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                assert hasattr(module, alias.name), f"{node.module} has no {alias.name}"
+
+
+PLANS = [(doc, body) for doc, body in blocks("yaml") if re.search(r"^(stack|topology):", body, re.M)]
+
+
+@pytest.mark.parametrize("doc, body", PLANS, ids=[f"{d}:{i}" for i, (d, _) in enumerate(PLANS)])
+def test_plan_examples_are_valid_plans(doc, body, tmp_path):
+    from harness.drills.plan import from_dict
+
+    data = yaml.safe_load(body)
+    edge = (data.get("stack") or {}).get("edge") or {}
+    for key in ("proto", "descriptor_set"):  # files of the reader's own service
+        if edge.get(key):
+            (tmp_path / edge[key]).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / edge[key]).write_text("")
+    from_dict(data, source=str(tmp_path / "plan.yaml"))
+
+
+def test_shipped_stack_files_load():
+    from harness.drills.plan import load_plan
+
+    for path in ("compose/stack.yaml", "deploy/k8s/stack.yaml"):
+        assert load_plan(str(ROOT / path)).stack is not None, path
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(#[^)]*)?\)")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
+def test_links_resolve_inside_the_repository(doc):
+    text = doc.read_text()
+    assert "../shared" not in text and not re.search(r"DESIGN\s*§", text), f"{doc.name} points outside the repo"
+    for target, _ in LINK.findall(text):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        path = (doc.parent / target).resolve()
+        assert path.exists() and ROOT in path.parents, f"{doc.name}: link {target} does not resolve in the repo"
