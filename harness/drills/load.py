@@ -22,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import pathlib
 import shutil
+import signal
 import sys
 import time
 import urllib.request
@@ -395,3 +397,121 @@ def read_tagged_ids(directory: pathlib.Path) -> list[str]:
 def _venv_locust() -> str | None:
     cand = pathlib.Path(sys.executable).with_name("locust")
     return str(cand) if cand.exists() else None
+
+
+class CommandLoad:
+    """A load the stack file starts for every trial with a command (`stack.load`): typically a Locust master.
+
+    The trial travels in the environment as the `LOCUST_DRILL_*` variables Locust reads for each
+    `--drill-*` option, so the same profile runs here, in compose or in a cluster. The trial starts
+    when the load says so: its timeline exports the phase times (`drill_trial_phase_start_seconds`),
+    read from its /metrics or from the stack's Prometheus. Its client counters are scraped each second
+    (`metrics`) or read from Prometheus after the trial (`selector`). Which ids it tagged stays in its
+    own processes, so the expected hits are not known here (the services' audit lines still are).
+    """
+
+    name = "external"
+
+    def __init__(
+        self, *, plan: str, seed: int, config_label: str, traffic: Traffic, fault: Fault, phases: Phases,
+        spec, prometheus: str | None, workdir: pathlib.Path, trial: int = 1,
+    ) -> None:  # fmt: skip
+        self.plan, self.seed, self.config_label, self.trial = plan, seed, config_label, trial
+        self.traffic, self.fault, self.phases = traffic, fault, phases
+        self.spec, self.prometheus, self.workdir = spec, prometheus, workdir
+        self.proc: asyncio.subprocess.Process | None = None
+        self.start_unix: float | None = None
+
+    def environment(self) -> dict[str, str]:
+        """What Locust reads for this trial (each `--drill-*` option's variable)."""
+        tr, f, ph = self.traffic, self.fault, self.phases
+        values = {
+            "PLAN": self.plan, "CONFIG": self.config_label, "TRIAL": str(self.trial), "SEED": str(self.seed),
+            "PHASES": f"warmup={ph.warmup:g},fault={ph.fault:g},recovery={ph.recovery:g}",
+            "USERS": str(tr.organic_users + tr.drill_users),
+            "WEIGHTS": f"organic={tr.organic_users},drill={tr.drill_users}",
+            "RATE": f"{tr.drill_rate:g}", "ORGANIC_RATE": f"{tr.organic_rate:g}", "TIMEOUT": f"{tr.timeout_s:g}",
+            "TENANT": f.tenant, "DIRECTIVE": f.directive, "RATIO": str(f.ratio), "TARGET": f.target or "",
+            "INSTANCES": "" if f.instances is None else str(f.instances), "FAULT_SCOPE": f.scope,
+            "FAULT_ATTEMPTS": str(f.attempts or ""), "CANCEL_MS": f"{tr.cancel_ms:g}" if tr.cancel_ms else "",
+            "CANCEL_SHARE": "100" if tr.cancel_ms else "0",
+        }  # fmt: skip
+        env = {f"LOCUST_DRILL_{k}": v for k, v in values.items()}
+        return {**os.environ, **env, "DRILL_CONFIG": self.config_label, "DRILL_TRIAL": str(self.trial)}
+
+    def metrics_endpoints(self) -> list[tuple[str | None, str]]:
+        return [("loadgen", url) for url in self.spec.metrics]
+
+    async def start(self, edge: list[str]) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = self.workdir / "load.log"
+        with open(log, "ab") as out:
+            self.proc = await asyncio.create_subprocess_shell(
+                self.spec.command, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+                env=self.environment(), start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + self.spec.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.returncode not in (None, 0):
+                raise RunFailed(f"load command failed (exit {self.proc.returncode}): {_last_line(log)} (log: {log})")
+            self.start_unix = await asyncio.to_thread(self._phase_start)
+            if self.start_unix is not None:
+                return
+            await asyncio.sleep(0.5)
+        raise RunFailed(f"the load exported no phase times for {self.config_label} trial {self.trial} within "
+                        f"{self.spec.start_timeout_s:g} s: {_last_line(log)} (log: {log})")  # fmt: skip
+
+    def _phase_start(self) -> float | None:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        name = m.sample_name(m.TRIAL_PHASE_START)
+        want = {"phase": "warmup", "trial": str(self.trial), "config": self.config_label}
+        if self.spec.selector:
+            from harness.drills.prom import PrometheusError, latest
+
+            matchers = ", ".join(f'{k}="{v}"' for k, v in want.items())
+            try:
+                return latest(self.prometheus, f"{name}{self.spec.selector[:-1].rstrip(', ')}, {matchers}}}")
+            except PrometheusError:
+                return None
+        for url in self.spec.metrics:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                continue
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name == name and all(sample.labels.get(k) == v for k, v in want.items()):
+                        return sample.value
+        return None
+
+    def expected_hits(self) -> list[str] | None:
+        return None  # the ids it tagged stay in its own processes
+
+    def planned_rps(self) -> dict[str, float]:
+        return planned_rps(self.traffic)
+
+    async def stop(self) -> None:
+        if self.spec.stop:
+            done = await asyncio.create_subprocess_shell(
+                self.spec.stop, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL, env=self.environment(), start_new_session=True,
+            )  # fmt: skip
+            try:
+                await asyncio.wait_for(done.wait(), 60)
+            except (TimeoutError, asyncio.TimeoutError):
+                _kill_group(done.pid)
+        if self.proc is not None and self.proc.returncode is None:
+            _kill_group(self.proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), 10)
+            except (TimeoutError, asyncio.TimeoutError):
+                _kill_group(self.proc.pid)
+
+
+def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

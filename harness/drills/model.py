@@ -149,6 +149,30 @@ class AuditSource(_Strict):
         return self
 
 
+class ExternalLoad(_Strict):
+    """A Locust (or any load speaking the `--drill-*` options) the runner starts per trial with a command.
+
+    The command gets the trial in `LOCUST_DRILL_*` variables (what Locust reads for each `--drill-*` option:
+    plan, config, trial, phases, directive, ratio, target, tenant, seed, users, weights, rates, timeout) and
+    `DRILL_CONFIG`/`DRILL_TRIAL`; it may run the load itself (until its phases end) or start it elsewhere
+    (`kubectl apply -k deploy/k8s/load`) and return. Its client counters are read from `metrics` (/metrics
+    URLs of its master and workers, scraped each second) or `selector` (from `stack.prometheus`).
+    """
+
+    command: str
+    stop: str | None = None
+    metrics: list[str] = Field(default_factory=list)
+    selector: str | None = Field(None, pattern=r"^\{.*\}$")
+    #: how long its timeline may take to start (image pulls, worker joins) before the trial fails
+    start_timeout_s: float = Field(120.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ExternalLoad:
+        if bool(self.metrics) == bool(self.selector):
+            raise ValueError("load: give metrics (its /metrics URLs) or selector (read from stack.prometheus)")
+        return self
+
+
 class Stack(_Strict):
     """Services the runner did not start: the edge, the hops' series, the configurations' switches."""
 
@@ -161,6 +185,8 @@ class Stack(_Strict):
     audit: AuditSource | None = None
     #: one entry per configuration; a stack without switch commands runs one, named by the user
     configs: tuple[StackConfig, ...] = Field(default_factory=lambda: (StackConfig(name="stack"),), min_length=1)
+    #: a load started per trial by a command (default: the runner's own aio load to the edge)
+    load: ExternalLoad | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Stack:
@@ -170,8 +196,8 @@ class Stack(_Strict):
         configs = [c.name for c in self.configs]
         if len(set(configs)) != len(configs):
             raise ValueError(f"configuration names must be unique: {configs}")
-        if any(h.selector for h in self.hops) and not self.prometheus:
-            raise ValueError("hops with a selector need stack.prometheus (the Prometheus to read them from)")
+        if (any(h.selector for h in self.hops) or (self.load and self.load.selector)) and not self.prometheus:
+            raise ValueError("a selector (hops or load) needs stack.prometheus (the Prometheus to read it from)")
         return self
 
 

@@ -383,3 +383,37 @@ def read_hops(url: str, selectors: dict[str, str], seconds: list[float]) -> list
         raws += mine
     # one raw per replica and kind: summed per hop by `_snapshots`
     return _snapshots(raws, seconds, start)
+
+
+def latest(url: str, selector: str) -> float | None:
+    """The value of an instant query's first series (None when it has none)."""
+    result = api_get(url, "query", [("query", selector)])["result"]
+    return float(result[0]["value"][1]) if result else None
+
+
+def read_edge(
+    url: str, selector: str, config: str, seconds: list[float]
+) -> tuple[list[dict[SeriesKey, float]], list[float], float]:
+    """An external load's client counters (calls, latency buckets) of one configuration at the given unix seconds,
+    read from a Prometheus by the load's selector; with each second's ± and the read's resolution, as the
+    read-back reports them (the load's samples are wherever its scrapes fell)."""
+    if not seconds:
+        return [], [], 0.0
+    start, end = seconds[0], seconds[-1]
+    merged = selector[:-1].rstrip(", ") + (", " if selector.strip() != "{}" else "") + f'config="{config}"}}'
+    raws = []
+    for kind, metric, labels in (
+        ("calls", sr.CLIENT_CALLS, (("traffic", "traffic"), ("status", "grpc_status"), ("mode", "fault_mode"))),
+        ("lat", sr.CLIENT_LATENCY_BUCKET, (("traffic", "traffic"), ("mode", "fault_mode"), ("le", "le"))),
+    ):
+        for res in _fetch(url, f"{metric}{merged}", start - TAIL_S, end + TAIL_S):
+            lb = res["metric"]
+            fields = {field: lb.get(name, "none" if name == "fault_mode" else "") for field, name in labels}
+            points = [(float(ts), float(v)) for ts, v in res["values"] if not math.isnan(float(v))]
+            if points:
+                ts, vs = zip(*points, strict=True)
+                raws.append(_Raw(SeriesKey(kind, **fields), config, lb.get("instance", ""), list(ts), list(vs)))
+    if not any(r.key.kind == "calls" for r in raws):
+        raise PrometheusError(f"the load's selector {merged} matched no drill_client_calls_total in {url}")
+    errors, widest = _grid_errors([r for r in raws if r.key.kind == "calls"], seconds)
+    return _snapshots(raws, seconds, start), errors, widest

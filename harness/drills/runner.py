@@ -27,7 +27,7 @@ from harness.core.errors import RunFailed
 from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.dashboards.annotations import DrillAnnotator
 from harness.drills import analysis, report
-from harness.drills.load import AioLoad, LocustLoad, ids_digest
+from harness.drills.load import AioLoad, CommandLoad, LocustLoad, ids_digest
 from harness.drills.model import Plan, Probe, Results, Variant
 from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
@@ -128,7 +128,12 @@ class Runner:
         try:
             await target.up(variant, trial, workdir)
             tr, fault = variant.traffic, variant.fault
-            if tr.driver == "locust":  # the plan checked the profile exists
+            if plan.stack is not None and plan.stack.load is not None:  # the stack's own load, by command
+                load = CommandLoad(
+                    plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault, phases=plan.phases,
+                    spec=plan.stack.load, prometheus=plan.stack.prometheus, workdir=workdir, trial=trial,
+                )  # fmt: skip
+            elif tr.driver == "locust":  # the plan checked the profile exists
                 load = LocustLoad(
                     plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault,
                     phases=plan.phases, workdir=workdir, trial=trial,
@@ -204,12 +209,18 @@ class Runner:
                 await asyncio.to_thread(stop_processes, [probe])
             await target.down()
         samples = scraper.samples
+        edge_errors = None
         if target.selectors():  # hops already scraped by a Prometheus: read them onto our seconds now
             samples = await asyncio.to_thread(self._hops_from_prometheus, samples, wall0)
+        if isinstance(load, CommandLoad) and load.spec.selector:  # so is the load: its calls too
+            samples, edge_errors = await asyncio.to_thread(self._edge_from_prometheus, samples, wall0, label)
         # both loads start their phases on a whole unix second and say which (Locust in its phase gauges)
         on, off = start_unix - wall0 + ph.warmup, start_unix - wall0 + ph.warmup + ph.fault
         series = build_series(label, samples, on, off)
         series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
+        if edge_errors is not None:  # read from Prometheus: each second says how far it may be off
+            series.edge_error = [max(a, b) for a, b in zip(edge_errors[0], edge_errors[0][1:], strict=False)]
+            series.fault_error, series.resolution_s = (0.0, 0.0), edge_errors[1]
         self.windows[label] = (wall0 + on, wall0 + off)
         self._annotate("region", wall0 + on, wall0 + off, f"{label} trial {trial}: fault {variant.fault.directive}",
                        phase="fault", tags=(f"config:{label}",))  # fmt: skip
@@ -222,13 +233,14 @@ class Runner:
 
     def _extras(self, variant, load, scraper, workdir, wall0, probe, observed: set[str] | None) -> dict:
         """What results.json keeps of a trial beside the analysis: where it ran and which ids were hit."""
-        expected = set(load.expected_hits())
+        tagged = load.expected_hits()
+        expected = set(tagged or ())
         extras = {
             "config": variant.config or ("plain" if self.target.kind == "topology" else variant.name),
             "started_unix": round(wall0, 3),
             "driver": load.name,
             "scrape_errors": scraper.errors,
-            "hits": {"expected": len(expected), "expected_digest": ids_digest(expected)},
+            "hits": {"expected": len(expected), "expected_digest": ids_digest(expected)} if tagged is not None else {},
         }
         if observed is not None:  # the services' own audit lines
             extras["hits"].update({
@@ -246,6 +258,15 @@ class Runner:
         if probe is not None:
             extras["probe"] = _probe_summary(workdir / "probe.out")
         return extras
+
+    def _edge_from_prometheus(self, samples: list, wall0: float, config: str) -> tuple[list, tuple]:
+        """Merge an external load's calls, read from the stack's Prometheus at our seconds, into our samples."""
+        from harness.drills.prom import read_edge
+
+        time.sleep(2.0)  # the last scrapes of the trial land
+        seconds = [t + wall0 for t, _ in samples]
+        edge, errors, widest = read_edge(self.plan.stack.prometheus, self.plan.stack.load.selector, config, seconds)
+        return [(t, {**snap, **extra}) for (t, snap), extra in zip(samples, edge, strict=True)], (errors, widest)
 
     def _hops_from_prometheus(self, samples: list, wall0: float) -> list:
         """Merge the hops a stack's Prometheus scrapes into our samples, read at the same whole seconds."""

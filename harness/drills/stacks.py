@@ -133,7 +133,7 @@ class RunningStack:
         return [self.stack.edge.address]
 
     def edge_call(self, variant: Variant) -> EdgeCall:
-        if self._edge_call is None:  # typed once the edge serves: reflection needs it up
+        if self._edge_call is None:  # typed once the edge serves: reflection needs it up (the aio load only)
             self._edge_call = resolve_edge(self.stack.edge)
         return self._edge_call
 
