@@ -16,7 +16,7 @@ from harness.demo import stop as stop_cmd
 from harness.procs.spawn import start_serve
 from tests.conftest import ROOT
 from tests.core.test_safety import call, drill_md, in_thread, wait_for
-from tests.test_cli_errors import assert_one_line, drill
+from tests.test_cli_errors import assert_one_line, drill, drill_process
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_drill_stop_pid_releases_a_delayed_call_and_turns_injection_off_for_good
     assert wait_for(lambda: stop_cmd.catches(served.proc.pid), 10)  # the handler is installed once serving
     delayed = in_thread(call, served.port, drill_md("delay:20000"))
     assert wait_for(lambda: metric(served, "drill_fault_active_calls") == 1)
-    proc = drill("stop", str(served.proc.pid), timeout=30)
+    proc = drill_process("stop", str(served.proc.pid), timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"signalled {served.proc.pid} (SIGUSR1, emergency stop)")
     delayed[0].join(10)

@@ -155,8 +155,7 @@ def test_the_in_run_read_back_gives_the_runners_numbers(run):
         assert len(theirs) == len(ours) == 2
         for i, (o, t) in enumerate(zip(ours, theirs, strict=True)):
             _agree(t, o, f"{name} #{i + 1} in-run")
-            if not any((t.get("uncertainty_s") or {}).values()):
-                assert t["resolution_s"] == 1.0  # every second was scraped: the read is exact
+            assert t["resolution_s"] >= 1.0  # stated: the widest gap between the stamps it read (1 s: none missed)
 
 
 def test_drill_analyze_on_the_kept_tsdb_gives_the_runners_answer_with_no_slo_flags(run, tmp_path):
