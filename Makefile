@@ -17,7 +17,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	scripts/system-deps
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check harness tests benchmarks loadtests dashboards
