@@ -144,6 +144,13 @@ TRIAL_PHASE_START = Gauge(
     "trial starts: a reader finds each trial and its exact fault window without sampling the phase gauges.",
     ["plan", "config", "trial", "phase"],
 )
+PLAN_INFO = Gauge(
+    "drill_plan_info",
+    "1 for each configuration of a plan the runner drives; the plan's SLO and what the load offers in the labels: "
+    "a reader of the run (drill analyze --prometheus) judges it as the runner did.",
+    ["plan", "config", "traffic", "max_error_rate", "max_p99_s", "hold_s", "window_s", "min_calls", "grace_s",
+     "organic_rps", "drill_rps", "timeout_s"],
+)  # fmt: skip
 #: The phases a trial's timeline marks, in order (`done` is the end of the load's schedule).
 TRIAL_PHASES = ("warmup", "fault", "recovery", "done")
 

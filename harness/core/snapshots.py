@@ -167,7 +167,7 @@ class LoadExport(Collector):
 
     def __init__(self, counts: EdgeCounts) -> None:
         self.counts = counts
-        self.sources = (m.PHASE, m.FAULT_ACTIVE, m.TRIAL_PHASE_START, PROCESS_COLLECTOR)
+        self.sources = (m.PHASE, m.FAULT_ACTIVE, m.TRIAL_PHASE_START, m.PLAN_INFO, PROCESS_COLLECTOR)
 
     def collect(self) -> Iterator[Metric]:
         yield from self.counts.collect()

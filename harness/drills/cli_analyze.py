@@ -127,9 +127,14 @@ def _run_context(args: argparse.Namespace, plans_seen) -> dict:
             raise BadInput(f"analyze: --results {path}: not a results.json ({exc.__class__.__name__}: {exc})") from None
     name, how = args.plan, "plan"
     if name is None:
-        seen = [p for p in plans_seen() if p in shipped_plans()]
-        if len(seen) == 1:
-            name, how = seen[0], "plan (named by the load's trial gauges)"
+        seen = plans_seen()  # {plan: what the runner exported of it (SLO, planned load), or None}
+        if len(seen) == 1 and next(iter(seen.values())):
+            plan_name, info = next(iter(seen.items()))
+            return {"slo": info["slo"], "hops": None, "fault": None, "seed": None, "plan": plan_name,
+                    "load": info["load"], "from": f"the run itself (drill_plan_info of plan {plan_name})"}  # fmt: skip
+        shipped = [p for p in seen if p in shipped_plans()]
+        if len(shipped) == 1:
+            name, how = shipped[0], "plan (named by the load's trial gauges)"
     if name is None:
         return {"slo": None, "hops": None, "fault": None, "seed": None, "plan": None, "load": {},
                 "from": "defaults (no --plan or --results given)"}  # fmt: skip
@@ -139,6 +144,14 @@ def _run_context(args: argparse.Namespace, plans_seen) -> dict:
     load = {v.name: (planned_rps(v.traffic), v.traffic.timeout_s) for v in plan.variants}
     return {"slo": plan.slo.model_dump(), "hops": plan.hop_names, "fault": plan.fault, "seed": plan.seed,
             "plan": plan.name, "load": load, "from": f"{how} {name}"}  # fmt: skip
+
+
+def _plans_seen(url: str, start: float, end: float) -> dict[str, dict | None]:
+    """Plans whose trials ran in the range, each with what the runner exported of it (None when nothing)."""
+    from harness.drills.prom import plan_info, plans_in
+
+    info = plan_info(url, start, end)
+    return {plan: info.get(plan) for plan in plans_in(url, start, end)}
 
 
 def _with_load(series: dict, load: dict) -> dict:
@@ -187,14 +200,14 @@ def run(args: argparse.Namespace) -> int:
         ctx = {"slo": header.get("slo"), "hops": header.get("hops"), "fault": fault, "seed": header.get("seed"),
                "plan": header.get("plan"), "load": {}, "from": f"the saved run ({args.series})"}  # fmt: skip
         if args.plan or args.results:
-            ctx = _run_context(args, list)
+            ctx = _run_context(args, dict)
         slo = _slo(args, ctx["slo"])
         source = {"series": str(args.series), "slo_from": ctx["from"]}
         results = assemble(series, slo, hops or ctx["hops"], plan_name=ctx["plan"] or "series", fault=ctx["fault"],
                            source=source).model_dump()  # fmt: skip
         results["seed"] = ctx["seed"]
     else:
-        from harness.drills.prom import EDGE_SERVICES, plans_in, read_drill
+        from harness.drills.prom import EDGE_SERVICES, read_drill
 
         end = args.end or time.time()
         start = end - args.last if args.last else args.start
@@ -205,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
             if args.fault_start is None or args.fault_end is None:
                 raise BadInput("analyze: --fault-start and --fault-end go together")
             fault_window = (args.fault_start, args.fault_end)
-        ctx = _run_context(args, lambda: plans_in(args.prometheus, start, end))
+        ctx = _run_context(args, lambda: _plans_seen(args.prometheus, start, end))
         slo = _slo(args, ctx["slo"])
         series = read_drill(args.prometheus, start, end, edge=args.edge or EDGE_SERVICES, fault=fault_window)
         series = _with_load(series, ctx["load"])

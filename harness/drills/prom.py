@@ -417,3 +417,24 @@ def read_edge(
         raise PrometheusError(f"the load's selector {merged} matched no drill_client_calls_total in {url}")
     errors, widest = _grid_errors([r for r in raws if r.key.kind == "calls"], seconds)
     return _snapshots(raws, seconds, start), errors, widest
+
+
+def plan_info(url: str, start: float, end: float) -> dict[str, dict]:
+    """What the runner exported of each plan it ran (`drill_plan_info`): {plan: {"slo": …, "load": {config:
+    (planned rps by traffic, timeout)}}}."""
+    out: dict[str, dict] = {}
+    for res in _fetch(url, m.sample_name(m.PLAN_INFO), start, end):
+        lb = res["metric"]
+        slo = {
+            "traffic": lb.get("traffic"), "max_error_rate": float(lb["max_error_rate"]), "hold_s": int(lb["hold_s"]),
+            "window_s": int(lb["window_s"]), "min_calls": float(lb["min_calls"]),
+        }  # fmt: skip
+        if lb.get("max_p99_s"):
+            slo["max_p99_s"] = float(lb["max_p99_s"])
+        if lb.get("grace_s"):
+            slo["grace_s"] = float(lb["grace_s"])
+        entry = out.setdefault(lb.get("plan", ""), {"slo": slo, "load": {}})
+        entry["load"][lb.get("config", "")] = (
+            {"organic": float(lb["organic_rps"]), "drill": float(lb["drill_rps"])}, float(lb["timeout_s"])
+        )
+    return out

@@ -27,7 +27,7 @@ from harness.core.errors import RunFailed
 from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.dashboards.annotations import DrillAnnotator
 from harness.drills import analysis, report
-from harness.drills.load import AioLoad, CommandLoad, LocustLoad, ids_digest
+from harness.drills.load import AioLoad, CommandLoad, LocustLoad, ids_digest, planned_rps
 from harness.drills.model import Plan, Probe, Results, Variant
 from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
@@ -77,6 +77,20 @@ def _probe_summary(path: pathlib.Path) -> dict | None:
     except OSError:
         pass
     return None
+
+
+def export_plan(plan: Plan) -> None:
+    """The plan's SLO and each configuration's planned load as an info gauge on the runner's /metrics:
+    `drill analyze --prometheus` reads them back and judges the run as the runner does."""
+    slo = plan.slo
+    for v in plan.variants:
+        rps = planned_rps(v.traffic)
+        p99 = "" if slo.max_p99_s is None else repr(slo.max_p99_s)
+        grace = "" if slo.grace_s is None else repr(slo.grace_s)
+        m.PLAN_INFO.labels(
+            plan.name, v.name, slo.traffic, repr(slo.max_error_rate), p99, str(slo.hold_s), str(slo.window_s),
+            repr(slo.min_calls), grace, repr(rps["organic"]), repr(rps["drill"]), repr(v.traffic.timeout_s),
+        ).set(1)  # fmt: skip
 
 
 class Runner:
@@ -292,6 +306,7 @@ class Runner:
     async def run(self) -> dict:
         plan = self.plan
         self.out.mkdir(parents=True, exist_ok=True)
+        export_plan(plan)
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, task.cancel)

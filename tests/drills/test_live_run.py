@@ -158,19 +158,21 @@ def test_the_in_run_read_back_gives_the_runners_numbers(run):
             assert t["resolution_s"] >= 1.0  # stated: the widest gap between the stamps it read (1 s: none missed)
 
 
-def test_drill_analyze_on_the_kept_tsdb_gives_the_runners_answer_with_no_slo_flags(run, tmp_path):
+def test_drill_analyze_on_the_kept_tsdb_gives_the_runners_answer_with_no_flags(run, tmp_path):
+    """Only the Prometheus and a time range: the SLO and the planned load come from what the runner exported
+    (`drill_plan_info`), the trials from their phase gauges, so the answer is the runner's."""
     _, results, out, _ = run
     prom = LocalPrometheus(out / "prometheus", reuse=True).start()
     try:
         start = min(t["started_unix"] for _, t in _trials(results)) - 1
         proc = drill("analyze", "--prometheus", prom.url, "--start", str(start), "--end", str(start + 300),
-                     "--results", str(out / "results.json"), "--out", str(tmp_path / "analyzed"))  # fmt: skip
+                     "--out", str(tmp_path / "analyzed"))  # fmt: skip
     finally:
         prom.stop()
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"SLO from results {out / 'results.json'}" in proc.stdout
+    assert "SLO from the run itself (drill_plan_info of plan tiny)" in proc.stdout
     theirs = json.loads((tmp_path / "analyzed" / "results.json").read_text())
-    assert theirs["slo"] == results["slo"] and theirs["seed"] == results["seed"] == 11
+    assert theirs["slo"] == results["slo"] and theirs["plan"] == "tiny"
     for name in ("a", "b"):
         o, t = results["configs"][name], theirs["configs"][name]
         assert t["summary"]["breaches"] == o["summary"]["breaches"]
