@@ -7,7 +7,11 @@ All metrics live on prometheus_client's process-wide registry, so tests compare 
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import pathlib
+import subprocess
 import threading
 from collections.abc import Iterator
 
@@ -47,6 +51,30 @@ def pytest_collection_modifyitems(config, items) -> None:
     """
     items.sort(key=lambda item: (0 if item.get_closest_marker("scraped_here") else 1,
                                  0 if item.get_closest_marker("slow") else 1))  # fmt: skip
+
+
+def drill_inprocess(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`drill ARGS` in this process (`harness.cli.main`, what the `drill` script calls): exit code, stdout and
+    stderr captured. No interpreter to start (~2 s each on a busy box); a traceback would fail the test all the
+    same. Use a real process where a C library writes to fd 2 (grpc binding a port) or a run forks children."""
+    from harness import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exc:  # argparse
+                code = exc.code
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import pytest
 
 from harness.drills.plan import SCHEMA_PATH, schema
 from harness.procs.ports import refused_port
+from tests.conftest import drill_inprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -40,26 +41,7 @@ def drill_process(*args: str, timeout: float = 60, env: dict | None = None) -> s
     )  # fmt: skip
 
 
-def drill(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`drill ARGS` in this process (`harness.cli.main`), stdout and stderr captured."""
-    from harness import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    saved = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = cli.main(list(args))
-            except SystemExit as exc:  # argparse
-                code = exc.code
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+drill = drill_inprocess
 
 
 def assert_one_line(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -13,7 +10,7 @@ from harness.core.errors import BadInput, ConditionFailed
 from harness.drills import gate, report
 from harness.drills.model import Slo
 from harness.drills.results import assemble
-from tests.conftest import ROOT
+from tests.conftest import drill_inprocess
 from tests.drills.synth import make_series, read_back
 
 
@@ -39,10 +36,7 @@ def _saved_run(tmp_path, naive_bad=(11, 25), resilient_bad=None, trials=3, name=
     return out, results
 
 
-def _drill(*argv: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "harness.cli", *argv], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+_drill = drill_inprocess  # `drill analyze --series` reads files only: no process of its own needed
 
 
 def test_fail_on_breach_holds_when_a_configuration_breached(tmp_path):

@@ -21,7 +21,7 @@ from harness.core.faults import is_hit
 from harness.drills.load import ids_digest
 from harness.procs.ports import refused_port
 from harness.procs.spawn import spawn, stop_processes
-from tests.conftest import ROOT
+from tests.conftest import ROOT, drill_inprocess
 
 SEED = 5
 
@@ -107,11 +107,13 @@ def test_a_run_on_your_own_service_reports_the_hits_it_marked(cart, tmp_path):
     ],
 )  # fmt: skip
 def test_a_stack_edge_that_does_not_fit_the_service_is_one_line(cart, tmp_path, edge, code, needles):
-    proc = drill("run", write(tmp_path, plan(cart, **edge)), "--out", str(tmp_path / "out"), "--no-live")
+    # refused before the load starts: in this process (no child to fork), no interpreter to pay for
+    proc = drill_inprocess("run", write(tmp_path, plan(cart, **edge)), "--out", str(tmp_path / "out"), "--no-live")
     one_line(proc, code, *needles)
 
 
 def test_bad_stack_files_are_refused_before_anything_starts(cart, tmp_path):
+    drill = drill_inprocess  # nothing starts: the plan is refused at load
     bad = plan(cart)
     bad["stack"]["hops"][0]["metric"] = bad["stack"]["hops"][0].pop("metrics")
     one_line(drill("run", write(tmp_path, bad), "--out", str(tmp_path / "o")), 2, "stack.hops.0.metric: unknown key")
@@ -128,14 +130,14 @@ def test_an_unreachable_edge_fails_the_run_with_what_the_health_check_saw(cart, 
         data = plan(cart)
         data["stack"]["edge"]["address"] = f"127.0.0.1:{port}"
         data["stack"]["configs"][0]["ready"] = {"checks": 1, "timeout_s": 2, "interval_s": 0.5}
-        proc = drill("run", write(tmp_path, data), "--out", str(tmp_path / "out"), "--no-live")
+        proc = drill_inprocess("run", write(tmp_path, data), "--out", str(tmp_path / "out"), "--no-live")
     one_line(proc, 1, f"127.0.0.1:{port} did not pass 1 health checks", "UNAVAILABLE")
 
 
 def test_a_switch_that_outlives_its_timeout_is_stopped_and_said(cart, tmp_path):
     data = plan(cart)
     data["stack"]["configs"][0].update({"switch": "sleep 30", "switch_timeout_s": 1})
-    proc = drill("run", write(tmp_path, data), "--out", str(tmp_path / "out"), "--no-live")
+    proc = drill_inprocess("run", write(tmp_path, data), "--out", str(tmp_path / "out"), "--no-live")
     one_line(proc, 1, "switch to mine did not finish in 1 s (stopped)", "may be partly switched")
 
 
