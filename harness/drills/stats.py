@@ -20,7 +20,6 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from scipy.stats import fisher_exact
 
 ALPHA = 0.05
 BOOTSTRAP_SAMPLES = 4000
@@ -116,6 +115,8 @@ def fisher_p(b1: int, n1: int, b2: int, n2: int) -> float:
     """Two-sided Fisher's exact test on breaches b of n trials, two configurations."""
     if n1 == 0 or n2 == 0:
         return 1.0
+    from scipy.stats import fisher_exact  # here, not at import: scipy.stats costs ~1.5 s of every `drill` start
+
     return float(fisher_exact([[b1, n1 - b1], [b2, n2 - b2]])[1])
 
 
