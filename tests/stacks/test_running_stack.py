@@ -1,5 +1,6 @@
-"""`drill run` on a stack it did not start: the 4-hop demo chain as separate processes (tests/stacks/chain.py),
-switched between configurations by the stack file's commands, 2 trials per configuration.
+"""`drill run` on a stack it did not start: the 4-hop demo chain as separate processes
+(harness/testing/external_chain.py), switched between configurations by the stack file's commands,
+2 trials per configuration.
 
 What the wiring guarantees, whatever the machine is doing: the switch commands ran in A B A B order; every
 trial has calls at every hop (scraped from the hops' own /metrics URLs); the hits the services audited are
@@ -34,7 +35,7 @@ def drill(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def stack_plan(chain_dir, configs=("naive", "budget")) -> dict:
-    switch = f"{sys.executable} -m tests.stacks.chain up {{config}} --dir {chain_dir} --net {NET}"
+    switch = f"{sys.executable} -m harness.testing.external_chain up {{config}} --dir {chain_dir} --net {NET}"
     return {
         "name": "external-chain",
         "seed": 7,
@@ -62,8 +63,8 @@ def chain_run(tmp_path_factory):
     try:
         proc = drill("run", str(plan), "--out", str(out), "--no-live")
     finally:
-        subprocess.run([sys.executable, "-m", "tests.stacks.chain", "down", "--dir", str(chain_dir)], cwd=ROOT,
-                       timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))  # fmt: skip
+        down = [sys.executable, "-m", "harness.testing.external_chain", "down", "--dir", str(chain_dir)]
+        subprocess.run(down, cwd=ROOT, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     results = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
     return proc, results, out, chain_dir
 

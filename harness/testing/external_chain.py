@@ -1,10 +1,11 @@
 """A 4-hop demo chain of `drill serve` processes started *outside* the drill runner, as a user's stack would be.
 
-Used as a stack's switch command: `python -m tests.stacks.chain up CONFIG --dir DIR --net 127.77.0`
-stops the chain it started before (by the PIDs it recorded), starts gateway → order → account → ledger
-again with the resilience configuration CONFIG (each hop on its own loopback address, fixed ports as a
-deployment has them: 127.77.0.1:50051 is the gateway, :9464 its /metrics), waits until every hop
-serves, records the switch in DIR/switches.log and returns; the processes stay. `down` stops them.
+A stack's switch command (tests, and the saved run of benchmarks/stacks/external-chain.yaml):
+`python -m harness.testing.external_chain up CONFIG --dir DIR --net 127.77.0` stops the chain it
+started before (by the PIDs it recorded), starts gateway → order → account → ledger again with the
+resilience configuration CONFIG (each hop on its own loopback address, fixed ports as a deployment
+has them: 127.77.0.1:50051 is the gateway, :9464 its /metrics), waits until every hop serves,
+records the switch in DIR/switches.log and returns; the processes stay. `down` stops them.
 """
 
 from __future__ import annotations
