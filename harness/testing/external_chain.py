@@ -51,7 +51,18 @@ def stop(workdir: pathlib.Path) -> None:
     pids_file.unlink(missing_ok=True)
 
 
-def up(config: str, workdir: pathlib.Path, net: str) -> int:
+def hop_args(hop: str, bounded: bool) -> list[str]:
+    """Capacity flags of one hop: the demo default, or with `bounded` the retry-storm plan's own (one source)."""
+    if not bounded:
+        return ["--work-ms", "1"]
+    from harness.drills.plan import load_plan
+
+    spec = next(h for h in load_plan("retry-storm").hops if h.name == hop)
+    args = ["--work-ms", str(spec.work_ms), "--concurrency", str(spec.concurrency), "--queue", str(spec.queue)]
+    return [*args, "--shed-code", spec.shed_code, *(["--admission"] if spec.admission else [])]
+
+
+def up(config: str, workdir: pathlib.Path, net: str, bounded: bool = False) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     stop(workdir)
     env = dict(os.environ, PYTHONPATH=str(ROOT), DRILL_CONFIG=config)
@@ -62,7 +73,7 @@ def up(config: str, workdir: pathlib.Path, net: str) -> int:
         argv = [
             sys.executable, "-m", "harness.cli", "serve", "--host", address(net, i), "--port", "50051",
             "--metrics-port", "9464", "--service", hop, "--instance-id", f"{hop}-0", "--enable-faults", "--seed", "7",
-            "--work-ms", "1", "--ready-file", str(ready_file),
+            *hop_args(hop, bounded), "--ready-file", str(ready_file),
         ]  # fmt: skip
         if i + 1 < len(HOPS):
             argv += ["--downstream", f"{address(net, i + 1)}:50051", "--config", config]
@@ -91,12 +102,13 @@ def main() -> int:
     p.add_argument("config", nargs="?", default="naive")
     p.add_argument("--dir", required=True)
     p.add_argument("--net", default="127.77.0")
+    p.add_argument("--bounded", action="store_true", help="each hop's capacity as in the retry-storm plan")
     args = p.parse_args()
     workdir = pathlib.Path(args.dir)
     if args.action == "down":
         stop(workdir)
         return 0
-    return up(args.config, workdir, args.net)
+    return up(args.config, workdir, args.net, args.bounded)
 
 
 if __name__ == "__main__":
