@@ -1,4 +1,4 @@
-"""Distributed mode: a master and two workers run a 7 s drill; both workers' metrics are scraped.
+"""Distributed mode: a master and two workers run a 6 s drill; both workers' metrics are scraped.
 
 Covers both ways of starting workers: `--processes 2` (forked) and separate
 `--master` / `--worker` processes (what compose runs). The master's shape sends
@@ -8,10 +8,10 @@ phase; each worker serves its own /metrics and the master exports `drill_phase`
 announced (`--drill-metrics-port 0 --drill-ports-dir`); the master's worker port
 is bound the same way (`--master-bind-port 0`) and read from its announcement.
 
-The phases are as short as what is checked allows: a warm-up and a recovery long enough that every
-drill user calls in each (10 calls/s each), and a fault phase several scrapes of the master's
-timeline long (the test scrapes every 0.5 s). That the directive is on only during the fault is read
-from the ids the drill users logged, exactly, not from the share of calls that carried it.
+The phases are as short as what is checked allows: a recovery in which the drill users (10 calls/s
+each) call again without the directive, and a fault phase several scrapes of the master's timeline
+long (the test scrapes every 0.5 s). That the directive is on for one stretch and off after it is
+read from the ids the drill users logged, exactly, not from the share of calls that carried it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tests.loadtests.conftest import (
 )
 
 DRILL = (
-    "--drill-phases", "warmup=2,fault=3,recovery=2",
+    "--drill-phases", "warmup=1,fault=3,recovery=2",
     "--drill-users", "10",
     "--drill-weights", "organic=1,drill=1",
     "--drill-rate", "10",
@@ -58,10 +58,12 @@ def _check(run, ids_dir) -> None:
     organic_faulted = organic - organic_unfaulted
     assert drill > 50 and organic_faulted == 0, (drill, organic_faulted)
     assert 0 < faulted < drill, (faulted, drill)
-    # The directive is on for one stretch of each drill user's calls, with calls before it (warm-up) and
-    # after it (recovery): each user numbers its calls 0, 1, 2 … (ids PLAN-SEED-USER-N) and logs the ids it
-    # sent with the directive, so a user's tagged calls are one run of numbers, and the untagged ones before
-    # it are exactly the lowest of them. The ones after are the rest of the untagged calls the workers count.
+    # The directive is on for one stretch of each drill user's calls and off again after it: each user numbers
+    # its calls 0, 1, 2 … (ids PLAN-SEED-USER-N) and logs the ids it sent with the directive, so a user's tagged
+    # calls are one run of numbers, the untagged ones before it are exactly the lowest numbers, and the ones
+    # after it are the rest of the untagged calls the workers count. Calls after the fault are asserted, not
+    # calls before it: on a loaded box Locust may start its users after a short warm-up is over (seen with two
+    # CPU hogs), and the state before the fault is the one after it (`PhaseState`: fault off).
     tagged: dict[str, list[int]] = {}
     for rid in read_tagged_ids(ids_dir):
         _, user, n = rid.rsplit("-", 2)
@@ -71,7 +73,7 @@ def _check(run, ids_dir) -> None:
     untagged = sum(total(run.scraped[p], calls, traffic="drill", fault_mode="none") for p in workers)
     print(f"\ndrill users {len(tagged)}: {sum(map(len, tagged.values()))} calls with the directive, "
           f"{before} before them, {untagged - before:.0f} after")  # fmt: skip
-    assert before > 0 and untagged - before > 0 and faulted == sum(map(len, tagged.values())), (faulted, tagged)
+    assert untagged - before > 0 and faulted == sum(map(len, tagged.values())), (faulted, before, untagged, tagged)
     # The master exports the timeline: the fault phase was seen on, and off again.
     fault_flags = [total(s, "drill_fault_active", plan="dist") for s in run.history["master"]]
     assert 1.0 in fault_flags and 0.0 in fault_flags, fault_flags
