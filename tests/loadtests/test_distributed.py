@@ -56,7 +56,7 @@ def _check(run, ids_dir) -> None:
     organic = sum(total(run.scraped[p], calls, traffic="organic") for p in workers)
     organic_unfaulted = sum(total(run.scraped[p], calls, traffic="organic", fault_mode="none") for p in workers)
     organic_faulted = organic - organic_unfaulted
-    assert drill > 50 and organic_faulted == 0, (drill, organic_faulted)
+    assert organic_faulted == 0, organic_faulted
     assert 0 < faulted < drill, (faulted, drill)
     # The directive is on for one stretch of each drill user's calls and off again after it: each user numbers
     # its calls 0, 1, 2 … (ids PLAN-SEED-USER-N) and logs the ids it sent with the directive, so a user's tagged

@@ -5,8 +5,9 @@ metrics, organic traffic gets no injected fault, the drill hits are exactly the 
 function picks at the ratio (and their share is the ratio, within what the number of calls
 allows), and CANCELLED is counted in its own category, never as a failure.
 
-5 s of traffic is enough: 25 drill users at 10 calls/s each make ~1,250 drill calls, far more
-than the 100 per class asked below, and the share's bound narrows with the calls actually made.
+5 s of traffic is enough: 25 drill users at 10 calls/s each make ~1,250 drill calls (~1,000 with
+two CPU hogs beside the test: a bound of ±7.5 pp), and the share's bound comes from the calls
+actually made.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ DIRECTIVE = "abort:UNAVAILABLE"  # the smoke profile's
 SERVER_SEED = 7  # the drill_server fixture's
 #: Standard deviations of the binomial bound: a share outside it has probability < 6e-7 per check.
 Z = 5.0
+
+
+#: Calls from which the share's bound is below the ratio itself: Z·sqrt(p(1−p)/n) < p ⇔ n > Z²(1−p)/p (58.3).
+MIN_SHARE_CALLS = 59
 
 
 def _binomial_bound(n: float) -> float:
@@ -49,15 +54,16 @@ def test_smoke_run_separates_traffic_classes_and_hits_drill_at_the_ratio(tmp_pat
     server = drill_server.metrics()
     calls = "drill_client_calls_total"
 
-    # Both traffic classes, each well over 100 calls.
+    # Both traffic classes. Every check below is exact but the share's, whose bound narrows with the calls made:
+    # from MIN_SHARE_CALLS on it excludes a drill that never hits (and, with fewer, one that always does).
     organic = total(client, calls, traffic="organic")
     drill = total(client, calls, traffic="drill")
-    assert organic > 100 and drill > 100, (organic, drill)
+    assert organic > 0 and drill > 0, (organic, drill)
 
     # Organic traffic: untagged, all OK client-side, never faulted server-side.
     assert total(client, calls, traffic="organic", grpc_status="OK") == organic
     assert total(client, calls, traffic="organic", fault_mode="none") == organic
-    assert total(server, "drill_server_calls_total", traffic="organic") > 100
+    assert total(server, "drill_server_calls_total", traffic="organic") > 0
     assert total(server, "drill_server_calls_total", traffic="organic", fault_mode="none") == total(
         server, "drill_server_calls_total", traffic="organic"
     )
@@ -71,6 +77,7 @@ def test_smoke_run_separates_traffic_classes_and_hits_drill_at_the_ratio(tmp_pat
     assert audited and audited <= predicted, (len(audited), len(predicted), sorted(audited - predicted)[:5])
     # And their share is the ratio, client-side (UNAVAILABLE among non-cancelled drill calls) and server-side.
     finished = drill - total(client, calls, traffic="drill", grpc_status="CANCELLED")
+    assert finished >= MIN_SHARE_CALLS, finished
     hit_share = total(client, calls, traffic="drill", grpc_status="UNAVAILABLE") / finished
     assert abs(hit_share - RATIO / 100) <= _binomial_bound(finished), (hit_share, finished)
     server_drill = total(server, "drill_server_calls_total", traffic="drill")
