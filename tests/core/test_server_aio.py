@@ -152,15 +152,21 @@ async def _many(stub, n: int, concurrency: int = 100) -> list[grpc.StatusCode]:
         ("aio-tenant", settings("aio-tenant"), Tagging(tenant="tenant-acme", directive="abort:UNAVAILABLE")),
     ],
 )
-def test_switch_off_or_foreign_tenant_gives_zero_hits_over_10000_calls(name, server_settings, tagging):
+def test_switch_off_or_foreign_tenant_gives_zero_hits_over_2000_calls(name, server_settings, tagging):
+    # The gate decides each call from the server's settings and that call's metadata alone (switch, tenant),
+    # and a call it lets through is always hit at the directive's default ratio of 100 %: one call decides,
+    # deterministically. 2,000 calls, 20 waves of 100 at once with their own request ids, show that nothing
+    # per call or under concurrency changes it; 10,000 (~19 s) proved no more.
+    n = 2_000
+
     async def main():
         async with aio_server(server_settings, metrics=True) as (port, servicer):
             async with aio_stub(port, tagging) as stub:
-                return await _many(stub, 10_000), servicer.calls
+                return await _many(stub, n), servicer.calls
 
     codes, calls = asyncio.run(main())
-    assert len(codes) == 10_000 and set(codes) == {grpc.StatusCode.OK}
-    assert calls == 10_000
+    assert len(codes) == n and set(codes) == {grpc.StatusCode.OK}
+    assert calls == n
     assert sample_sum("drill_fault_hits_total", service=name) == 0
 
 

@@ -2,7 +2,9 @@
 
 Topology: `drill serve` subprocesses with faults on, two callers sharing one leaf:
 `gateway --config resilient` -> `leaf` (retries, breaker) and `edge --config budget`
--> `leaf` (retries until the budget runs out). Traffic comes from this process through `DrillClientInterceptor`
+-> `leaf` (retries until the budget runs out), and a `shed` hop with room for one call and no
+queue (`--admission`: shed calls are counted), which sheds whenever two organic users' calls
+overlap (its 200-ms work makes them overlap). Traffic comes from this process through `DrillClientInterceptor`
 (service label `loadgen`): organic users, drill users whose directive changes with
 the phase (`abort:UNAVAILABLE` aimed at the leaf during the fault), actively
 cancelled calls, dropped calls behind a short deadline (deadline gaps), delayed
@@ -44,8 +46,10 @@ CONFIG = "obs-live"
 PLAN = "obs-test"
 DRILL_TENANT = "tenant-drill"
 METHOD = "drill.v1.Demo/Call"
-#: (phase, seconds).
-PHASES = (("warmup", 3.0), ("fault", 7.0), ("recovery", 3.0))
+#: (phase, seconds). Long enough for what the tests read: a warm-up second before the fault (the
+#: fault-window panels' baseline), fault seconds whose 3-s windows hold both cancelled and failed
+#: drill calls (three at least), and a recovery second after it.
+PHASES = (("warmup", 2.0), ("fault", 3.0), ("recovery", 2.0))
 PACE_S = 0.03
 
 
@@ -83,14 +87,19 @@ def _method_label() -> str:
     return method_label("/" + METHOD)
 
 
-def preinit_client_series() -> None:
-    """Create every loadgen label set at 0 so no series is born mid-window."""
+def _loadgen_series():
     method = _method_label()
     for status in sorted(STATUS_NAMES):
         for mode in Mode:
             for traffic in ("organic", "drill"):
                 for injected in ("false", "true"):
-                    m.CLIENT_CALLS.labels(SERVICE, method, status, mode.value, traffic, CONFIG, injected)
+                    yield (SERVICE, method, status, mode.value, traffic, CONFIG, injected)
+
+
+def preinit_client_series() -> None:
+    """Create every loadgen label set at 0 so no series is born mid-window."""
+    for labels in _loadgen_series():
+        m.CLIENT_CALLS.labels(*labels)
 
 
 def _set_phase(phase: str | None) -> None:
@@ -133,8 +142,8 @@ async def _user(stub, stop: asyncio.Event, timeout: float) -> None:
         await asyncio.sleep(PACE_S)
 
 
-async def _drive(gateway: str, edge: str) -> tuple[float, float]:
-    """Run the phases against `gateway` and `edge`; returns (start, end) epoch seconds."""
+async def _drive(gateway: str, edge: str, shed: str) -> tuple[float, float]:
+    """Run the phases against `gateway`, `edge` and `shed`; returns (start, end) epoch seconds."""
     drill_idle = Tagging(tenant=DRILL_TENANT)
     drill_fault = Tagging(tenant=DRILL_TENANT, directive="abort:UNAVAILABLE", target="leaf")
 
@@ -147,7 +156,9 @@ async def _drive(gateway: str, edge: str) -> tuple[float, float]:
     organic, _ = channel(ORGANIC)
     drill, drill_ic = channel(drill_idle)
     # edge (budget, no breaker): retries until the budget runs out, and every directive
-    # consumed by the first hop.
+    # consumed by the first hop. Six drill users there, each failed call asking for three retries, ask
+    # for several times the 10 % budget whatever the box's speed (both sides scale with it), so the
+    # warm-up's credit is spent within the first fault second and the exhaustion counter exists.
     edge_organic, _ = channel(ORGANIC, edge)
     edge_drill, edge_drill_ic = channel(drill_idle, edge)
     # Actively cancelled: the edge holds the reply 300 ms, the client cancels after 40 ms.
@@ -156,11 +167,13 @@ async def _drive(gateway: str, edge: str) -> tuple[float, float]:
     delayed, _ = channel(Tagging(tenant=DRILL_TENANT, directive="delay:30"), edge)
     rejected, _ = channel(Tagging(tenant=DRILL_TENANT, directive="delay:abc"), edge)
     skipped, _ = channel(Tagging(tenant="tenant-other", directive="abort:INTERNAL"), edge)
-    channels = [organic, drill, edge_organic, edge_drill, cancelled, dropped, delayed, rejected, skipped]
+    shed_organic, _ = channel(ORGANIC, shed)
+    channels = [organic, drill, edge_organic, edge_drill, cancelled, dropped, delayed, rejected, skipped, shed_organic]
     stub = {ch: drill_pb2_grpc.DemoStub(ch) for ch in channels}
 
     always = asyncio.Event()
-    users = [(organic, 2), (drill, 6), (edge_organic, 2), (edge_drill, 2), (cancelled, 6), (rejected, 1), (skipped, 1)]
+    users = [(organic, 2), (drill, 6), (edge_organic, 2), (edge_drill, 6), (cancelled, 6), (rejected, 1), (skipped, 1),
+             (shed_organic, 2)]  # fmt: skip
     tasks = [asyncio.create_task(_user(stub[ch], always, 1.0)) for ch, n in users for _ in range(n)]
     start = time.time()
     fault_stop = asyncio.Event()
@@ -201,31 +214,45 @@ class LiveDrill:
         for name, config in (("gateway", "resilient"), ("edge", "budget")):
             # every process binds its own ports; the callers read the leaf's from its ready file
             self.procs.append(_serve(workdir, name, "--downstream", f"@{leaf_proc.ready_file}", "--config", config))
+        shed_args = ("--admission", "--concurrency", "1", "--queue", "0", "--work-ms", "200")
+        self.procs.append(_serve(workdir, "shed", *shed_args))
         wait_serving(self.procs)
-        leaf, gw, edge = self.procs
-        leaf_port, gw_port, edge_port = leaf.port, gw.port, edge.port
+        leaf, gw, edge, shed = self.procs
+        leaf_port, gw_port, edge_port, shed_port = leaf.port, gw.port, edge.port, shed.port
         preinit_client_series()
         _set_phase(None)
         self.metrics_server = start_http_server(0, addr="127.0.0.1")
         own_metrics = self.metrics_server[0].server_port
-        topology = [f"127.0.0.1:{proc.metrics_port}" for proc in (gw, edge, leaf)]
+        topology = [f"127.0.0.1:{proc.metrics_port}" for proc in (gw, edge, leaf, shed)]
         self.prom = LocalPrometheus(targets={"loadgen": [f"127.0.0.1:{own_metrics}"]}, rule_files=RULES).start()
         # the hops through file_sd with their `service` label, as the runner does (fd and TCP panels filter on it)
-        names = ("gateway", "edge", "leaf")
+        names = ("gateway", "edge", "leaf", "shed")
         self.prom.set_targets([(name, f"http://{addr}/metrics") for name, addr in zip(names, topology, strict=True)])
 
         async def main() -> tuple[float, float]:
             await _wait_serving(leaf_port)
             await _wait_serving(gw_port)
             await _wait_serving(edge_port)
-            return await _drive(f"127.0.0.1:{gw_port}", f"127.0.0.1:{edge_port}")
+            await _wait_serving(shed_port)
+            return await _drive(*(f"127.0.0.1:{p}" for p in (gw_port, edge_port, shed_port)))
 
-        self.prom.wait_for_up(4, timeout_s=40)
-        time.sleep(1.5)  # one more scrape of the zeroed series before the first call
+        self.prom.wait_for_up(1 + len(names), timeout_s=60)
+        self._wait_until_zeros_scraped()
         start, end = asyncio.run(main())
         return DrillRun(self.prom, start, end, self._wait_until_recorded(), topology)
 
-    def _wait_until_recorded(self, timeout_s: float = 30.0) -> float:
+    def _wait_until_zeros_scraped(self, timeout_s: float = 60.0) -> None:
+        """Until Prometheus holds every pre-created loadgen series (all at 0): no series is born mid-window."""
+        created = sum(1 for _ in _loadgen_series())
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            got = self.prom.query(f'count(drill_client_calls_total{{service="{SERVICE}",config="{CONFIG}"}})')
+            if got and float(got[0]["value"][1]) >= created:
+                return
+            time.sleep(0.25)
+        raise AssertionError(f"Prometheus never scraped the {created} zeroed loadgen series")
+
+    def _wait_until_recorded(self, timeout_s: float = 60.0) -> float:
         """Poll until Prometheus holds the final client counts and a rule evaluation has seen them.
 
         A fixed sleep is not enough on a loaded machine: a late scrape or rule evaluation

@@ -1,24 +1,32 @@
-"""Every query of every dashboard returns data on a real Prometheus that watched a real drill,
-and the error-rate panel equals the error rate computed from the client counters (CANCELLED excluded).
+"""The wiring, live: every query of every dashboard, with the dashboard's default variables, returns data on a
+real Prometheus that scraped real processes (live_drill.py: three chained `drill serve` hops, a shedding hop and
+this process's drill, organic and cancelled traffic); the class rules equal the client counters' error rate
+exactly (CANCELLED excluded).
+
+The MTTR board's logic (its numbers against the runner's) is checked exactly on recorded runs in
+test_mttr_board.py; here its queries, with the defaults a user opens it with (the edge callers, organic
+traffic, the plan's SLO and window), must return data like every other query.
 """
 
 from __future__ import annotations
 
+import argparse
+import pathlib
 import re
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from harness.core.status import SERVER_FAULT_CODES, error_rate
-from harness.dashboards import build_all, iter_queries, substitute
+from harness.dashboards import build_all, default_values, iter_queries, substitute
 from harness.dashboards.rules import plan_window_rules
-from harness.procs.prometheus import finite_values
-from tests.observability.live_drill import CONFIG, SERVICE, DrillRun, LiveDrill
+from harness.drills.cli_run import _prometheus
+from harness.procs.prometheus import LocalPrometheus, finite_values
+from tests.observability.live_drill import CONFIG, RULES, SERVICE, DrillRun, LiveDrill
 
 pytestmark = [pytest.mark.slow, pytest.mark.scraped_here]
 
-#: Every caller and traffic class (this drill's loadgen is not the runner's); the plan's SLO and window.
-VARIABLES = {"slo": "0.05", "window": "3s"}
 TOLERANCE = 0.01  # 1 percentage point
 
 
@@ -31,29 +39,42 @@ def drill() -> Iterator[DrillRun]:
         live.stop()
 
 
-def _evaluate(run: DrillRun, kind: str, expr: str, instant: bool) -> list[float] | list[str]:
+def _evaluate(run: DrillRun, kind: str, expr: str, instant: bool, values: dict[str, str]) -> list[float] | list[str]:
     if kind == "variable":
         m = re.fullmatch(r"label_values\((?:\s*(.+?)\s*,)?\s*(\w+)\s*\)", expr)
         assert m, f"unsupported variable query {expr!r}"
         return run.prom.label_values(m.group(2), match=m.group(1))
-    promql = substitute(expr, VARIABLES, range_="5m")
+    promql = substitute(expr, values, range_="5m")
     if instant:
         return finite_values(run.prom.query(promql, at=run.eval_at))
     return finite_values(run.prom.query_range(promql, run.start - 5, run.eval_at, step="1s"))
 
 
 def test_every_query_of_every_dashboard_returns_data(drill: DrillRun) -> None:
-    empty, count = [], 0
+    empty, count, board = [], 0, 0
     for model in build_all().values():
+        values = default_values(model)
         for q in iter_queries(model):
             count += 1
-            if "Shed calls" in q.title:  # this drill never sheds; test_mttr_board's storm does
-                continue
-            if not _evaluate(drill, q.kind, q.expr, q.instant):
+            board += q.dashboard == "drill-mttr"
+            if not _evaluate(drill, q.kind, q.expr, q.instant, values):
                 empty.append(f"{q.name}: {q.expr}")
-    print(f"\n{count} dashboard queries evaluated, {count - len(empty)} returned data")
-    assert count >= 40
+    print(f"\n{count} dashboard queries evaluated ({board} of the MTTR board), {count - len(empty)} returned data")
+    assert count >= 40 and board >= 20
     assert not empty, "queries without data:\n" + "\n".join(empty)
+
+
+def test_the_per_hop_error_rate_shows_the_hop_that_sheds(drill: DrillRun) -> None:
+    """Shed calls are errors of the hop that sheds: the board's per-hop panel (defaults: organic) is above 0 there."""
+    model = next(m for m in build_all().values() if m["uid"] == "drill-mttr")
+    expr = next(q.expr for q in iter_queries(model) if q.title.startswith("Error rate per hop"))
+    got = drill.prom.query('sum(increase(drill_server_shed_total{service="shed"}[5m]))', at=drill.eval_at)
+    shed = float(got[0]["value"][1]) if got else 0.0
+    assert shed > 0, "the shed hop shed nothing"
+    result = drill.prom.query_range(substitute(expr, default_values(model)), drill.start, drill.eval_at)
+    values = finite_values([s for s in result if s["metric"].get("service") == "shed"])
+    print(f"\nshed hop: {shed:.0f} calls shed, peak organic error rate {max(values, default=0):.3f}")
+    assert values and max(values) > 0
 
 
 def _naive_rate(counts: dict[str, float]) -> float:
@@ -129,14 +150,33 @@ def test_recorded_error_ratio_excludes_cancelled_at_every_second(drill: DrillRun
             naive = c["server-fault"] / sum(c.values())
             assert abs(naive - float(v)) > 1e-6, "this second must tell the two formulas apart"
     print(f"\n{checked} seconds compared, {with_cancels} with both cancelled and failed calls")
-    assert checked >= 8 and with_cancels >= 3
+    # The identity is the rules' algebra, the same at every evaluation: one second whose window holds both
+    # cancelled and failed calls gives it teeth. (How many seconds Prometheus evaluated depends on the box.)
+    assert with_cancels >= 1
 
 
 def test_server_side_error_rate_and_cancelled_are_recorded(drill: DrillRun) -> None:
-    ratios = drill.prom.query("drill:server_error_ratio:rate3s", at=drill.eval_at)
-    services = {s["metric"]["service"] for s in ratios}
-    assert {"gateway", "edge", "leaf"} <= services
+    # over the drill, not at its end: by `eval_at` the last calls may have left the 3-s window (a loaded box
+    # failed this once when it read one instant after the drill)
+    ratios = drill.prom.query_range("drill:server_error_ratio:rate3s", drill.start, drill.eval_at)
+    services = {s["metric"]["service"] for s in ratios if finite_values([s])}
+    assert {"gateway", "edge", "leaf", "shed"} <= services
     cancelled = drill.prom.query_range(
         'drill:server_calls:rate3s{service="edge", status_class="cancelled"}', drill.start, drill.eval_at
     )
     assert max(finite_values(cancelled)) > 0, "the edge saw the client's cancellations"
+
+
+def test_the_runners_prometheus_loads_the_rules_the_dashboards_read(tmp_path: pathlib.Path, monkeypatch) -> None:
+    """`drill run --prometheus auto` watches the run with the rule files the drill above is evaluated with, so the
+    TSDB a drill leaves behind holds every recorded series and alert the dashboards read: all their groups are
+    loaded. (Its wait for a first scrape, up to 20 s, is skipped: rules are loaded at start.)"""
+    monkeypatch.setattr(LocalPrometheus, "wait_first_sample", lambda self, timeout_s=20.0: True)
+    prom = _prometheus(argparse.Namespace(prometheus="auto", prometheus_sd=None), tmp_path, print)
+    assert prom is not None, "prometheus not on PATH"
+    try:
+        loaded = {g["name"]: len(g["rules"]) for g in prom.api("rules")["groups"]}
+    finally:
+        prom.stop()
+    groups = {g["name"]: len(g["rules"]) for f in RULES for g in yaml.safe_load(f.read_text())["groups"]}
+    assert groups and loaded == groups

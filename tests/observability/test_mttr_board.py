@@ -1,299 +1,279 @@
-"""Issue 15's "done when": a real drill, the real Prometheus with the real rules, every dashboard query
-with the dashboard's DEFAULT variable values, compared with the runner's own numbers.
+"""The MTTR board's logic on recorded runs, exactly: `promtool test rules` evaluates the real rule files and the
+board's panel queries (with the dashboard's default variables) on a recorded drill's per-second counts, and
+every value must equal what the runner's own analysis (harness.drills.analysis) computes from the same series.
 
-The drill is `plans/storm-3hop.yaml` (retry-storm on 3 hops, naive vs resilient, same SLO and
-window as retry-storm, whose values the dashboards default to), run by the drill runner with
-`--prometheus auto` (`harness.drills.cli_run._prometheus`: the runner's local Prometheus loads
-the compose rules). Each configuration is evaluated over its own run.
+The recordings (`recorded/*.series.json`, made as `recorded_series.py` says) are real `drill run`s of
+`plans/storm-3hop.yaml`: retry-storm on 3 hops, naive and resilient, the SLO and window the dashboards default
+to. How the counts are laid out in time, and what PromQL's `rate()` does with them, is in `promtool_board.py`.
+
+Where the board equals the runner by construction, the expected value is the runner's: seconds in breach,
+peak, the SLO error ratio at every second, error rate over the fault window (blast radius), amplification per
+hop over the fault window, the fast-burn page. Two documented differences are asserted as what they are, not
+approximated: the board has no `min_calls` (a window with 1–2 calls has a board value and no runner state; none
+in these recordings), and `rate()` does not extrapolate a counter below its zero point, so at the seconds
+where a status first appears the board's ratio is PromQL's, not the runner's (the test prints each such second
+with both values). The wiring (real processes → real Prometheus → every query returns data) is
+test_live_dashboards.py's.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import dataclasses
-import math
+import functools
 import pathlib
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable
 
 import pytest
+import yaml
 
 from harness.dashboards import build_all, default_values, iter_queries, substitute
+from harness.dashboards.mttr import UID
+from harness.dashboards.rules import BURN_ALERTS, PLAN
 from harness.drills import analysis
-from harness.drills.cli_run import _prometheus
-from harness.drills.plan import load_plan
-from harness.drills.runner import Runner
-from harness.drills.series import RunSeries
-from harness.procs.prometheus import LocalPrometheus, finite_values
+from tests.observability.promtool_board import (
+    RULES,
+    Case,
+    Ratio,
+    board_time,
+    error_ratio,
+    expr_test,
+    load_cases,
+    run_promtool,
+)
 
-pytestmark = [pytest.mark.slow, pytest.mark.scraped_here]
-
-PLAN = pathlib.Path(__file__).parent / "plans/storm-3hop.yaml"
-
-
-@dataclasses.dataclass
-class Storm:
-    prom: LocalPrometheus
-    plan: object
-    results: dict
-    series: dict[str, list[RunSeries]]  # one trial per configuration here
-    windows: dict[str, tuple[float, float]]
-
-    def span(self, config: str) -> tuple[float, float]:
-        """This configuration's run in epoch seconds: warm-up start to recovery end."""
-        on, off = self.windows[config]
-        ph = self.plan.phases
-        return on - ph.warmup + 1, off + ph.recovery
+CASES = load_cases()
+IDS = [c.id for c in CASES]
+MODEL = next(m for m in build_all().values() if m["uid"] == UID)
+DEFAULTS = default_values(MODEL)
+WINDOW_RANGE = PLAN.window_s + 1  # the rules' `[3s]`
 
 
-@pytest.fixture(scope="module")
-def storm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Storm]:
-    out = tmp_path_factory.mktemp("storm")
-    prom = _prometheus(argparse.Namespace(prometheus="auto", prometheus_sd=None), out, print)
-    assert prom is not None, "prometheus not on PATH"
-    try:
-        plan = load_plan(str(PLAN))
-        runner = Runner(plan, out, log=print, prometheus=prom)
-        results = asyncio.run(runner.run())
-        yield Storm(prom, plan, results, runner.series, runner.windows)
-    finally:
-        prom.stop()
+def _panel(title: str) -> str:
+    return next(q.expr for q in iter_queries(MODEL) if q.kind == "panel" and q.title == title)
 
 
-def _model(uid: str) -> dict:
-    return next(m for m in build_all().values() if m["uid"] == uid)
+def _ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
 
 
-def _panel(uid: str, title: str) -> str:
-    return next(q.expr for q in iter_queries(_model(uid)) if q.kind == "panel" and q.title == title)
+def _seconds(case: Case) -> range:
+    """Evaluation times that hold a runner window: board_time(0) … board_time(n − 1)."""
+    return range(board_time(0), board_time(case.n - 1) + 1)
 
 
-def _instant(storm: Storm, uid: str, title: str, config: str, label: str = "config") -> dict[str, float]:
-    """A stat panel's default query over `config`'s run: label value -> number."""
-    start, end = storm.span(config)
-    expr = substitute(_panel(uid, title), default_values(_model(uid)), range_=f"{int(end - start)}s")
-    return {s["metric"].get(label, ""): float(s["value"][1]) for s in storm.prom.query(expr, at=end)}
+def _per_case(build: Callable[[Case], object]) -> Callable[[Case], object]:
+    """Memoise a builder per recording (a Case holds dicts: not hashable)."""
+    memo: dict[str, object] = {}
+    return lambda case: memo[case.id] if case.id in memo else memo.setdefault(case.id, build(case))
 
 
-def _rates(storm: Storm, config: str, window: int | None = None) -> list[float | None]:
-    """The runner's per-second SLO error rate over `window` seconds (default: the plan's window)."""
-    s, slo = storm.series[config][0], storm.plan.slo
-    return analysis.error_rate_series(s, slo.traffic, slo.min_calls, window or slo.window_s)
+@_per_case
+def _board_rates(case: Case) -> dict[int, Ratio]:
+    """The board's SLO error ratio at every evaluation time that holds a runner window."""
+    return {at: error_ratio(case, at, WINDOW_RANGE, case.slo.traffic) for at in _seconds(case)}
 
 
-def _two_calls(storm: Storm, config: str) -> float:
-    """Two calls' worth of the SLO traffic's error rate over the plan window (one sampler may hold a
-    call or two more or fewer than the other)."""
-    s, slo = storm.series[config][0], storm.plan.slo
-    planned = (s.planned_rps or {}).get(slo.traffic) or sum((s.planned_rps or {}).values())
-    return 2 / (planned * slo.window_s)
+def _runner_rates(case: Case, min_calls: float = 0.0) -> dict[int, float | None]:
+    """The runner's SLO error rate of the second each evaluation time holds (`min_calls` 0: the board has none)."""
+    rates = analysis.error_rate_series(case.series, case.slo.traffic, min_calls, case.slo.window_s)
+    return {at: rates[at - board_time(0)] for at in _seconds(case)}
 
 
-def _runner_breach(storm: Storm, config: str) -> tuple[int, float]:
-    """The runner's bad seconds and peak SLO error rate (its own per-second series and functions)."""
-    s, slo = storm.series[config][0], storm.plan.slo
-    states = analysis.slo_states(s, slo)
-    rates = [r for r in _rates(storm, config) if r is not None]
-    return sum(1 for x in states if x == analysis.BAD), max(rates, default=0.0)
+# --- the checks promtool runs, per test -----------------------------------------------------------------
+@_per_case
+def _every_second_checks(case: Case) -> list[dict]:
+    label = f'{{config="{case.config}"}}'
+    error = substitute(_panel("Error rate by config (CANCELLED excluded) vs SLO"), DEFAULTS)
+    breach = substitute(_panel("In SLO breach"), DEFAULTS)
+    rule = f"drill:slo_error_ratio:rate3s{label}"
+    tests = [expr_test(rule, board_time(-1), [])]  # the baseline alone: no rate
+    for at, ratio in _board_rates(case).items():
+        value = ratio.value
+        tests.append(expr_test(rule, at, [] if value is None else [(rule, value)]))
+        tests.append(expr_test(error, at, [] if value is None else [(label, value)]))
+        tests.append(expr_test(breach, at, [] if value is None else [(label, float(value > case.slo.max_error_rate))]))
+    return tests
 
 
-def _ambiguous_seconds(storm: Storm, config: str) -> tuple[int, int, float]:
-    """(crossings, near, band): how often the runner's per-second state crosses between bad and not
-    bad, and how many of its seconds have an error rate within two calls' worth (`band`) of the SLO."""
-    s, slo = storm.series[config][0], storm.plan.slo
-    bad = [x == analysis.BAD for x in analysis.slo_states(s, slo)]
-    crossings = sum(1 for a, b in zip(bad, bad[1:], strict=False) if a != b)
-    band = _two_calls(storm, config)
-    near = sum(1 for r in _rates(storm, config) if r is not None and abs(r - slo.max_error_rate) <= band)
-    return crossings, near, band
+def _stats(case: Case) -> tuple[int, float]:
+    """Seconds in breach and peak: the count and the maximum of the board's per-second ratios."""
+    values = [r.value for r in _board_rates(case).values() if r.value is not None]
+    return sum(1 for v in values if v > case.slo.max_error_rate), max(values)
 
 
-CONFIGS = ("naive", "resilient")
+@_per_case
+def _stat_checks(case: Case) -> list[dict]:
+    """At the runner's last second, over a range that holds the run."""
+    bad, peak = _stats(case)
+    label, end, range_ = f'{{config="{case.config}"}}', board_time(case.n - 1), f"{case.n}s"
+    return [
+        expr_test(substitute(_panel("Seconds in breach over the range"), DEFAULTS, range_=range_), end,
+                  [(label, float(bad))]),
+        expr_test(substitute(_panel("Peak error rate over the range"), DEFAULTS, range_=range_), end,
+                  [(label, peak)]),
+    ]  # fmt: skip
 
 
-def _report(storm: Storm, config: str) -> dict:
-    res = storm.results["configs"][config]
-    bad, peak = _runner_breach(storm, config)
-    got = {
-        "seconds": _instant(storm, "drill-mttr", "Seconds in breach over the range", config).get(config, 0.0),
-        "peak": _instant(storm, "drill-mttr", "Peak error rate over the range", config).get(config),
-        "fault_rate": _instant(storm, "drill-mttr", "Error rate over the fault window", config).get(config),
-        "amp": _instant(storm, "drill-mttr", "Amplification over the fault window", config, "service"),
-        # DESIGN §10's one amplification, as the runner computed it for results.json
-        "one": res["amplification_by_hop"],
-        "bad": bad,
-        "runner_peak": peak,
-    }
-    print(
-        f"\n{config}: seconds in breach board {got['seconds']:.0f} runner {bad} (MTTR {res['mttr_s']}, breached "
-        f"{res['breached']}); peak board {got['peak']} runner {peak:.4f}; fault-window error board "
-        f"{got['fault_rate']} runner blast radius {res['blast_radius']}; amplification board "
-        f"{ {k: round(v, 3) for k, v in got['amp'].items()} } runner (results.json) {got['one']}"
-    )
-    rates = _rates(storm, config)
-    print(f"{config}: runner's per-second error rates {[None if r is None else round(r, 3) for r in rates]}")
-    return got
-
-
-def _peak_noise(storm: Storm, config: str) -> float:
-    """Three binomial standard deviations of the runner's peak error rate, sqrt(p(1-p)/n) with n the
-    calls in its window: two samplers whose windows hold different calls differ by that much."""
-    s, slo = storm.series[config][0], storm.plan.slo
-    rates = _rates(storm, config)
-    known = [(r, i) for i, r in enumerate(rates) if r is not None]
-    if not known:
-        return 0.0
-    p, i = max(known)
-    calls = analysis.rps_series(s, slo.traffic)
-    n = sum(calls[max(0, i - slo.window_s + 1) : i + 1])
-    return 3 * math.sqrt(p * (1 - p) / n) if n > 0 else 1.0
-
-
-def _swing(values: list[float | None], win: range) -> float:
-    """The largest change between adjacent seconds around each edge of `win`, summed over both edges:
-    what a one-second shift of each edge can trade."""
-
-    def at(edge: int) -> float:
-        pairs = [(values[i - 1], values[i]) for i in range(max(1, edge - 1), min(len(values), edge + 2))]
-        return max((abs(b - a) for a, b in pairs if a is not None and b is not None), default=float("inf"))
-
-    return at(win.start) + at(win.stop)
-
-
-def _edge_swing(storm: Storm, config: str) -> float:
-    """How far the fault window's error rate can move if each of its edges shifts by up to a second."""
-    s = storm.series[config][0]
-    win = analysis._window(s, s.fault_on, s.fault_off)
-    return _swing(_rates(storm, config), win) / max(1, len(win))
-
-
-def _amp_swing(storm: Storm, config: str, hop: str) -> float:
-    """How far a hop's amplification over the fault window can move if each edge shifts by up to a
-    second: the hop's change in attempts/s across the edges ÷ the edge's first attempts in the window."""
-    s = storm.series[config][0]
+def _fault_window(case: Case) -> tuple[float, dict[str, float]]:
+    """The runner's blast radius and amplification per hop over its fault window, unrounded."""
+    s = case.series
     win = analysis._window(s, s.fault_on, s.fault_off)
     edge = sum(analysis.rps_series(s, "all")[i] for i in win)
-    return _swing(analysis.hop_series(s).get(hop, []), win) / edge if edge else float("inf")
+    amp = {hop: sum(v[i] for i in win) / edge for hop, v in analysis.hop_series(s).items()}
+    return analysis.aggregate_error_rate(s, s.fault_on, s.fault_off, "organic"), amp
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-def test_fault_window_panels_agree_with_the_runner(storm: Storm, config: str) -> None:
-    """Blast radius and amplification per hop (DESIGN §10's one definition) within what a one-second
-    shift of the fault window's edges can move, from the runner's own per-second series.
-
-    Prometheus and the runner's scraper are two samplers a fraction of a second apart: Prometheus's
-    fault window is the seconds its own scrape of `drill_fault_active` saw 1, the runner's is the
-    phase change rounded to its grid, so the two windows' edges differ by up to a second. During a
-    storm the rates move ~10 % per second, so one shifted second of a 6-s fault window moves the
-    blast radius by a few pp (measured 0.1, 0.1, 2.3 and 3.1 pp on four runs) and the deepest hop's
-    ratio by up to ~0.15 (measured ledger 2.26 vs 2.12; 2.34 vs 2.50 in a CI rehearsal, past a flat
-    0.15). Amplification is allowed 0.05 plus the hop's change in attempts/s across each edge ÷ the
-    edge's first attempts in the window. The blast radius is allowed 2 pp plus what a
-    one-second shift of each edge can move (the runner's rate change across the edge ÷ the window's
-    seconds): a flat 5 pp failed once in a CI rehearsal, 78.8 vs 86.8 %, when resilient's breakers
-    took the error rate from 35 % to 100 % within the first two fault seconds.
-    """
-    res, got = storm.results["configs"][config], _report(storm, config)
-    allowed = 0.02 + _edge_swing(storm, config)
-    print(f"{config}: fault-window error allowed {allowed:.3f} apart")
-    assert got["fault_rate"] is not None and abs(got["fault_rate"] - res["blast_radius"]) <= allowed
-    for hop, value in got["one"].items():
-        allowed_amp = 0.05 + _amp_swing(storm, config, hop)
-        print(f"{config}: {hop} amplification allowed {allowed_amp:.3f} apart")
-        assert abs(got["amp"][hop] - value) <= allowed_amp, (hop, got["amp"], got["one"])
+@_per_case
+def _fault_checks(case: Case) -> list[dict]:
+    blast, amp = _fault_window(case)
+    end, range_ = board_time(case.n - 1), f"{case.n}s"
+    return [
+        expr_test(substitute(_panel("Error rate over the fault window"), DEFAULTS, range_=range_), end,
+                  [(f'{{config="{case.config}"}}', blast)]),
+        expr_test(substitute(_panel("Amplification over the fault window"), DEFAULTS, range_=range_), end,
+                  [(f'{{service="{hop}"}}', v) for hop, v in sorted(amp.items())]),
+    ]  # fmt: skip
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-def test_breach_seconds_and_peak_agree_with_the_runner(storm: Storm, config: str) -> None:
-    """Seconds in breach within one second per crossing of the threshold (at least 2), plus one per
-    second whose error rate is within two calls of the SLO; the peak within 6 pp or three binomial
-    standard deviations of the runner's peak, whichever is larger (a CI rehearsal: board 58.7 % vs
-    runner 50.0 %, from a window of a few dozen organic calls during the storm). Prometheus' 1-s
-    evaluations sit a fraction of a second from the runner's seconds, so a board second's rate lies
-    between two adjacent runner seconds': it can disagree where those two are on opposite sides of
-    the SLO, or where a call more or less in the window flips it. A clean breach crosses twice
-    (onset, end); a storm's tail at the threshold adds more (a CI run: board 12, runner 15).
-    A per-second peak taken by two samplers at different phases of the second differs by the rate's
-    change within that second, which at a storm's onset is large: measured 0.3, 2.1, 2.8 and 5.5 pp
-    on four runs."""
-    got = _report(storm, config)
-    crossings, near, band = _ambiguous_seconds(storm, config)
-    print(f"{config}: the runner's state crosses the SLO {crossings} times; {near} seconds within {band:.3f} of it")
-    assert abs(got["seconds"] - got["bad"]) <= max(2, crossings) + near
-    allowed = max(0.06, _peak_noise(storm, config))
-    print(f"{config}: peak allowed {allowed:.3f} apart")
-    assert got["peak"] is not None and abs(got["peak"] - got["runner_peak"]) <= allowed
+@functools.cache
+def _pages() -> tuple[tuple[str, int, int, float, dict], ...]:
+    """(scale, short range s, long range s, threshold, rule) of each `DrillSLOFastBurn` page."""
+    rules = {(r["alert"], r["labels"]["scale"]): r for f in RULES for g in yaml.safe_load(f.read_text())["groups"]
+             for r in g["rules"] if "alert" in r}  # fmt: skip
+    seconds = {"s": 1, "m": 60, "h": 3600}
+    return tuple(
+        (scale, int(short[:-1]) * seconds[short[-1]], int(long[:-1]) * seconds[long[-1]], factor * PLAN.budget,
+         rules[(alert, scale)])
+        for alert, scale, short, long, factor, _ in BURN_ALERTS if alert == "DrillSLOFastBurn"
+    )  # fmt: skip
 
 
-def test_per_hop_error_rate_is_nonzero_where_the_hop_sheds(storm: Storm) -> None:
-    start, end = storm.span("naive")
-    shed = {s["metric"]["service"]: float(s["value"][1])
-            for s in storm.prom.query(f"sum by (service) (increase(drill_server_shed_total[{int(end - start)}s]))",
-                                      at=end)}  # fmt: skip
-    shedding = [hop for hop, n in shed.items() if n > 0]
-    assert shedding, f"the naive storm shed nothing: {shed}"
-    uid = "drill-mttr"
-    title = "Error rate per hop (shed included, CANCELLED excluded)"
-    expr = substitute(_panel(uid, title), default_values(_model(uid)))
-    result = storm.prom.query_range(expr, start, end)
-    for hop in shedding:
-        values = finite_values([s for s in result if s["metric"]["service"] == hop])
-        print(f"\n{hop}: shed {shed[hop]:.0f}, peak organic error rate on the per-hop panel {max(values):.3f}")
-        assert max(values) > 0
+def _page_windows(case: Case, at: int) -> list[tuple[str, float, dict, list[Ratio]]]:
+    """Each page at `at`: (scale, threshold, rule, [short-window ratio, long-window ratio])."""
+    return [(scale, threshold, rule, [error_ratio(case, at, w, case.slo.traffic) for w in (short, long)])
+            for scale, short, long, threshold, rule in _pages()]  # fmt: skip
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-def test_fast_burn_fires_for_organic_edge_traffic_iff_the_runner_saw_a_breach(storm: Storm, config: str) -> None:
-    start, end = storm.span(config)
-    fired = storm.prom.query_range(
-        f'ALERTS{{alertname="DrillSLOFastBurn", scale="drill", alertstate="firing", config="{config}"}}',
-        start,
-        end + 10,
+@_per_case
+def _alert_checks(case: Case) -> list[dict]:
+    alerts = []
+    for at in range(1, board_time(case.n - 1) + 2):
+        expected = []
+        for _, threshold, rule, values in _page_windows(case, at):
+            if all(v.above(threshold) for v in values):
+                summary = rule["annotations"]["summary"].replace("{{ $labels.config }}", case.config)
+                expected.append({"exp_labels": {**rule["labels"], "config": case.config},
+                                 "exp_annotations": {**rule["annotations"], "summary": summary}})  # fmt: skip
+        alerts.append({"eval_time": f"{at}s", "alertname": "DrillSLOFastBurn", "exp_alerts": expected})
+    return alerts
+
+
+_SHARED: dict[str, subprocess.CompletedProcess] = {}
+
+
+@pytest.fixture
+def promtool(case: Case, tmp_path_factory: pytest.TempPathFactory, tmp_path: pathlib.Path) -> Callable[..., None]:
+    """Asserts that promtool accepts a test's checks. Every check of a recording runs in one promtool run (its
+    rules evaluated once); a test's own checks run again, alone, only when that run failed, to say whose."""
+    if case.id not in _SHARED:
+        exprs = _every_second_checks(case) + _stat_checks(case) + _fault_checks(case)
+        _SHARED[case.id] = run_promtool(case, tmp_path_factory.mktemp("board"), exprs=exprs,
+                                        alerts=_alert_checks(case))  # fmt: skip
+
+    def check(exprs: list[dict] = (), alerts: list[dict] = ()) -> None:
+        if _SHARED[case.id].returncode != 0:
+            _ok(run_promtool(case, tmp_path, exprs=exprs, alerts=alerts))
+
+    return check
+
+
+@pytest.fixture(params=CASES, ids=IDS)
+def case(request) -> Case:
+    c = request.param
+    assert (c.slo.max_error_rate, c.slo.window_s, c.slo.traffic) == (PLAN.budget, PLAN.window_s, PLAN.traffic), (
+        "the board's defaults are the shipped plan's SLO: record a plan with the same"
     )
-    breached = storm.results["configs"][config]["breached"]
-    must, must_not = _page_expected(storm, config)
-    print(f"\n{config}: DrillSLOFastBurn firing samples {len(finite_values(fired))}, runner breached {breached}, "
-          f"runner's own burn: must fire {must}, must not {must_not}")  # fmt: skip
-    if config == "naive":
-        assert breached and finite_values(fired), "naive breaches: the organic fast-burn page must fire"
-    if must:
-        assert finite_values(fired), "both windows burned past the budget in the runner's series"
-    if must_not:
-        assert not finite_values(fired), "the page fired where the runner saw no sustained burn"
+    return c
 
 
-def _page_expected(storm: Storm, config: str) -> tuple[bool, bool]:
-    """(must fire, must not fire) from the runner's own series at the page's two windows (12 × and 1 ×
-    the plan window), with a margin for the two samplers: 1 pp on the long window, two calls on the
-    short one. A breach of a few seconds is a breach for the runner but need not burn the long
-    window's budget: the page is a multiwindow burn-rate alert and rightly stays quiet then."""
-    slo = storm.plan.slo
-    band = _two_calls(storm, config)
-    long, short = _rates(storm, config, 12 * (slo.window_s + 1)), _rates(storm, config)
-    budget = slo.max_error_rate
-    pairs = [(a, b) for a, b in zip(long, short, strict=True) if a is not None and b is not None]
-    must = any(a > budget + 0.01 and b > budget + band for a, b in pairs)
-    must_not = not any(a > budget - 0.01 and b > budget - band for a, b in pairs)
-    return must, must_not
+# --- the tests ------------------------------------------------------------------------------------------
+def test_the_cut_recording_still_gives_the_runs_results(case: Case) -> None:
+    """The fixture lost nothing the board reads: the runner's analysis of it gives the run's own results.json."""
+    got = analysis.analyze_run(case.series, case.slo, case.hops)
+    assert {k: got[k] for k in case.results} == case.results
 
 
-def test_every_dashboard_query_with_its_defaults_returns_data(storm: Storm) -> None:
-    start, _ = storm.span("naive")
-    _, end = storm.span("resilient")
-    empty, count = [], 0
-    for model in build_all().values():
-        values = default_values(model)
-        for q in iter_queries(model):
-            if q.kind == "variable":
-                continue
-            count += 1
-            expr = substitute(q.expr, values, range_=f"{int(end - start)}s")
-            got = storm.prom.query(expr, at=end) if q.instant else storm.prom.query_range(expr, start, end)
-            if not finite_values(got):
-                empty.append(q.name)
-            elif q.kind == "panel":
-                print(f"{q.name}: max {max(finite_values(got)):.4g}")
-    print(f"\n{count} queries with defaults, empty: {empty}")
-    must = [n for n in empty if n.startswith("drill-mttr") and "Retries" not in n and "budget" not in n]
-    assert not must, must
+def test_slo_error_ratio_and_breach_timeline_at_every_second(case: Case, promtool) -> None:
+    """`drill:slo_error_ratio:rate3s`, the board's error-rate panel and its breach timeline at every second: the
+    runner's error rate wherever no counter's extrapolation was cut at its zero point; where one was, PromQL's
+    value (printed beside the runner's)."""
+    runner, cut = _runner_rates(case), []
+    for at, ratio in _board_rates(case).items():
+        if ratio.cut:
+            cut.append(f"{at}s board {ratio.value} runner {runner[at]}")
+        else:
+            assert ratio.value == runner[at], (at, ratio.value, runner[at])
+    print(f"\n{case.id}: {len(runner) - len(cut)} of {len(runner)} seconds are the runner's by construction; "
+          f"where a counter starts in the window: {cut}")  # fmt: skip
+    promtool(exprs=_every_second_checks(case))
 
+
+def test_seconds_in_breach_and_peak_are_the_runners(case: Case, promtool) -> None:
+    """Over a range holding the run (its last evaluation holds the runner's last second), the stat panels give the
+    count and the maximum of the board's per-second ratios: the runner's bad seconds and peak, except where a
+    second's ratio is PromQL's (printed: in these recordings neither changes). `min_calls` (the runner's, not
+    the board's) is met by every window that has calls."""
+    known = _runner_rates(case, case.slo.min_calls)
+    rates = _board_rates(case)
+    assert all(known[at] is not None for at, r in rates.items() if r.value is not None), (
+        "a window below min_calls: the board counts it, the runner does not"
+    )
+    bad, peak = _stats(case)
+    runner_bad = sum(1 for s in analysis.slo_states(case.series, case.slo) if s == analysis.BAD)
+    runner_peak = max(v for v in known.values() if v is not None)
+    print(f"\n{case.id}: seconds in breach {bad} (runner {runner_bad}), peak {peak:.4f} (runner {runner_peak:.4f})")
+    promtool(exprs=_stat_checks(case))
+
+
+def test_fault_window_panels_are_the_blast_radius_and_amplification(case: Case, promtool) -> None:
+    """Counter increases between the first and the last second `drill_fault_active` is 1 (`offset 1s` for the
+    baseline): the runner's fault window exactly. Error rate of organic traffic = blast radius; per hop,
+    attempts ÷ the edge's first attempts (all traffic) = amplification, unrounded."""
+    blast, amp = _fault_window(case)
+    assert {h: round(v, 3) for h, v in amp.items()} == analysis.amplification(case.series)
+    print(f"\n{case.id}: blast radius {blast:.4f}, amplification { {h: round(v, 4) for h, v in amp.items()} }")
+    promtool(exprs=_fault_checks(case))
+
+
+def test_fast_burn_page_fires_exactly_where_both_windows_burn(case: Case, promtool) -> None:
+    """`DrillSLOFastBurn` at every second: firing iff the organic edge ratio is above the burn threshold over both
+    of its windows, as recorded at that step. promtool evaluates every group at every step of its
+    `evaluation_interval` (1 s), whatever the group's own interval (live, the workbook-scale groups run every
+    15 s). The drill-scale page's short window is the runner's SLO window; its long one (36 s) holds every
+    second so far of these short runs: the runner's error rate since the start."""
+    since_start = analysis.error_rate_series(case.series, case.slo.traffic, 0.0, case.n)
+    fired = []
+    for at in range(1, board_time(case.n - 1) + 2):
+        for scale, threshold, _, values in _page_windows(case, at):
+            if scale == "drill" and values[1].values and at - board_time(0) < case.n:
+                runner = since_start[at - board_time(0)]
+                assert all(v == pytest.approx(runner, rel=1e-12) for v in values[1].values), (at, values[1], runner)
+            if all(v.above(threshold) for v in values):
+                fired.append(f"{at}s {scale}")
+    print(f"\n{case.id}: page firing at {fired}")
+    promtool(alerts=_alert_checks(case))
+
+
+def test_promtool_tells_the_runners_window_from_another(tmp_path: pathlib.Path) -> None:
+    """The comparison has teeth: the runner's error rate over 1 s instead of the plan's 2 s fails at every second
+    where the two differ (and only there: the same checks with the 2-s values pass above)."""
+    case = CASES[0]
+    wrong = analysis.error_rate_series(case.series, case.slo.traffic, 0.0, 1)
+    right = _board_rates(case)
+    rule = f'drill:slo_error_ratio:rate3s{{config="{case.config}"}}'
+    tests = [expr_test(rule, at, [(rule, wrong[at - board_time(0)])]) for at in _seconds(case)]
+    differ = sum(1 for at in _seconds(case) if wrong[at - board_time(0)] != right[at].value)
+    proc = run_promtool(case, tmp_path, exprs=tests)
+    failed = (proc.stdout + proc.stderr).count("    expr: ")
+    print(f"\n{differ} of {len(tests)} seconds differ between the 1-s and the 2-s window; promtool failed {failed}")
+    assert differ >= len(tests) // 2 and failed == differ, proc.stdout[-3000:] + proc.stderr[-3000:]
