@@ -16,7 +16,7 @@ import math
 
 from harness.core.faults import is_hit
 from harness.drills.load import read_tagged_ids
-from harness.drills.runner import audit_hit_ids
+from harness.drills.topology import audit_hit_ids
 from tests.loadtests.conftest import run_locust, total, unexpected_tracebacks
 
 RATIO = 30
