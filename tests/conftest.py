@@ -40,17 +40,15 @@ def sample_sum(name: str, **labels: str) -> float:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Tests a real Prometheus scrapes *this* process in (`scraped_here`) run first, then the slow ones.
+    """The slow (live) tests first.
 
-    Every other test leaves label children on the process-wide registry; after the whole suite
-    the exposition is ~8 MB and takes ~0.8 s to render, past a 1-s scrape's timeout, so those
-    tests would see their own process as down. Run first, they scrape a small registry.
     `make test` runs two workers, each taking whole files (`--dist loadfile`, so a module's live
     fixture runs once); files with the long live runs go first, so neither worker is left with one
-    at the end (longest first is the classic greedy schedule).
+    at the end (longest first is the classic greedy schedule). A test process that a Prometheus
+    scrapes serves only its own series (tests/observability/live_drill.py, the runner's
+    `LoadExport`), never the whole process registry, so no test depends on running early.
     """
-    items.sort(key=lambda item: (0 if item.get_closest_marker("scraped_here") else 1,
-                                 0 if item.get_closest_marker("slow") else 1))  # fmt: skip
+    items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1)
 
 
 def drill_inprocess(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -45,11 +45,16 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _unreachable(exc: BaseException) -> bool:
-    """A connection that could not be made (not an HTTP error from a Grafana that answered)."""
+    """Nothing listens there (a refused connection, an unknown host): not a slow answer or an HTTP error from a
+    Grafana that is up, which may well answer the next post."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, ConnectionError | TimeoutError) or "onnection" in type(exc).__name__:
+        name = type(exc).__name__
+        text = str(exc)
+        if isinstance(exc, ConnectionRefusedError) or name in ("NameResolutionError", "NewConnectionError"):
+            return "timed out" not in text.lower()
+        if "Connection refused" in text or "Name or service not known" in text:
             return True
         exc = exc.__cause__ or exc.__context__
     return False

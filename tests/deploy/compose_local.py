@@ -340,9 +340,12 @@ class ComposeLocal:
         if "build" not in self.services[name]:
             raise ComposeError(f"{name}: healthcheck {args[0]} cannot run here")
         env = self._environment(name, container)
-        proc = subprocess.run(
-            [self._executable(args[0]), *args[1:]], cwd=ROOT, env=env, capture_output=True, timeout=10
-        )
+        try:
+            proc = subprocess.run(
+                [self._executable(args[0]), *args[1:]], cwd=ROOT, env=env, capture_output=True, timeout=10
+            )
+        except subprocess.TimeoutExpired:  # as compose counts it: a failed check, tried again until the retries end
+            return False
         return proc.returncode == 0
 
     def wait_healthy(self, name: str, deadline: float) -> None:

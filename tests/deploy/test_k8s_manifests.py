@@ -342,6 +342,11 @@ def test_forward_script_replaces_only_its_own_previous_forward(tmp_path: pathlib
         for _ in range(2):
             subprocess.run(["sh", str(K8S / "forward-gateway.sh")], env=env, check=True, timeout=30)
             pids.append(int(pidfile.read_text()))
+            # the forward is started in the background: wait until it *is* the port-forward (a busy box may not
+            # have exec'd it yet, and the script rightly leaves alone a PID that is not its forward)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and b"port-forward" not in _cmdline(pids[-1]):
+                time.sleep(0.05)
         first, second = pids
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and pathlib.Path(f"/proc/{first}").exists():
@@ -359,3 +364,10 @@ def test_forward_script_replaces_only_its_own_previous_forward(tmp_path: pathlib
                 pass
         unrelated.kill()
         unrelated.wait()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -221,7 +221,8 @@ class LiveDrill:
         leaf_port, gw_port, edge_port, shed_port = leaf.port, gw.port, edge.port, shed.port
         preinit_client_series()
         _set_phase(None)
-        self.metrics_server = start_http_server(0, addr="127.0.0.1")
+        # only this drill's series: the process-wide registry holds every other test's too (MBs late in a run)
+        self.metrics_server = start_http_server(0, addr="127.0.0.1", registry=_own_series_registry())
         own_metrics = self.metrics_server[0].server_port
         topology = [f"127.0.0.1:{proc.metrics_port}" for proc in (gw, edge, leaf, shed)]
         self.prom = LocalPrometheus(targets={"loadgen": [f"127.0.0.1:{own_metrics}"]}, rule_files=RULES).start()
@@ -283,6 +284,30 @@ class LiveDrill:
         if isinstance(server, tuple):
             server[0].shutdown()
             server[0].server_close()
+
+
+class _OwnSeries:
+    """This drill's client series (service loadgen, config CONFIG) and the timeline gauges, nothing else."""
+
+    def collect(self):
+        from prometheus_client.core import Metric
+
+        for family in (m.CLIENT_CALLS, m.CLIENT_LATENCY):
+            for metric in family.collect():
+                mine = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+                mine.samples = [s for s in metric.samples
+                                if s.labels.get("service") == SERVICE and s.labels.get("config") == CONFIG]  # fmt: skip
+                yield mine
+        yield from m.PHASE.collect()
+        yield from m.FAULT_ACTIVE.collect()
+
+
+def _own_series_registry():
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_OwnSeries())
+    return registry
 
 
 def grpc_status_names() -> list[str]:

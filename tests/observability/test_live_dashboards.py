@@ -25,7 +25,7 @@ from harness.drills.cli_run import _prometheus
 from harness.procs.prometheus import LocalPrometheus, finite_values
 from tests.observability.live_drill import CONFIG, RULES, SERVICE, DrillRun, LiveDrill
 
-pytestmark = [pytest.mark.slow, pytest.mark.scraped_here]
+pytestmark = pytest.mark.slow
 
 TOLERANCE = 0.01  # 1 percentage point
 
