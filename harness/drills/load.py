@@ -44,6 +44,7 @@ from harness.drills.edge import EdgeCall
 from harness.drills.model import Fault, Phases, Traffic
 from harness.drills.plan import locust_profile
 from harness.interceptors import DrillClientInterceptor, Tagging
+from harness.procs.spawn import kill_group, last_line
 
 
 class LoadDriver(Protocol):
@@ -321,7 +322,7 @@ class LocustLoad:
             self.start_unix = await asyncio.to_thread(self._phase_start, LOCUST_START_S)
         if not self.port or self.start_unix is None:
             raise RunFailed(
-                f"locust did not start: {_last_line(self.workdir / 'locust.log')} (log: {self.workdir / 'locust.log'})"
+                f"locust did not start: {last_line(self.workdir / 'locust.log')} (log: {self.workdir / 'locust.log'})"
             )
 
     def _phase_start(self, timeout_s: float) -> float | None:
@@ -377,13 +378,6 @@ def _wait_announced(path: pathlib.Path, timeout_s: float, proc) -> int:
         time.sleep(0.05)
     return 0
 
-
-def _last_line(path: pathlib.Path) -> str:
-    try:
-        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return "no log"
-    return lines[-1] if lines else "no output"
 
 
 def read_tagged_ids(directory: pathlib.Path) -> list[str]:
@@ -453,13 +447,13 @@ class CommandLoad:
         deadline = time.monotonic() + self.spec.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.returncode not in (None, 0):
-                raise RunFailed(f"load command failed (exit {self.proc.returncode}): {_last_line(log)} (log: {log})")
+                raise RunFailed(f"load command failed (exit {self.proc.returncode}): {last_line(log)} (log: {log})")
             self.start_unix = await asyncio.to_thread(self._phase_start)
             if self.start_unix is not None:
                 return
             await asyncio.sleep(0.5)
         raise RunFailed(f"the load exported no phase times for {self.config_label} trial {self.trial} within "
-                        f"{self.spec.start_timeout_s:g} s: {_last_line(log)} (log: {log})")  # fmt: skip
+                        f"{self.spec.start_timeout_s:g} s: {last_line(log)} (log: {log})")  # fmt: skip
 
     def _phase_start(self) -> float | None:
         from prometheus_client.parser import text_string_to_metric_families
@@ -501,17 +495,11 @@ class CommandLoad:
             try:
                 await asyncio.wait_for(done.wait(), 60)
             except (TimeoutError, asyncio.TimeoutError):
-                _kill_group(done.pid)
+                kill_group(done.pid)
         if self.proc is not None and self.proc.returncode is None:
-            _kill_group(self.proc.pid, signal.SIGTERM)
+            kill_group(self.proc.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.proc.wait(), 10)
             except (TimeoutError, asyncio.TimeoutError):
-                _kill_group(self.proc.pid)
+                kill_group(self.proc.pid)
 
-
-def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

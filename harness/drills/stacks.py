@@ -22,7 +22,6 @@ import asyncio
 import glob
 import os
 import pathlib
-import signal
 import time
 from typing import Protocol
 
@@ -34,6 +33,7 @@ from harness.core.errors import RunFailed
 from harness.drills.edge import EdgeCall, demo_edge, resolve_edge
 from harness.drills.model import Plan, Stack, StackConfig, Variant
 from harness.drills.topology import Topology, audit_hit_ids
+from harness.procs.spawn import kill_group, last_line
 
 
 class StackError(RunFailed):
@@ -167,7 +167,7 @@ class RunningStack:
             try:
                 code = await asyncio.wait_for(proc.wait(), audit.timeout_s)
             except (TimeoutError, asyncio.TimeoutError):
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 await proc.wait()
                 raise StackError(f"audit command did not finish in {audit.timeout_s:g} s: {audit.command}") from None
         if code != 0:
@@ -193,18 +193,18 @@ async def run_switch(config: StackConfig, trial: int, log_path: pathlib.Path) ->
         try:
             code = await asyncio.wait_for(proc.wait(), config.switch_timeout_s)
         except (TimeoutError, asyncio.TimeoutError):
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             await proc.wait()
             raise StackError(
                 f"switch to {config.name} did not finish in {config.switch_timeout_s:g} s (stopped): "
-                f"{_last_line(log_path)} (log: {log_path}); the stack may be partly switched to {config.name}"
+                f"{last_line(log_path)} (log: {log_path}); the stack may be partly switched to {config.name}"
             ) from None
         except asyncio.CancelledError:
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             raise
     if code != 0:
         raise StackError(
-            f"switch to {config.name} failed (exit {code}): {_last_line(log_path)} (log: {log_path}); "
+            f"switch to {config.name} failed (exit {code}): {last_line(log_path)} (log: {log_path}); "
             f"the stack may be partly switched to {config.name}"
         )
 
@@ -238,16 +238,3 @@ async def wait_ready(address: str, config: StackConfig) -> None:
             await asyncio.sleep(ready.interval_s)
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _last_line(path: pathlib.Path) -> str:
-    try:
-        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return "no output"
-    return lines[-1] if lines else "no output"

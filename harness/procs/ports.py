@@ -27,7 +27,7 @@ from collections.abc import Iterator
 _LISTEN = "0A"
 
 
-def _socket_inodes(pid: int) -> set[str]:
+def socket_inodes(pid: int) -> set[str]:
     """The inodes of every socket the process has open (`socket:[INODE]` links in /proc/PID/fd)."""
     inodes = set()
     try:
@@ -46,7 +46,7 @@ def _socket_inodes(pid: int) -> set[str]:
 
 def listening_ports(pid: int) -> list[int]:
     """TCP ports the process `pid` listens on (IPv4 and IPv6), from /proc; [] when it is gone."""
-    inodes = _socket_inodes(pid)
+    inodes = socket_inodes(pid)
     ports: set[int] = set()
     for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
         try:

@@ -81,6 +81,21 @@ def _sweep() -> None:
     stop_processes(list(_LIVE.values()), grace_s=1.0)
 
 
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal a process group we started (a child spawned with its own session); gone already is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def last_line(path: pathlib.Path) -> str:
+    """The last non-empty line of a child's log, for a one-line error message ('no output' when none)."""
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no output"
+    return lines[-1] if lines else "no output"
+
+
 def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for a child Python that can import `harness` from this checkout."""
     env = dict(os.environ)
@@ -122,8 +137,7 @@ class ServeProcess:
 
     def why(self) -> str:
         """The child's last non-empty log line and where its log is: one line for an error message."""
-        last = next((ln.strip() for ln in reversed(self.log_tail(40).splitlines()) if ln.strip()), "")
-        return f"{last or 'no output'} (log: {self.log_path})"
+        return f"{last_line(self.log_path)} (log: {self.log_path})"
 
     def stop(self) -> None:
         stop_processes([self.proc])

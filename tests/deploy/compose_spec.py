@@ -7,13 +7,14 @@ declares, and which (address, port) a process listens on (from /proc, IPv4, IPv6
 from __future__ import annotations
 
 import ipaddress
-import os
 import pathlib
 import re
 import shlex
 from typing import Any
 
 import yaml
+
+from harness.procs.ports import socket_inodes
 
 _INTERP = re.compile(r"\$(?:\$|\{(?P<braced>[^}]*)\}|(?P<named>[A-Za-z_][A-Za-z0-9_]*))")
 _LISTEN = "0A"
@@ -84,16 +85,8 @@ def _address(hex_ip: str) -> str:
 
 def listening_sockets(pid: int) -> set[tuple[str, int]]:
     """(address, port) of every TCP socket the process `pid` listens on (IPv4, IPv6, v4-mapped), from /proc."""
-    inodes = set()
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    except OSError:
+    inodes = socket_inodes(pid)
+    if not inodes:
         return set()
     out = set()
     for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
