@@ -51,6 +51,18 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1)
 
 
+def drill_process(
+    *args: str, timeout: float = 240, env: dict | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess:
+    """`drill ARGS` as its own process (as a user runs it): exit code, stdout and every byte it writes to stderr."""
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        input=stdin, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )  # fmt: skip
+
+
 def drill_inprocess(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`drill ARGS` in this process (`harness.cli.main`, what the `drill` script calls): exit code, stdout and
     stderr captured. No interpreter to start (~2 s each on a busy box); a traceback would fail the test all the

@@ -10,17 +10,15 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import pathlib
 import socket
 import subprocess
-import sys
 
 import pytest
 
 from harness.drills.plan import SCHEMA_PATH, schema
 from harness.procs.ports import refused_port
-from tests.conftest import drill_inprocess
+from tests.conftest import drill_inprocess, drill_process
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -31,14 +29,6 @@ topology: {hops: [{name: gateway}, {name: ledger}]}
 phases: {warmup: 1, fault: 1, recovery: 1}
 configs: [naive]
 """
-
-
-def drill_process(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`drill ARGS` as its own process: exit code and every byte it writes to stderr."""
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-    )  # fmt: skip
 
 
 drill = drill_inprocess

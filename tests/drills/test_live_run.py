@@ -23,9 +23,6 @@ Logic (what is a breach, the verdict, the tolerances) is checked on synthetic se
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -36,7 +33,7 @@ from harness.drills.load import ids_digest
 from harness.drills.model import SeriesKey
 from harness.drills.report import read_series_document
 from harness.procs.prometheus import LocalPrometheus
-from tests.conftest import ROOT
+from tests.conftest import drill_process
 from tests.fake_grafana import FakeGrafana
 
 pytestmark = pytest.mark.slow
@@ -54,10 +51,7 @@ PLAN = {
 TIMES = ("ttd_s", "ttr_s", "mttr_s")
 
 
-def drill(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+drill = drill_process
 
 
 @pytest.fixture(scope="module")

@@ -21,15 +21,12 @@ from harness.core.faults import is_hit
 from harness.drills.load import ids_digest
 from harness.procs.ports import refused_port
 from harness.procs.spawn import spawn, stop_processes
-from tests.conftest import ROOT, drill_inprocess
+from tests.conftest import ROOT, drill_inprocess, drill_process
 
 SEED = 5
 
 
-def drill(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+drill = drill_process
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import yaml
 
 from harness.drills.model import SeriesKey
 from harness.drills.report import read_series_document
-from tests.conftest import ROOT
+from tests.conftest import ROOT, drill_process
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +28,7 @@ NET = "127.77.0"  # a loopback block of its own: each hop keeps a deployment's f
 HOPS = ("gateway", "order", "account", "ledger")
 
 
-def drill(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+drill = drill_process
 
 
 def stack_plan(chain_dir, configs=("naive", "budget")) -> dict:
