@@ -10,9 +10,12 @@ port="${DRILL_EDGE_PORT:-50051}"
 state="${TMPDIR:-/tmp}/drill-k8s-gateway-forward"
 if [ -f "$state.pid" ]; then
   old="$(cat "$state.pid")"
-  if ps -p "$old" -o args= 2>/dev/null | grep -q "port-forward svc/gateway"; then
+  # -ww: full arguments whatever $COLUMNS says (ps cuts `args` to it, and the match would miss)
+  if ps -ww -p "$old" -o args= 2>/dev/null | grep -q "port-forward svc/gateway"; then
     kill "$old" 2>/dev/null || true
-    while kill -0 "$old" 2>/dev/null; do sleep 0.1; done
+    # until it is gone or only a zombie (a PID 1 that does not reap keeps it), at most 10 s
+    i=0
+    while [ "$i" -lt 100 ] && ps -p "$old" -o stat= 2>/dev/null | grep -qv Z; do sleep 0.1; i=$((i + 1)); done
   fi
 fi
 # In a session of its own, the forward outlives the switch command (and its process group).

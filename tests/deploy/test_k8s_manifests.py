@@ -333,7 +333,7 @@ def test_forward_script_replaces_only_its_own_previous_forward(tmp_path: pathlib
     fake.mkdir()
     (fake / "kubectl").write_text("#!/bin/sh\nwhile :; do sleep 1; done\n")
     (fake / "kubectl").chmod(0o755)
-    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "TMPDIR": str(tmp_path), "COLUMNS": "80"}
     pidfile = tmp_path / "drill-k8s-gateway-forward.pid"
     unrelated = subprocess.Popen(["sleep", "30"], start_new_session=True)  # a stale PID must not be killed
     pids = []
@@ -348,10 +348,9 @@ def test_forward_script_replaces_only_its_own_previous_forward(tmp_path: pathlib
             while time.monotonic() < deadline and b"port-forward" not in _cmdline(pids[-1]):
                 time.sleep(0.05)
         first, second = pids
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and pathlib.Path(f"/proc/{first}").exists():
-            time.sleep(0.05)
-        assert not pathlib.Path(f"/proc/{first}").exists(), "the previous forward still runs"
+        # the script waits for the old forward to end before it returns: it is gone now, or a zombie where
+        # PID 1 does not reap (a container); $COLUMNS=80 must not hide its arguments from the script
+        assert not _running(first), "the previous forward still runs"
         args = pathlib.Path(f"/proc/{second}/cmdline").read_bytes().split(b"\0")
         assert b"port-forward" in args and b"svc/gateway" in args and b"50051:50051" in args
         assert os.getsid(second) == second  # its own session
@@ -364,6 +363,14 @@ def test_forward_script_replaces_only_its_own_previous_forward(tmp_path: pathlib
                 pass
         unrelated.kill()
         unrelated.wait()
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _cmdline(pid: int) -> bytes:
