@@ -139,13 +139,9 @@ class ResilientCaller:
         self.throttle = config.build_throttle()
         self.adaptive = config.build_adaptive_throttle(clock=clock, rng=rng)
         self.timeouts = config.build_timeouts()
-        # strategies shared by every method of this caller
-        self._shared_before = (ThrottleGate(self.adaptive),) if self.adaptive is not None else ()
+        # strategies shared by every method of this caller (per-method ones are built in `_plan`)
+        self._throttle_gate: tuple[Strategy, ...] = (ThrottleGate(self.adaptive),) if self.adaptive else ()
         self._budget_gate = BudgetGate(self.budget)
-        self._shared_retry: tuple[Strategy, ...] = (
-            *((TokenGate(self.throttle, config.retry.codes),) if self.throttle is not None else ()),
-            self._budget_gate,
-        )
         self._picks = m.ChildCache(m.BALANCER_PICKS)
         self._retries = m.ChildCache(m.RETRY_ATTEMPTS)
         self._exhausted = m.ChildCache(m.RETRY_BUDGET_EXHAUSTED)
@@ -170,16 +166,15 @@ class ResilientCaller:
             deadline = dataclasses.replace(cfg.deadline, total_s=mp.timeout_s)
             gate = DeadlineGate(deadline, clock=self._clock)
             schedule = RetrySchedule(mp.retry, cfg.build_backoff(self._rng, mp.backoff))
-            token = [s for s in self._shared_retry if isinstance(s, TokenGate)]
-            if token and mp.retry.codes != token[0].codes:
-                token = [TokenGate(token[0].bucket, mp.retry.codes)]  # the method's retryable codes
+            # the caller's one token bucket, judging failures by this method's retryable codes
+            token = (TokenGate(self.throttle, mp.retry.codes),) if self.throttle is not None else ()
             plan = self._plans[label] = _Plan(
                 label,
                 self.timeouts.for_method(label),
                 deadline,
-                before_pick=(gate, *self._shared_before),
+                before_pick=(gate, *self._throttle_gate),
                 after_pick=(self._budget_gate,),
-                observers=(gate, *self._shared_before, *token),
+                observers=(gate, *self._throttle_gate, *token),
                 retry=(schedule, gate, *token, self._budget_gate),
             )
         return plan
