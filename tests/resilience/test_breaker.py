@@ -172,8 +172,8 @@ def test_a_closed_breaker_stays_closed_for_30_s_under_a_20_percent_failure_mix(o
 
     The old breaker (window 50, judged from its 20th call) opened on the `bursts` order at its
     20th call: 10 failures then 10 successes is 50 % of the first 20, a verdict on which calls came
-    first. resilience4j judges only a full window (100 calls, at least 100): every 100 consecutive
-    outcomes here hold 20 failures, far from 50.
+    first. The shipped one judges the last 10 s once at least 100 calls are in it (resilience4j's
+    minimumNumberOfCalls): any 100 calls here span two seconds, 20 failures among them.
     """
     clock = FakeClock()
     transitions: list = []

@@ -34,7 +34,7 @@ def test_configuration_ladder_adds_mechanisms():
     assert jitter.budget is None
     assert budget.budget == {"ratio": 0.1, "min_retries_per_s": 1.0, "window_s": 10.0, "burst_s": 1.0}
     assert budget.retry.pushback_on_give_up and not jitter.retry.pushback_on_give_up
-    assert resilient.breaker["failure_rate"] == 0.5 and resilient.breaker["window"] == {"kind": "count", "size": 100}
+    assert resilient.breaker["failure_rate"] == 0.5 and resilient.breaker["window"] == {"kind": "time", "seconds": 10.0}
     assert resilient.breaker["min_calls"] == 100 and resilient.breaker["half_open_probes"] == 10  # resilience4j
     assert resilient.outcomes == {"relayed_give_ups": "ignore"}
     assert resilient.deadline.propagate and resilient.deadline.total_s == 2.0  # methodConfig timeout
@@ -143,10 +143,10 @@ def test_bad_configurations_are_refused_naming_the_key(raw, message):
 
 
 def test_a_typo_in_a_shipped_file_names_file_and_path(tmp_path):
-    text = (rconfig.CONFIG_DIR / "resilient.yaml").read_text().replace("size: 100", "sise: 100")
+    text = (rconfig.CONFIG_DIR / "resilient.yaml").read_text().replace("duration: 10s", "duraton: 10s")
     path = tmp_path / "resilient.yaml"
     path.write_text(text)
-    with pytest.raises(rconfig.ConfigError, match=r"^resilient\.yaml: breaker\.window\.sise: unknown key$"):
+    with pytest.raises(rconfig.ConfigError, match=r"^resilient\.yaml: breaker\.window\.duraton: unknown key$"):
         rconfig.load(str(path))
 
 
