@@ -9,7 +9,7 @@ It also measures P2C against round robin (4 replicas, 2 delaying drill traffic b
 
     .venv/bin/python benchmarks/amplification.py [--requests N] [--chain-requests N] [--quick]
 
-The last line is `amplification naive=X budget=Y resilient=Z` (single hop).
+The last line is `amplification naive=X budget=Y resilient=Z throttled=W` (single hop).
 """
 
 from __future__ import annotations
@@ -98,8 +98,9 @@ async def main(args: argparse.Namespace) -> int:
         await balancing(args.balancing_requests)
         await deadlines()
     print(f"## done in {time.monotonic() - start:.1f}s")
-    print("amplification-3hop " + " ".join(f"{n}={chain[n]:.2f}" for n in ("naive", "budget", "resilient")))
-    print("amplification " + " ".join(f"{n}={single[n]:.2f}" for n in ("naive", "budget", "resilient")))
+    names = ("naive", "budget", "resilient", "throttled")
+    print("amplification-3hop " + " ".join(f"{n}={chain[n]:.2f}" for n in names))
+    print("amplification " + " ".join(f"{n}={single[n]:.2f}" for n in names))
     return 0
 
 

@@ -78,6 +78,11 @@ SERVER_CALLS = Counter(
     "Server calls by final status, traffic class and injected fault (per-service error rate, amplification).",
     ["service", "grpc_method", "grpc_status", "traffic", "fault_mode"],
 )
+SERVER_QUEUE = Gauge(
+    "drill_server_queue_depth",
+    "Calls admitted to this hop's queue and waiting for a worker slot (bounded capacity, harness.demo.service).",
+    ["service"],
+)
 SERVER_SHED = Counter(
     "drill_server_shed",
     "Calls refused by a demo hop's bounded capacity before the fault interceptor (overload).",
@@ -130,8 +135,15 @@ BALANCER_PICKS = Counter(
 )
 FAIL_FAST = Counter(
     "drill_fail_fast",
-    "Logical calls answered without (more) downstream attempts: breaker open, no backend, early deadline give-up.",
+    "Logical calls answered without (more) downstream attempts: breaker open, no backend, early deadline give-up, "
+    "adaptive throttling (reason throttle).",
     ["service", "grpc_method", "config", "reason"],
+)
+ADAPTIVE_THROTTLE_PROBABILITY = Gauge(
+    "drill_adaptive_throttle_reject_probability",
+    "Client-side adaptive throttling (SRE book): probability that the next attempt is rejected locally, "
+    "max(0, (requests - K*accepts) / (requests + 1)) over the throttle's window.",
+    ["service", "config"],
 )
 
 # --- connections and drill timeline -------------------------------------------------------

@@ -242,6 +242,35 @@ def build() -> db.Dashboard:
     )
     d = d.with_panel(
         series(
+            "Adaptive throttling: reject probability and local rejections/s",
+            "Client-side adaptive throttling (SRE book): max(0, (requests − K·accepts)/(requests + 1)) over the "
+            "throttle's window, per caller, and the attempts it rejected locally (drill_fail_fast_total{reason="
+            '"throttle"}).',
+            [
+                (
+                    f"max by (service, config) (drill_adaptive_throttle_reject_probability{{{RESILIENCE}}})",
+                    "p(reject) {{service}} · {{config}}",
+                ),
+                (
+                    "sum by (service, config) "
+                    f'(rate(drill_fail_fast_total{{{RESILIENCE}, reason="throttle"}}[$__rate_interval]))',
+                    "rejected/s {{service}} · {{config}}",
+                ),
+            ],
+            unit="short",
+        )
+    )
+    d = d.with_panel(
+        series(
+            "Queue depth per hop",
+            "Calls waiting for a worker slot at each hop (drill_server_queue_depth): the queue that keeps an "
+            "overload going after its trigger is gone (a metastable failure).",
+            [(f"max by (service) (drill_server_queue_depth{{{HOPS}}})", "{{service}}")],
+            unit="short",
+        )
+    )
+    d = d.with_panel(
+        series(
             "Balancer picks/s",
             "How the balancer spreads picks over backends.",
             [(_rate("drill_balancer_picks_total", RESILIENCE, "service, backend"), "{{service}} → {{backend}}")],

@@ -149,15 +149,20 @@ class AdmissionInterceptor(aio.ServerInterceptor):
         self._slots = asyncio.Semaphore(capacity.concurrency)
         self._waiting = 0
         self._shed = m.ChildCache(m.SERVER_SHED)
+        #: calls waiting for a slot, exported so a drill can show the queue that sustains an overload
+        self._queue = m.SERVER_QUEUE.labels(service)
+        self._queue.set(0)
         self._code = grpc.StatusCode[capacity.shed_code]
         self._orphans: set[asyncio.Task] = set()
 
     async def _admitted(self, behavior, request, context):
         self._waiting += 1
+        self._queue.set(self._waiting)
         try:
             await self._slots.acquire()
         finally:
             self._waiting -= 1
+            self._queue.set(self._waiting)
         try:
             if self.capacity.work_ms > 0:
                 await asyncio.sleep(self.capacity.work_ms / 1000.0)

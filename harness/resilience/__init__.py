@@ -6,8 +6,9 @@ the caller is given an `Invoke` per method (`unary_invoker()` builds one from a
 channel factory and a full method name); it knows no service, stub or generated code.
 """
 
-from harness.resilience.caller import ChannelPool, Invoke, ResilientCaller, unary_invoker
+from harness.resilience.caller import ResilientCaller
 from harness.resilience.config import NAMES, ConfigError, ResilienceConfig, from_dict, load
+from harness.resilience.invoke import ChannelPool, Invoke, unary_invoker
 
 __all__ = [
     "NAMES",

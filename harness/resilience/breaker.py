@@ -1,12 +1,18 @@
 """Circuit breaker: closed → open on a failure rate, open → half-open after a wait, probes decide.
 
-Outcomes are classified by `harness.core.status`: server-fault codes are failures, OK is a
-success, CANCELLED and client-fault codes are ignored (they say nothing about the
-backend's health). The failure rate is computed over a count-based window (last N
-calls) or a time-based window (last N seconds), only once `min_calls` calls are
-in it. After `open_s` the next `allow()` moves to half-open, where at most
-`half_open_probes` calls are let through; any failed probe reopens, that many
-successes close. Breakers are kept per backend or per service by `BreakerSet`.
+Follows resilience4j's CircuitBreaker. An outcome is a `Verdict` from the caller's
+`OutcomeClassifier` (a bare status code is classified by `harness.core.status`:
+server faults fail, OK succeeds, CANCELLED and client faults are ignored). Closed:
+the failure rate over a count-based window (last N calls) or a time-based window
+(last N seconds) opens the breaker once at least `min_calls` outcomes are in it.
+Open: after `open_s` the next `allow()` moves to half-open. Half-open: at most
+`half_open_probes` calls are let through, and their **failure rate against the same
+threshold** decides (resilience4j's `permittedNumberOfCallsInHalfOpenState`): at or
+above it → open again, below → closed with a fresh window. The decision is taken as
+soon as the remaining probes can no longer change it, so a dead backend reopens on
+its first failures; one unlucky probe among several healthy ones does not. Breakers
+are kept per backend or per service by `BreakerSet`, which also answers the
+attempt loop's questions for them (`allow` at the pick, `on_outcome`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from harness.core.status import StatusClass, classify
+from harness.resilience.outcome import DEFAULT_CLASSIFIER, Verdict
 
 
 class State(enum.IntEnum):
@@ -81,7 +87,7 @@ Transition = Callable[[State, State], None]
 
 
 class CircuitBreaker:
-    """One breaker. Ask `allow()` before a call, tell `record(code)` after it."""
+    """One breaker. Ask `allow()` before a call, tell `record(outcome)` after it."""
 
     def __init__(
         self,
@@ -105,6 +111,7 @@ class CircuitBreaker:
         self._opened_at = 0.0
         self._probes_out = 0
         self._probe_successes = 0
+        self._probe_failures = 0
         self._lock = threading.Lock()
 
     def _move(self, to: State) -> None:
@@ -112,8 +119,7 @@ class CircuitBreaker:
         if to is State.OPEN:
             self._opened_at = self.clock()
         if to is State.HALF_OPEN:
-            self._probes_out = 0
-            self._probe_successes = 0
+            self._probes_out = self._probe_successes = self._probe_failures = 0
         if to is State.CLOSED:
             self.window.clear()
         if self.on_transition is not None and frm is not to:
@@ -132,21 +138,16 @@ class CircuitBreaker:
                 self._probes_out += 1
             return True
 
-    def record(self, code) -> None:
-        """Record the outcome of an allowed call (a grpc.StatusCode, a name, or None for OK)."""
-        cls = classify(code)
-        if cls in (StatusClass.CANCELLED, StatusClass.CLIENT_FAULT):
+    def record(self, outcome: Verdict | object) -> None:
+        """Record the outcome of an allowed call: a `Verdict`, or a status code (grpc.StatusCode, name, None = OK)."""
+        verdict = outcome if isinstance(outcome, Verdict) else DEFAULT_CLASSIFIER.classify(outcome)
+        if verdict is Verdict.IGNORED:
             self.release()
             return
-        failed = cls is StatusClass.SERVER_FAULT
+        failed = verdict is Verdict.FAILURE
         with self._lock:
             if self.state is State.HALF_OPEN:
-                if failed:
-                    self._move(State.OPEN)
-                else:
-                    self._probe_successes += 1
-                    if self._probe_successes >= self.half_open_probes:
-                        self._move(State.CLOSED)
+                self._probe(failed)
                 return
             if self.state is State.OPEN:
                 return  # a straggler from before the breaker opened
@@ -155,8 +156,20 @@ class CircuitBreaker:
             if calls >= self.min_calls and failures / calls >= self.failure_rate:
                 self._move(State.OPEN)
 
+    def _probe(self, failed: bool) -> None:
+        """Count one probe; decide once the rest of the probes could not change the answer."""
+        if failed:
+            self._probe_failures += 1
+        else:
+            self._probe_successes += 1
+        n = self.half_open_probes
+        if self._probe_failures / n >= self.failure_rate:
+            self._move(State.OPEN)  # even if every other probe succeeded
+        elif (n - self._probe_successes) / n < self.failure_rate:
+            self._move(State.CLOSED)  # even if every other probe failed
+
     def release(self) -> None:
-        """Give back a half-open probe permit whose outcome says nothing (cancelled, client fault)."""
+        """Give back a half-open probe permit whose outcome says nothing (ignored, cancelled, never sent)."""
         with self._lock:
             if self.state is State.HALF_OPEN and self._probes_out > 0:
                 self._probes_out -= 1

@@ -1,17 +1,15 @@
-"""The resilient grpc.aio caller: one logical call = retries, budget, breaker, deadline, balancing.
+"""The resilient grpc.aio caller: one logical call = attempts that its strategies allow, judge and space.
 
-Transport-agnostic: the caller never builds a stub. It is given, per method, an
-`Invoke` — `await invoke(target, request, timeout, metadata)` returning the reply
-or raising `grpc.aio.AioRpcError` — and `unary_invoker()` builds one from any
-channel factory and a full method name with its serializers, so no generated
-code is needed. `ChannelPool` is such a factory: one channel per target, each
-with a `DrillClientInterceptor` that records attempts (`record_calls=False`).
-
-`ResilientCaller.call()` owns the attempt loop and only asks the strategies
-questions (which backend, may I, how long, again?). Every attempt of one logical
-call carries the same `x-request-id` plus `grpc-previous-rpc-attempts`; the
-logical call is recorded once by a `ClientRecorder` whose `config` label is the
-configuration's name.
+`ResilientCaller.call()` owns the attempt loop and only asks questions
+(`harness.resilience.attempt`): may the next attempt go out (`allow`: deadline,
+adaptive throttle, budget), which backend (the balancer, whose pick each backend's
+breaker must allow), what did it say (`on_outcome`, with the answer classified once
+by the configuration's `OutcomeClassifier`), and how long until the next one
+(`delay`: the retry schedule proposes, the deadline, token bucket and budget may
+refuse). Every attempt of one logical call carries the same `x-request-id` plus
+`grpc-previous-rpc-attempts`; the logical call is recorded once by a
+`ClientRecorder` whose `config` label is the configuration's name. How attempts
+reach a backend is `harness.resilience.invoke`'s job.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ import random as _random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from grpc import aio
@@ -32,116 +30,40 @@ from harness.core import headers as h
 from harness.core import metrics as m
 from harness.core import scope
 from harness.core.headers import DEFAULT_DRILL_TENANT, traffic_of
-from harness.core.status import status_name
-from harness.interceptors import ORGANIC, ClientRecorder, DrillClientInterceptor, Tagging
+from harness.interceptors import ORGANIC, ClientRecorder, Tagging
 from harness.resilience import config as _config
+from harness.resilience.attempt import (
+    BUDGET_REFUSALS,
+    BudgetGate,
+    CallState,
+    DeadlineGate,
+    Outcome,
+    RetrySchedule,
+    Strategy,
+    ThrottleGate,
+    TokenGate,
+    outcome_code,
+)
 from harness.resilience.balancer import Backend
 from harness.resilience.breaker import CircuitBreaker, State
 from harness.resilience.deadline import EarlyGiveUp
+from harness.resilience.invoke import ChannelPool, Invoke, as_aio_error, full_method, rpc_error
 from harness.resilience.retry import NO_PUSHBACK, parse_pushback
-from harness.resilience.timeouts import LatencyWindow
+from harness.resilience.timeouts import Timeout
 
 #: grpc core strips application-set `grpc-*` metadata (checked with grpcio 1.85: the server never
 #: sees `grpc-previous-rpc-attempts`), so the attempt number also travels under this key.
 PREVIOUS_ATTEMPTS_FALLBACK = h.DRILL_PREVIOUS_RPC_ATTEMPTS
 
-
-class Invoke(Protocol):
-    """One attempt of one method on one target: the reply, or `grpc.aio.AioRpcError`/`grpc.RpcError`."""
-
-    def __call__(
-        self, target: str, request: Any, timeout: float | None, metadata: Sequence[tuple[str, str]]
-    ) -> Awaitable[Any]: ...
-
-
-def rpc_error(code: grpc.StatusCode, details: str, trailing: Sequence[tuple[str, str]] = ()) -> aio.AioRpcError:
-    """An `AioRpcError` for a call answered locally (fail fast, early give-up)."""
-    return aio.AioRpcError(code, aio.Metadata(), aio.Metadata(*trailing), details)
-
-
-def full_method(method: str) -> str:
-    """`pkg.Service/Method` or `/pkg.Service/Method` -> `/pkg.Service/Method` (grpc's form)."""
-    name = method.lstrip("/")
-    if "/" not in name:
-        raise ValueError(f"{method!r} is not a full method name (/pkg.Service/Method)")
-    return "/" + name
-
-
-def unary_invoker(
-    channel_for_target: Callable[[str], aio.Channel],
-    method: str,
-    request_serializer: Callable[[Any], bytes] | None = None,
-    response_deserializer: Callable[[bytes], Any] | None = None,
-) -> Invoke:
-    """An `Invoke` for the unary method `/pkg.Service/Method` through `channel.unary_unary(...)`.
-
-    No serializers = bytes in, bytes out. The multicallable is made once per target.
-    """
-    path = full_method(method)
-    calls: dict[str, Any] = {}
-
-    async def invoke(target: str, request: Any, timeout: float | None, metadata: Sequence[tuple[str, str]]) -> Any:
-        call = calls.get(target)
-        if call is None:
-            call = calls[target] = channel_for_target(target).unary_unary(
-                path, request_serializer=request_serializer, response_deserializer=response_deserializer
-            )
-        return await call(request, timeout=timeout, metadata=tuple(metadata))
-
-    return invoke
-
-
-class ChannelPool:
-    """One insecure grpc.aio channel per target, each with a `DrillClientInterceptor` recording attempts.
-
-    Call it with a target to get its channel; `tagging` may be swapped at any time.
-    """
-
-    def __init__(
-        self,
-        *,
-        service: str,
-        config: str = "none",
-        tagging: Tagging = ORGANIC,
-        drill_tenants: frozenset[str] = frozenset({DEFAULT_DRILL_TENANT}),
-        options: Sequence[tuple[str, Any]] = (),
-    ) -> None:
-        self.service, self.config, self.drill_tenants = service, config, drill_tenants
-        self.options = tuple(options)
-        self._tagging = tagging
-        self._interceptors: dict[str, DrillClientInterceptor] = {}
-        self._channels: dict[str, aio.Channel] = {}
-
-    def __call__(self, target: str) -> aio.Channel:
-        channel = self._channels.get(target)
-        if channel is None:
-            ic = DrillClientInterceptor(
-                self._tagging,
-                service=self.service,
-                config=self.config,
-                target=target,
-                drill_tenants=self.drill_tenants,
-                record_calls=False,
-            )
-            channel = aio.insecure_channel(target, options=self.options, interceptors=[ic])
-            self._interceptors[target], self._channels[target] = ic, channel
-        return channel
-
-    @property
-    def tagging(self) -> Tagging:
-        return self._tagging
-
-    @tagging.setter
-    def tagging(self, value: Tagging) -> None:
-        self._tagging = value
-        for ic in self._interceptors.values():
-            ic.tagging = value
-
-    async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
-        self._interceptors = {}
-        for channel in channels:
-            await channel.close()
+#: What a locally answered call says (no attempt's error to relay): status and details per refusal.
+_LOCAL_ANSWERS: dict[str, tuple[grpc.StatusCode, str]] = {
+    "deadline": (grpc.StatusCode.DEADLINE_EXCEEDED, "early give-up: deadline too close"),
+    "throttle": (grpc.StatusCode.UNAVAILABLE, "adaptive throttling: rejected locally"),
+    "breaker": (grpc.StatusCode.UNAVAILABLE, "breaker: no backend may be called"),
+    "no_backend": (grpc.StatusCode.UNAVAILABLE, "no_backend: no backend may be called"),
+    "budget": (grpc.StatusCode.UNAVAILABLE, "retry budget exhausted"),
+    "throttling": (grpc.StatusCode.UNAVAILABLE, "retry throttling: no tokens"),
+}
 
 
 @dataclasses.dataclass
@@ -149,12 +71,17 @@ class _Plan:
     """What one method gets from the configuration, built once per caller."""
 
     label: str
-    policy: Any
-    backoff: Any
+    #: per-attempt timeout (fixed, p99-derived, none)
+    timeout: Timeout
+    #: the call's deadline rule for this method (methodConfig timeout, propagation)
     deadline: Any
-    timeout: Any
-    #: Recent successful latencies: the expected latency a retry must still have time for.
-    latency: LatencyWindow = dataclasses.field(default_factory=LatencyWindow)
+    #: asked before an attempt, before the pick / after it (in this order)
+    before_pick: tuple[Strategy, ...]
+    after_pick: tuple[Strategy, ...]
+    #: told every outcome
+    observers: tuple[Strategy, ...]
+    #: asked after a failure, in this order: the schedule proposes, the rest may refuse
+    retry: tuple[Strategy, ...]
 
 
 class ResilientCaller:
@@ -179,6 +106,7 @@ class ResilientCaller:
         rng: _random.Random | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         channels: ChannelPool | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not targets:
             raise ValueError("a caller needs at least one target")
@@ -194,6 +122,7 @@ class ResilientCaller:
             channels.tagging = tagging
         self._sleep = sleep
         self._rng = rng
+        self._clock = clock
         self._invokers = {full_method(k).lstrip("/"): v for k, v in invokers.items()}
         by_short: dict[str, list[str]] = collections.defaultdict(list)
         for label in self._invokers:
@@ -203,16 +132,22 @@ class ResilientCaller:
         name = config.name
         self.recorder = ClientRecorder(service, name, ",".join(self.addresses))
         self.picks: collections.Counter[str] = collections.Counter()
-        self.balancer = config.build_balancer(self.addresses, rng)
-        self.breakers = config.build_breakers(self._on_transition)
-        self.budget = config.build_budget()
+        self.classifier = config.build_classifier()
+        self.balancer = config.build_balancer(self.addresses, rng, clock=clock)
+        self.breakers = config.build_breakers(self._on_transition, clock=clock)
+        self.budget = config.build_budget(clock=clock)
         self.throttle = config.build_throttle()
+        self.adaptive = config.build_adaptive_throttle(clock=clock, rng=rng)
         self.timeouts = config.build_timeouts()
+        # strategies shared by every method of this caller (per-method ones are built in `_plan`)
+        self._throttle_gate: tuple[Strategy, ...] = (ThrottleGate(self.adaptive),) if self.adaptive else ()
+        self._budget_gate = BudgetGate(self.budget)
         self._picks = m.ChildCache(m.BALANCER_PICKS)
         self._retries = m.ChildCache(m.RETRY_ATTEMPTS)
         self._exhausted = m.ChildCache(m.RETRY_BUDGET_EXHAUSTED)
         self._fail_fast = m.ChildCache(m.FAIL_FAST)
         self._state = m.ChildCache(m.BREAKER_STATE)
+        self._adaptive_p = m.ChildCache(m.ADAPTIVE_THROTTLE_PROBABILITY)
         self._transitions = m.ChildCache(m.BREAKER_TRANSITIONS)
         if self.breakers is not None:
             for addr in self.addresses:
@@ -228,12 +163,19 @@ class ResilientCaller:
         if plan is None:
             cfg = self.config
             mp = cfg.for_method(label)
+            deadline = dataclasses.replace(cfg.deadline, total_s=mp.timeout_s)
+            gate = DeadlineGate(deadline, clock=self._clock)
+            schedule = RetrySchedule(mp.retry, cfg.build_backoff(self._rng, mp.backoff))
+            # the caller's one token bucket, judging failures by this method's retryable codes
+            token = (TokenGate(self.throttle, mp.retry.codes),) if self.throttle is not None else ()
             plan = self._plans[label] = _Plan(
                 label,
-                mp.retry,
-                cfg.build_backoff(self._rng, mp.backoff),
-                dataclasses.replace(cfg.deadline, total_s=mp.timeout_s),
                 self.timeouts.for_method(label),
+                deadline,
+                before_pick=(gate, *self._throttle_gate),
+                after_pick=(self._budget_gate,),
+                observers=(gate, *self._throttle_gate, *token),
+                retry=(schedule, gate, *token, self._budget_gate),
             )
         return plan
 
@@ -331,72 +273,74 @@ class ResilientCaller:
                 refused.add(backend.address)
         return None, None, reason
 
-    def _expected_s(self, plan: _Plan) -> float:
-        """Least time worth starting a retry with: the method's p50 (once known), at least `minRemaining`."""
-        p50 = plan.latency.quantile(0.5)
-        return max(self.config.deadline.min_remaining_s, 0.001, p50 or 0.0)
+    def _refuse(self, label: str, reason: str, last: aio.AioRpcError | None) -> aio.AioRpcError:
+        """Count a refusal and return what the call ends with: the last attempt's error, else a local answer."""
+        name = self.config.name
+        if reason in BUDGET_REFUSALS:
+            self._exhausted(self.service, label, name).inc()
+        elif reason:
+            self._fail_fast(self.service, label, name, reason).inc()
+        if last is not None:
+            return last
+        code, details = _LOCAL_ANSWERS.get(reason, (grpc.StatusCode.UNAVAILABLE, f"{reason}: refused locally"))
+        return rpc_error(code, details)
 
-    async def _attempts(self, plan: _Plan, request, md_in, request_id, cur, timeout) -> Any:
-        cfg = self.config
-        policy, label, invoke = plan.policy, plan.label, self._invokers[plan.label]
-        name = cfg.name
+    def _refusal(self, strategies: Sequence[Strategy], call: CallState) -> str | None:
+        """The first strategy that does not allow the next attempt (its refusal), else None."""
+        for s in strategies:
+            if not s.allow(call):
+                return s.refusal or "refused"
+        return None
+
+    def _call_state(self, plan: _Plan, label: str, cur, timeout, md_in) -> tuple[CallState, list]:
+        """The logical call's deadline (and, at the edge, the origin-deadline header it implies)."""
         incoming = cur.time_remaining() if cur is not None else None
         try:
             budget_s = plan.deadline.call_budget(incoming, timeout)
         except EarlyGiveUp as exc:
-            self._fail_fast(self.service, label, name, "deadline").inc()
+            self._fail_fast(self.service, label, self.config.name, "deadline").inc()
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"early give-up: {exc}") from None
-        deadline = None if budget_s is None else time.monotonic() + budget_s
         if budget_s is not None and (cur is None or cur.origin_deadline is None):
             if all(k != h.ORIGIN_DEADLINE for k, _ in md_in):
                 # We are the edge: the origin deadline is the logical call's, not one attempt's.
                 md_in = [*md_in, (h.ORIGIN_DEADLINE, f"{time.time() + budget_s:.3f}")]
-        self.budget.record_request()
-        strategy = plan.timeout
-        backoff_n = 0  # retries since the call began or since the last pushback (A6 resets the backoff there)
-        previous_sleep = 0.0
+        deadline = None if budget_s is None else self._clock() + budget_s
+        return CallState(label, deadline), md_in
+
+    async def _attempts(self, plan: _Plan, request, md_in, request_id, cur, timeout) -> Any:
+        label, invoke, name = plan.label, self._invokers[plan.label], self.config.name
+        call, md_in = self._call_state(plan, label, cur, timeout, md_in)
         last: aio.AioRpcError | None = None
-        tried: set[str] = set()
-        for n in range(policy.max_attempts):
-            backend, breaker, reason = self._choose(frozenset(tried))
+        while True:
+            reason = self._refusal(plan.before_pick, call)
+            if self.adaptive is not None:
+                self._adaptive_p(self.service, name).set(self.adaptive.reject_probability())
+            if reason is not None:
+                raise self._refuse(label, reason, last)
+            backend, breaker, reason = self._choose(frozenset(call.tried))
             if backend is None:
-                self._fail_fast(self.service, label, name, reason).inc()
-                raise last or rpc_error(grpc.StatusCode.UNAVAILABLE, f"{reason}: no backend may be called")
-            per_try = strategy.timeout()
-            attempt_timeout = per_try
-            per_try_binding = per_try is not None
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                # A first attempt needs the floor; a retry needs the method's expected latency.
-                need = self._expected_s(plan) if n else max(cfg.deadline.min_remaining_s, 0.001)
-                if left < need:
-                    if breaker is not None:
-                        breaker.release()
-                    self._fail_fast(self.service, label, name, "deadline").inc()
-                    raise last or rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "early give-up: deadline too close")
-                per_try_binding = per_try is not None and per_try < left
-                attempt_timeout = per_try if per_try_binding else left
-            if n:
-                # The retry is going out now: only now does it take a budget token and count.
-                if not self.budget.try_acquire():
-                    if breaker is not None:
-                        breaker.release()
-                    self._exhausted(self.service, label, name).inc()
-                    raise last or rpc_error(grpc.StatusCode.UNAVAILABLE, "retry budget exhausted")
+                raise self._refuse(label, reason, last)
+            reason = self._refusal(plan.after_pick, call)
+            if reason is not None:
+                if breaker is not None:
+                    breaker.release()
+                raise self._refuse(label, reason, last)
+            attempt_timeout, per_try_binding = self._attempt_timeout(plan, call)
+            if call.retry:
                 self._retries(self.service, label, name).inc()
             md = [*md_in, (h.REQUEST_ID, request_id), (h.CONFIG, name)]
-            if n:
-                md += [(h.PREVIOUS_RPC_ATTEMPTS, str(n)), (PREVIOUS_ATTEMPTS_FALLBACK, str(n))]
-            tried.add(backend.address)
-            code = grpc.StatusCode.OK
-            pushback = NO_PUSHBACK
-            local_error = False
+            if call.retry:
+                n = str(call.attempts)
+                md += [(h.PREVIOUS_RPC_ATTEMPTS, n), (PREVIOUS_ATTEMPTS_FALLBACK, n)]
+            call.tried.add(backend.address)
+            call.attempts += 1
+            code, pushback, local_error = grpc.StatusCode.OK, NO_PUSHBACK, False
             self.balancer.started(backend)
-            t0 = time.monotonic()
+            t0 = self._clock()
             try:
                 reply = await invoke(backend.address, request, attempt_timeout, tuple(md))
             except grpc.RpcError as err:
-                last = err if isinstance(err, aio.AioRpcError) else _as_aio_error(err)
+                last = err if isinstance(err, aio.AioRpcError) else as_aio_error(err)
                 code = last.code()
                 pushback = parse_pushback(last.trailing_metadata())
             except asyncio.CancelledError:
@@ -408,70 +352,55 @@ class ResilientCaller:
                 local_error = True
                 raise
             finally:
-                rtt = time.monotonic() - t0
-                self._attempt_finished(plan, backend, breaker, code, rtt, local_error, per_try_binding)
-            if code is grpc.StatusCode.OK:
+                rtt = self._clock() - t0
+                if local_error:
+                    self.balancer.abandoned(backend)
+                    if breaker is not None:
+                        breaker.release()
+                else:
+                    name_ = outcome_code(code)
+                    outcome = Outcome(
+                        name_,
+                        self.classifier.classify(name_, pushback),
+                        rtt,
+                        pushback,
+                        per_try_binding and code is grpc.StatusCode.DEADLINE_EXCEEDED,
+                    )
+                    self._observe(plan, call, backend, breaker, code, outcome)
+            if outcome.ok:
                 return reply
             assert last is not None
-            timed_out = per_try_binding and code is grpc.StatusCode.DEADLINE_EXCEEDED
-            if not policy.retryable(label, code, n + 1, pushback, per_try_timeout=timed_out):
-                raise last
-            if policy.honour_pushback and pushback.sleep_s is not None:
-                sleep_s = pushback.sleep_s
-                if sleep_s > policy.max_pushback_s:
-                    raise last  # the server asks for longer than we will wait
-                backoff_n, previous_sleep = 0, 0.0  # A6 (grpc core): the backoff starts again after pushback
-            else:
-                backoff_n += 1
-                sleep_s = previous_sleep = plan.backoff(backoff_n, previous_sleep)
-            if deadline is not None and time.monotonic() + sleep_s + self._expected_s(plan) > deadline:
-                raise last  # the next attempt could not finish before the deadline
-            throttled = self.throttle is not None and not self.throttle.allows_retry()
-            if throttled or not self.budget.can_acquire():
-                self._exhausted(self.service, label, name).inc()
-                raise last
+            sleep_s: float | None = 0.0
+            for s in plan.retry:
+                sleep_s = s.delay(call, outcome, sleep_s)
+                if sleep_s is None:
+                    raise self._refuse(label, s.refusal, last)
             if sleep_s > 0:
                 await self._sleep(sleep_s)
-        assert last is not None
-        raise last
 
-    def _attempt_finished(
-        self,
-        plan: _Plan,
-        backend: Backend,
-        breaker: CircuitBreaker | None,
-        code: grpc.StatusCode,
-        rtt: float,
-        local_error: bool,
-        per_try_binding: bool,
+    def _attempt_timeout(self, plan: _Plan, call: CallState) -> tuple[float | None, bool]:
+        """(timeout of this attempt, whether it is the per-try timeout rather than the call's deadline)."""
+        per_try = plan.timeout.timeout()
+        if call.deadline is None:
+            return per_try, per_try is not None
+        left = call.deadline - self._clock()
+        if per_try is not None and per_try < left:
+            return per_try, True
+        return left, False
+
+    def _observe(
+        self, plan: _Plan, call: CallState, backend: Backend, breaker: CircuitBreaker | None, code, outcome: Outcome
     ) -> None:
-        """Tell the strategies one attempt's outcome (a local error tells them nothing)."""
-        if local_error:
-            self.balancer.abandoned(backend)
-            if breaker is not None:
-                breaker.release()
-            return
-        self.balancer.finished(backend, rtt, code)
+        """Tell every strategy one attempt's outcome (CANCELLED tells the latency windows nothing)."""
+        self.balancer.finished(backend, outcome.rtt, code)
         if breaker is not None:
-            breaker.record(code)
-        if code is grpc.StatusCode.CANCELLED:
-            return
-        plan.timeout.observe(rtt)
-        if code is grpc.StatusCode.OK:
-            plan.latency.observe(rtt)
-        if self.throttle is not None:
-            timed_out = per_try_binding and code is grpc.StatusCode.DEADLINE_EXCEEDED
-            self.throttle.record(failed=timed_out or status_name(code) in plan.policy.codes)
+            breaker.record(outcome.verdict)
+        if outcome.code != "CANCELLED":
+            plan.timeout.observe(outcome.rtt)
+        for s in plan.observers:
+            s.on_outcome(call, backend.address, outcome)
 
     async def close(self) -> None:
         """Close the `ChannelPool` given at construction, if any."""
         if self.channels is not None:
             await self.channels.close()
-
-
-def _as_aio_error(err: grpc.RpcError) -> aio.AioRpcError:
-    """A sync `grpc.RpcError` (a `grpc.Call`) as the `AioRpcError` the caller raises."""
-    code = getattr(err, "code", lambda: grpc.StatusCode.UNKNOWN)()
-    details = getattr(err, "details", lambda: str(err))() or ""
-    trailing = getattr(err, "trailing_metadata", lambda: ())() or ()
-    return rpc_error(code, details, tuple((k, v) for k, v in trailing))

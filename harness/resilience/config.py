@@ -1,16 +1,16 @@
-"""Named resilience configurations (DESIGN §9): YAML or gRPC service-config JSON in, strategies out.
+"""Named resilience configurations (DESIGN §9): YAML or gRPC service-config JSON in, `ResilienceConfig` out.
 
 Keys follow gRPC's service config where it has the concept: `retryPolicy`
 (`maxAttempts`, `initialBackoff`, `maxBackoff`, `backoffMultiplier`,
 `retryableStatusCodes`), `retryThrottling` (`maxTokens`, `tokenRatio`) and
 `methodConfig` (`name: [{service, method}]`, `timeout`, `retryPolicy`), so a real
 service config loads as is. Our extensions sit beside them as top-level keys:
-`backoff` (jitter kind), `pushback`, `retryBudget`, `breaker`, `deadline`,
-`attemptTimeouts`, `balancer`, `nonIdempotentMethods`. A configuration is a
-composition, not a flag soup: `ResilienceConfig` builds fresh strategy objects
-for each caller. Validation is strict: an unknown key, a wrong type or an
+`backoff` (jitter kind), `pushback`, `retryBudget`, `breaker`,
+`adaptiveThrottling`, `outcomes`, `deadline`, `attemptTimeouts`, `balancer`,
+`nonIdempotentMethods`. Validation is strict: an unknown key, a wrong type or an
 out-of-range value anywhere is a `ConfigError` naming its key path, so a typo
-never silently turns a mechanism off.
+never silently turns a mechanism off. What a configuration builds is
+`composition.py`'s job.
 """
 
 from __future__ import annotations
@@ -18,173 +18,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import random as _random
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
 
 from harness.core.status import STATUS_NAMES
-from harness.resilience import backoff as _backoff
 from harness.resilience._schema import ConfigError, Reader
-from harness.resilience.balancer import Balancer, Ejection, PowerOfTwoChoices, RoundRobin
-from harness.resilience.breaker import BreakerSet, CircuitBreaker, CountWindow, TimeWindow, Transition
-from harness.resilience.budget import RetryBudget, RetryThrottle, Unlimited
+from harness.resilience.composition import NO_RETRY, MethodConfig, ResilienceConfig
 from harness.resilience.deadline import DeadlinePolicy
+from harness.resilience.outcome import RELAYED_GIVE_UPS
 from harness.resilience.retry import MAX_ATTEMPTS_CAP, RetryPolicy
-from harness.resilience.timeouts import MethodTimeouts
 
 __all__ = ["CONFIG_DIR", "NAMES", "ConfigError", "MethodConfig", "ResilienceConfig", "from_dict", "load"]
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
-NAMES: tuple[str, ...] = ("naive", "jitter", "budget", "resilient", "resilient-p2c")
-
-#: Backoff without retries: a method whose config has no retryPolicy makes one attempt.
-NO_RETRY = RetryPolicy(max_attempts=1)
-
-
-@dataclasses.dataclass(frozen=True)
-class MethodConfig:
-    """One gRPC `methodConfig` entry: which methods, their call timeout, their retry policy."""
-
-    #: (service, method) pairs; "" = any. `(("", ""),)` is the default entry (`name: [{}]`).
-    names: tuple[tuple[str, str], ...]
-    timeout_s: float | None = None
-    retry: RetryPolicy | None = None
-    backoff: dict[str, Any] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class MethodPlan:
-    """What applies to one method: its retry policy, backoff spec and call timeout (None = none)."""
-
-    retry: RetryPolicy
-    backoff: dict[str, Any]
-    timeout_s: float | None
-
-
-@dataclasses.dataclass(frozen=True)
-class ResilienceConfig:
-    """One named configuration. Sections that are None are off (no budget, no breaker...).
-
-    `retry`, `backoff` and `deadline.total_s` are the defaults (gRPC's `name: [{}]` entry);
-    `methods` holds the more specific `methodConfig` entries.
-    """
-
-    name: str
-    retry: RetryPolicy
-    backoff: dict[str, Any]
-    budget: dict[str, Any] | None
-    breaker: dict[str, Any] | None
-    deadline: DeadlinePolicy
-    timeouts: dict[str, Any]
-    balancer: dict[str, Any]
-    description: str = ""
-    methods: tuple[MethodConfig, ...] = ()
-    throttling: dict[str, float] | None = None
-
-    # -- per method ------------------------------------------------------------------------
-    def for_method(self, method: str) -> MethodPlan:
-        """The most specific entry for `pkg.Service/Method` (gRPC: exact, then service, then default)."""
-        service, _, short = method.lstrip("/").rpartition("/")
-        for wanted in ((service, short), (service, "")):
-            for entry in self.methods:
-                if wanted in entry.names:
-                    return MethodPlan(
-                        entry.retry or NO_RETRY,
-                        entry.backoff or {"kind": "none"},
-                        entry.timeout_s,
-                    )
-        return MethodPlan(self.retry, self.backoff, self.deadline.total_s)
-
-    # -- builders: fresh, independent strategy objects per caller --------------------------
-    def build_backoff(self, rng: _random.Random | None = None, spec: dict[str, Any] | None = None) -> _backoff.Backoff:
-        return _backoff.build(self.backoff if spec is None else spec, rng)
-
-    def build_budget(self, clock: Callable[[], float] | None = None) -> RetryBudget | Unlimited:
-        if self.budget is None:
-            return Unlimited()
-        kw = {"clock": clock} if clock else {}
-        return RetryBudget(
-            float(self.budget.get("ratio", 0.1)),
-            float(self.budget.get("min_retries_per_s", 1.0)),
-            float(self.budget.get("window_s", 10.0)),
-            **kw,
-        )
-
-    def build_throttle(self) -> RetryThrottle | None:
-        """gRPC's `retryThrottling` token bucket (gRFC A6), or None."""
-        if self.throttling is None:
-            return None
-        return RetryThrottle(self.throttling["max_tokens"], self.throttling["token_ratio"])
-
-    def build_breakers(
-        self,
-        on_transition: Callable[[str], Transition] | None = None,
-        clock: Callable[[], float] | None = None,
-    ) -> BreakerSet | None:
-        spec = self.breaker
-        if spec is None:
-            return None
-        kw: dict[str, Any] = {"clock": clock} if clock else {}
-        window_spec = dict(spec.get("window") or {"kind": "count", "size": 100})
-
-        def factory(key: str) -> CircuitBreaker:
-            kind = window_spec.get("kind", "count")
-            if kind == "count":
-                window: CountWindow | TimeWindow = CountWindow(int(window_spec.get("size", 100)))
-            elif kind == "time":
-                window = TimeWindow(float(window_spec.get("seconds", 10.0)), **kw)
-            else:
-                raise ConfigError(f"unknown breaker window kind {kind!r}")
-            return CircuitBreaker(
-                failure_rate=float(spec.get("failure_rate", 0.5)),
-                min_calls=int(spec.get("min_calls", 20)),
-                window=window,
-                open_s=float(spec.get("open_s", 5.0)),
-                half_open_probes=int(spec.get("half_open_probes", 3)),
-                on_transition=on_transition(key) if on_transition else None,
-                **kw,
-            )
-
-        return BreakerSet(factory, str(spec.get("per", "backend")))
-
-    def build_timeouts(self) -> MethodTimeouts:
-        """Per-attempt timeouts (our extension; gRPC's `timeout` covers the whole call)."""
-        return MethodTimeouts(self.timeouts.get("default"), self.timeouts.get("methods"))
-
-    def build_balancer(
-        self,
-        addresses: Sequence[str],
-        rng: _random.Random | None = None,
-        on_pick: Callable[[str], None] | None = None,
-        clock: Callable[[], float] | None = None,
-    ) -> Balancer:
-        spec = self.balancer
-        kind = str(spec.get("kind", "round_robin")).lower().replace("-", "_")
-        if kind == "round_robin":
-            picker: Any = RoundRobin()
-        elif kind in ("p2c", "power_of_two"):
-            picker = PowerOfTwoChoices(rng)
-        else:
-            raise ConfigError(f"unknown balancer kind {kind!r}")
-        ej = spec.get("ejection")
-        ejection = Ejection(**ej) if ej else None
-        kw = {"clock": clock} if clock else {}
-        return Balancer(
-            addresses,
-            picker,
-            decay_s=float(spec.get("decay_s", 10.0)),
-            ejection=ejection,
-            on_pick=on_pick,
-            **kw,
-        )
+NAMES: tuple[str, ...] = ("naive", "jitter", "budget", "resilient", "resilient-p2c", "throttled")
 
 
 # -- parsing ---------------------------------------------------------------------------------
 _TOP = (
     "name", "description", "methodConfig", "retryPolicy", "retryThrottling", "nonIdempotentMethods",
-    "backoff", "pushback", "retryBudget", "breaker", "deadline", "attemptTimeouts", "balancer",
+    "backoff", "pushback", "retryBudget", "breaker", "adaptiveThrottling", "outcomes", "deadline",
+    "attemptTimeouts", "balancer",
 )  # fmt: skip
 _RETRY_POLICY = ("maxAttempts", "initialBackoff", "maxBackoff", "backoffMultiplier", "retryableStatusCodes")
 _JITTER = ("full", "none", "decorrelated")
@@ -281,9 +136,28 @@ def _budget(r: Reader | None) -> dict[str, Any] | None:
         "min_retries_per_s": r.number("minRetriesPerSecond", 1.0, lo=0.0),
         "window_s": r.duration("window", 10.0, lo_open=True),
     }
+    out["burst_s"] = r.duration("burstWindow", min(1.0, out["window_s"]), lo_open=True)
     if out["ratio"] == 0 and out["min_retries_per_s"] == 0:
         r.fail(r.path, "ratio 0 and minRetriesPerSecond 0 allow no retry at all (to retry never, drop retryPolicy)")
+    if out["burst_s"] > out["window_s"]:
+        r.fail(r.key_path("burstWindow"), f"{out['burst_s']:g}s is longer than window ({out['window_s']:g}s)")
     return out
+
+
+def _adaptive(r: Reader | None) -> dict[str, float] | None:
+    if r is None:
+        return None
+    return {
+        # K < 1 would reject requests the backend accepts; the SRE book uses 2
+        "k": r.number("k", 2.0, lo=1.0),
+        "window_s": r.duration("window", 10.0, lo_open=True),
+    }
+
+
+def _outcomes(r: Reader | None) -> dict[str, str]:
+    if r is None:
+        return {"relayed_give_ups": "ignore"}
+    return {"relayed_give_ups": r.string("relayedGiveUps", "ignore", choices=RELAYED_GIVE_UPS)}
 
 
 def _breaker(r: Reader | None) -> dict[str, Any] | None:
@@ -445,13 +319,15 @@ def _parse(raw: Any, source: str, default_name: str | None) -> ResilienceConfig:
         description=top.string("description", ""),
         retry=retry,
         backoff=backoff_spec,
-        budget=_budget(top.child("retryBudget", ("ratio", "minRetriesPerSecond", "window"))),
+        budget=_budget(top.child("retryBudget", ("ratio", "minRetriesPerSecond", "window", "burstWindow"))),
         breaker=_breaker(top.child("breaker", breaker_keys)),
         deadline=deadline,
         timeouts=_attempt_timeouts(top.child("attemptTimeouts", ("default", "methods"))),
         balancer=_balancer(top.child("balancer", ("kind", "decay", "ejection"))),
         methods=tuple(e for e in entries if e is not default),
         throttling=throttling,
+        adaptive=_adaptive(top.child("adaptiveThrottling", ("k", "window"))),
+        outcomes=_outcomes(top.child("outcomes", ("relayedGiveUps",))),
     )
 
 
@@ -465,6 +341,8 @@ def from_dict(raw: dict[str, Any], source: str = "<dict>", *, name: str | None =
     try:
         cfg.build_backoff()
         cfg.build_budget()
+        cfg.build_adaptive_throttle()
+        cfg.build_classifier()
         breakers = cfg.build_breakers()
         if breakers is not None:
             breakers.for_backend("check")

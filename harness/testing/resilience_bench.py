@@ -44,6 +44,8 @@ class HopRecorder(aio.ServerInterceptor):
         self.remaining: list[float | None] = []
         #: How far past the edge caller's deadline this hop's own deadline lay, per call.
         self.deadline_overshoot: list[float] = []
+        #: (request id, attempt number, whether the answer told the caller not to retry: pushback -1)
+        self.answers: list[tuple[str, int, bool]] = []
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -61,6 +63,8 @@ class HopRecorder(aio.ServerInterceptor):
             )
         )
         inner = handler.unary_unary
+        rid = md.get(h.REQUEST_ID, "")
+        attempt = int(md.get(h.DRILL_PREVIOUS_RPC_ATTEMPTS) or 0)
 
         async def unary(request, context):
             left = context.time_remaining()
@@ -71,12 +75,19 @@ class HopRecorder(aio.ServerInterceptor):
                 return await inner(request, context)
             finally:
                 self.ends.append((time.time(), origin))
+                trailers = dict(context.trailing_metadata() or ())
+                self.answers.append((rid, attempt, trailers.get(h.RETRY_PUSHBACK_MS) == "-1"))
 
         return grpc.unary_unary_rpc_method_handler(
             unary,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+    def retried_give_ups(self) -> int:
+        """Attempts this hop received after it had answered the same request "do not retry" (pushback -1)."""
+        stopped = {(rid, n) for rid, n, stop in self.answers if stop}
+        return sum((rid, n - 1) in stopped for rid, n, _ in self.answers if n > 0)
 
     def max_gap(self) -> float:
         """Longest time any handler here ran past the edge caller's deadline (0 when none did)."""
@@ -231,6 +242,7 @@ async def measure_amplification(
         "depth": depth,
         "requests": result.count,
         "per_hop": [hop.recorder.calls / n for hop in topo.hops],
+        "retried_give_ups": [hop.recorder.retried_give_ups() for hop in topo.hops],
         "amplification": topo.hops[-1].recorder.calls / n,
         "codes": result.codes,
         "elapsed_s": result.elapsed,

@@ -27,18 +27,23 @@ def test_named_configurations_load_and_carry_their_name(name):
 
 
 def test_configuration_ladder_adds_mechanisms():
-    naive, jitter, budget, resilient, p2c = (rconfig.load(n) for n in rconfig.NAMES)
+    naive, jitter, budget, resilient, p2c, throttled = (rconfig.load(n) for n in rconfig.NAMES)
     assert naive.backoff["kind"] == "none" and naive.budget is None and naive.breaker is None
     assert isinstance(naive.build_backoff(), NoBackoff) and naive.retry.max_attempts == 4
     assert jitter.backoff == {"kind": "full_jitter", "base_s": 0.025, "cap_s": 1.0, "multiplier": 2.0}
     assert jitter.budget is None
-    assert budget.budget == {"ratio": 0.1, "min_retries_per_s": 1.0, "window_s": 10.0}
+    assert budget.budget == {"ratio": 0.1, "min_retries_per_s": 1.0, "window_s": 10.0, "burst_s": 1.0}
     assert budget.retry.pushback_on_give_up and not jitter.retry.pushback_on_give_up
-    assert resilient.breaker["failure_rate"] == 0.5 and resilient.breaker["window"] == {"kind": "count", "size": 50}
+    assert resilient.breaker["failure_rate"] == 0.5 and resilient.breaker["window"] == {"kind": "time", "seconds": 10.0}
+    assert resilient.breaker["min_calls"] == 100 and resilient.breaker["half_open_probes"] == 10  # resilience4j
+    assert resilient.outcomes == {"relayed_give_ups": "ignore"}
     assert resilient.deadline.propagate and resilient.deadline.total_s == 2.0  # methodConfig timeout
     assert resilient.retry.max_attempts == 3 and resilient.backoff["cap_s"] == 0.5
     assert resilient.timeouts["methods"]["Call"]["kind"] == "p99"
     assert p2c.balancer["kind"] == "p2c" and p2c.balancer["ejection"]["latency_factor"] == 5.0
+    assert throttled.breaker is None and throttled.budget is None
+    assert throttled.adaptive == {"k": 2.0, "window_s": 10.0}
+    assert throttled.throttling == {"max_tokens": 10.0, "token_ratio": 0.1}
 
 
 def test_durations_take_grpc_strings_and_numbers():
@@ -138,10 +143,10 @@ def test_bad_configurations_are_refused_naming_the_key(raw, message):
 
 
 def test_a_typo_in_a_shipped_file_names_file_and_path(tmp_path):
-    text = (rconfig.CONFIG_DIR / "resilient.yaml").read_text().replace("size: 50", "sise: 50")
+    text = (rconfig.CONFIG_DIR / "resilient.yaml").read_text().replace("duration: 10s", "duraton: 10s")
     path = tmp_path / "resilient.yaml"
     path.write_text(text)
-    with pytest.raises(rconfig.ConfigError, match=r"^resilient\.yaml: breaker\.window\.sise: unknown key$"):
+    with pytest.raises(rconfig.ConfigError, match=r"^resilient\.yaml: breaker\.window\.duraton: unknown key$"):
         rconfig.load(str(path))
 
 

@@ -33,7 +33,9 @@ def test_three_hop_chain_naive_storm_and_budget_resilient_hold():
     for name in ("budget", "resilient"):
         result = amp(name, 3, 100)
         assert result["amplification"] <= 1.3, result
-        assert result["per_hop"][0] <= 1.0  # the edge never retried what the hops gave up on
+        # no hop was asked again for a request it had answered "do not retry" (pushback -1); counted per
+        # request at each hop, so a per-try timeout on a slow box (a legitimate retry) does not count
+        assert result["retried_give_ups"] == [0, 0, 0], result
 
 
 def test_p2c_avoids_slow_replicas_where_round_robin_does_not():

@@ -236,7 +236,8 @@ def test_no_budget_token_nor_retry_count_for_a_retry_the_breaker_refuses():
     cfg = config(
         "t13-token",
         retry={"maxAttempts": 5},
-        retryBudget={"ratio": 0.0, "minRetriesPerSecond": 0.3, "window": "10s"},  # 3 retries in all
+        # 3 retries in all (burst window = window: this test counts tokens, not bursts)
+        retryBudget={"ratio": 0.0, "minRetriesPerSecond": 0.3, "window": "10s", "burstWindow": "10s"},
         breaker={"failureRate": 0.5, "minCalls": 2, "window": {"kind": "count", "size": 2}},
     )
     fleet = Fleet({"a": [unavailable()]})

@@ -91,9 +91,20 @@ def test_budget_allows_ten_percent_of_requests():
 
 def test_budget_floor_allows_retries_when_quiet():
     clock = FakeClock()
-    budget = RetryBudget(ratio=0.1, min_retries_per_s=1.0, window_s=10.0, clock=clock)
+    budget = RetryBudget(ratio=0.1, min_retries_per_s=1.0, window_s=10.0, burst_s=10.0, clock=clock)
     budget.record_request()  # 10% of one request is 0.1 retries: the floor (1/s × 10 s) wins
     assert sum(budget.try_acquire() for _ in range(30)) == 10
+
+
+def test_budget_floor_is_spread_over_the_burst_window():
+    clock = FakeClock()
+    budget = RetryBudget(ratio=0.1, min_retries_per_s=1.0, window_s=10.0, burst_s=1.0, clock=clock)
+    budget.record_request()
+    granted = []
+    for _ in range(12):  # one try per second: the floor's 1/s, never its 10 at once
+        granted.append(sum(budget.try_acquire() for _ in range(5)))
+        clock.advance(1.0)
+    assert granted == [1] * 12  # with burst_s = window_s the first second would take all 10
 
 
 def test_budget_floor_is_a_floor_not_an_addition():
