@@ -1,21 +1,34 @@
 """A demo server in one of the benchmark modes; prints its port, serves until killed.
 
-Modes: baseline (no interceptor), off (interceptor installed, switch off),
-on (switch on, organic traffic, metrics), on-trace (switch on, metrics and tracing).
+    python benchmarks/_bench_server.py aio|sync MODE [--workers N]
+
+Modes: baseline (no interceptor), off (interceptor installed, switch off), on
+(switch on, organic traffic, metrics), on-trace (switch on, metrics and an
+OpenTelemetry span per call, every call sampled: `parentbased_always_on`),
+on-trace-unsampled (the same with `parentbased_always_off`: the cost of tracing
+being configured while callers send no sampled context).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
+import pathlib
 import sys
 from concurrent import futures
 
 import grpc
 from grpc import aio
 
-from harness.core.settings import FaultSettings
-from harness.demo.proto import drill_pb2, drill_pb2_grpc
-from harness.interceptors import FaultServerInterceptor, SyncFaultServerInterceptor
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from harness.core.settings import FaultSettings  # noqa: E402
+from harness.demo.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
+from harness.interceptors import FaultServerInterceptor, SyncFaultServerInterceptor  # noqa: E402
+
+MODES = ("baseline", "off", "on", "on-trace", "on-trace-unsampled")
+SAMPLERS = {"on-trace": "parentbased_always_on", "on-trace-unsampled": "parentbased_always_off"}
 
 
 class Aio(drill_pb2_grpc.DemoServicer):
@@ -35,7 +48,8 @@ def interceptors(mode: str, sync: bool) -> list:
     if mode == "off":
         return [cls(FaultSettings(enabled=False, service="bench"))]
     tracer = None
-    if mode == "on-trace":
+    if mode in SAMPLERS:
+        os.environ["OTEL_TRACES_SAMPLER"] = SAMPLERS[mode]  # read when the provider is built
         from harness.core.tracing import setup_tracing
 
         tracer = setup_tracing("bench", exporter="none")
@@ -51,10 +65,8 @@ async def serve_aio(mode: str) -> None:
     await server.wait_for_termination()
 
 
-def serve_sync(mode: str) -> None:
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=64), interceptors=interceptors(mode, sync=True)
-    )
+def serve_sync(mode: str, workers: int) -> None:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), interceptors=interceptors(mode, sync=True))
     drill_pb2_grpc.add_DemoServicer_to_server(Sync(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -62,9 +74,17 @@ def serve_sync(mode: str) -> None:
     server.wait_for_termination()
 
 
-if __name__ == "__main__":
-    flavour, mode = sys.argv[1], sys.argv[2]
-    if flavour == "aio":
-        asyncio.run(serve_aio(mode))
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("flavour", choices=("aio", "sync"))
+    ap.add_argument("mode", choices=MODES)
+    ap.add_argument("--workers", type=int, default=64, help="sync server threads")
+    args = ap.parse_args()
+    if args.flavour == "aio":
+        asyncio.run(serve_aio(args.mode))
     else:
-        serve_sync(mode)
+        serve_sync(args.mode, args.workers)
+
+
+if __name__ == "__main__":
+    main()

@@ -28,8 +28,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 VARIANTS = ("threadpool", "greenlet", "native", "threads", "aio")
 
 
-def _commands():
-    for line in sys.stdin:
+def _commands(stream=None):
+    """The SECONDS of each `go SECONDS` line on stdin (or `stream`)."""
+    for line in stream if stream is not None else sys.stdin:
         parts = line.split()
         if len(parts) == 2 and parts[0] == "go":
             yield float(parts[1])
@@ -80,19 +81,12 @@ def run_gevent(target: str, variant: str, users: int) -> None:
             one(call)
             count[0] += 1
 
-    for seconds in _commands_from(FileObject(sys.stdin, "r")):
+    for seconds in _commands(FileObject(sys.stdin, "r")):
         count[0] = 0
         cpu0 = time.process_time()
         end = time.monotonic() + seconds
         gevent.joinall([gevent.spawn(user, call, end) for call in calls])
         _reply(count[0], cpu0)
-
-
-def _commands_from(stream):
-    for line in stream:
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "go":
-            yield float(parts[1])
 
 
 def run_threads(target: str, users: int) -> None:
@@ -106,17 +100,16 @@ def run_threads(target: str, users: int) -> None:
     calls = [drill_pb2_grpc.DemoStub(grpc.insecure_channel(target)).Call for _ in range(users)]
     for call in calls:
         call(req, timeout=2)
+    def user(i: int, end: float, counts: list[int]) -> None:
+        while time.monotonic() < end:
+            calls[i](req, timeout=2)
+            counts[i] += 1
+
     for seconds in _commands():
         counts = [0] * users
         end = time.monotonic() + seconds
-
-        def user(i: int) -> None:
-            while time.monotonic() < end:
-                calls[i](req, timeout=2)
-                counts[i] += 1
-
         cpu0 = time.process_time()
-        threads = [threading.Thread(target=user, args=(i,)) for i in range(users)]
+        threads = [threading.Thread(target=user, args=(i, end, counts)) for i in range(users)]
         for t in threads:
             t.start()
         for t in threads:
@@ -141,19 +134,17 @@ def run_aio(target: str, users: int) -> None:
                 line = await loop.run_in_executor(None, sys.stdin.readline)
                 if not line:
                     return
-                seconds = float(line.split()[1])
-                end = time.monotonic() + seconds
-                count = 0
+                end = time.monotonic() + float(line.split()[1])
+                counts = [0] * users
 
-                async def user() -> None:
-                    nonlocal count
+                async def user(i: int, end: float = end, counts: list[int] = counts) -> None:
                     while time.monotonic() < end:
                         await stub.Call(req, timeout=2)
-                        count += 1
+                        counts[i] += 1
 
                 cpu0 = time.process_time()
-                await asyncio.gather(*(user() for _ in range(users)))
-                _reply(count, cpu0)
+                await asyncio.gather(*(user(i) for i in range(users)))
+                _reply(sum(counts), cpu0)
 
     asyncio.run(main())
 

@@ -212,9 +212,10 @@ def main() -> int:
             each = " ".join(f"{r['client_us']:.0f}" for r in runs[mode])
             print(f"{mode:<12}{med['rps']:>8.0f}{med['client_us']:>16.0f}{med['server_us']:>16.0f}   {each}")
         if not args.skip_variants:
-            var = variants(host, args.users, 2.0, max(args.rounds, 3) * 2)
+            n = max(args.rounds, 3) * 2
+            var = variants(host, args.users, 2.0, n)
             results["variants"] = var
-            print(f"\nwithout Locust: {args.users} closed-loop callers, medians of {max(args.rounds, 3) * 2} rounds x 2 s")
+            print(f"\nwithout Locust: {args.users} closed-loop callers, medians of {n} rounds x 2 s")
             print(f"{'client':<12}{'calls/s':>8}{'client µs/call':>16}")
             for v, r in var.items():
                 print(f"{v:<12}{r['rps']:>8.0f}{r['client_us']:>16.0f}")
@@ -233,7 +234,8 @@ def main() -> int:
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=2))
     main_mode = results[f"locust {modes[0]}"]
-    print(f"locust cpu_us_per_call={main_mode['client_us']:.0f} rps={main_mode['rps']:.0f} organic_p50_shift_ms={shift:.1f}")
+    us, rps = main_mode["client_us"], main_mode["rps"]
+    print(f"locust cpu_us_per_call={us:.0f} rps={rps:.0f} organic_p50_shift_ms={shift:.1f}")
     return 0
 
 

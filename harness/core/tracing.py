@@ -2,7 +2,10 @@
 
 Exporters are configured by the standard `OTEL_*` variables. Tracing is off
 unless `setup_tracing()` is called (or the interceptors are given a tracer),
-so the hot path pays nothing for it by default.
+so the hot path pays nothing for it by default. With it on, every call is
+sampled by default (`ParentBased(AlwaysOn)`, or `OTEL_TRACES_SAMPLER`): a server
+span reads the caller's context only when the metadata carries a key the
+propagator reads, and gets its drill attributes in one go at start.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import os
 
 from opentelemetry import trace
-from opentelemetry.propagate import extract, inject
+from opentelemetry.context import Context
+from opentelemetry.propagate import extract, get_global_textmap, inject
 
 ATTR_TENANT = "drill.tenant"
 ATTR_MODE = "drill.fault.mode"
@@ -63,6 +67,38 @@ def extract_context(metadata) -> object:
         if isinstance(item[1], str):
             carrier[item[0]] = item[1]
     return extract(carrier)
+
+
+_NO_PARENT = Context()
+_fields: tuple[object, frozenset[str]] = (None, frozenset())
+
+
+def _propagation_keys() -> frozenset[str]:
+    """Metadata keys the global propagator reads (`traceparent`, `tracestate`, `baggage` by default)."""
+    global _fields
+    textmap = get_global_textmap()
+    if _fields[0] is not textmap:
+        _fields = (textmap, frozenset(textmap.fields))
+    return _fields[1]
+
+
+def start_server_span(
+    tracer, name: str, metadata, tenant: str, mode: str, hit: bool, request_id: str
+) -> trace.Span:
+    """A SERVER span for one call, child of the caller's span when the metadata carries its context."""
+    keys = _propagation_keys()
+    parent = _NO_PARENT  # what extracting from metadata without any propagation key gives
+    for item in metadata or ():
+        if item[0] in keys:
+            parent = extract_context(metadata)
+            break
+    attributes = {ATTR_TENANT: tenant, ATTR_MODE: mode, ATTR_HIT: hit, ATTR_REQUEST_ID: request_id}
+    return tracer.start_span(name, context=parent, kind=trace.SpanKind.SERVER, attributes=attributes)
+
+
+def end_server_span(span: trace.Span, status: str) -> None:
+    span.set_attribute("rpc.grpc.status_code", status)
+    span.end()
 
 
 def start_client_span(tracer, method) -> trace.Span:
