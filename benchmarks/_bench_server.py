@@ -6,7 +6,9 @@ Modes: baseline (no interceptor), off (interceptor installed, switch off), on
 (switch on, organic traffic, metrics), on-trace (switch on, metrics and an
 OpenTelemetry span per call, every call sampled: `parentbased_always_on`),
 on-trace-unsampled (the same with `parentbased_always_off`: the cost of tracing
-being configured while callers send no sampled context).
+being configured while callers send no sampled context), on-trace-exported (every
+call sampled and each span handed to a BatchSpanProcessor whose exporter discards
+it: what exporting costs in this process, without a collector).
 """
 
 from __future__ import annotations
@@ -27,8 +29,12 @@ from harness.core.settings import FaultSettings  # noqa: E402
 from harness.demo.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
 from harness.interceptors import FaultServerInterceptor, SyncFaultServerInterceptor  # noqa: E402
 
-MODES = ("baseline", "off", "on", "on-trace", "on-trace-unsampled")
-SAMPLERS = {"on-trace": "parentbased_always_on", "on-trace-unsampled": "parentbased_always_off"}
+MODES = ("baseline", "off", "on", "on-trace", "on-trace-unsampled", "on-trace-exported")
+SAMPLERS = {
+    "on-trace": "parentbased_always_on",
+    "on-trace-unsampled": "parentbased_always_off",
+    "on-trace-exported": "parentbased_always_on",
+}
 
 
 class Aio(drill_pb2_grpc.DemoServicer):
@@ -53,6 +59,15 @@ def interceptors(mode: str, sync: bool) -> list:
         from harness.core.tracing import setup_tracing
 
         tracer = setup_tracing("bench", exporter="none")
+        if mode == "on-trace-exported":
+            from opentelemetry import trace
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+            class Discard(SpanExporter):
+                def export(self, spans):
+                    return SpanExportResult.SUCCESS
+
+            trace.get_tracer_provider().add_span_processor(BatchSpanProcessor(Discard()))
     return [cls(FaultSettings(enabled=True, seed=1, service="bench"), tracer=tracer)]
 
 
