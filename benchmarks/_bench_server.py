@@ -1,6 +1,6 @@
 """A demo server in one of the benchmark modes; prints its port, serves until killed.
 
-    python benchmarks/_bench_server.py aio|sync MODE [--workers N]
+    python benchmarks/_bench_server.py aio|sync MODE [--workers N]   (DRILL_BENCH_TREE=DIR: another checkout's harness)
 
 Modes: baseline (no interceptor), off (interceptor installed, switch off), on
 (switch on, organic traffic, metrics), on-trace (switch on, metrics and an
@@ -23,7 +23,8 @@ from concurrent import futures
 import grpc
 from grpc import aio
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+#: The checkout whose harness serves (DRILL_BENCH_TREE, for before/after runs; default: this one).
+sys.path.insert(0, os.environ.get("DRILL_BENCH_TREE") or str(pathlib.Path(__file__).resolve().parent.parent))
 
 from harness.core.settings import FaultSettings  # noqa: E402
 from harness.demo.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
@@ -68,7 +69,8 @@ def interceptors(mode: str, sync: bool) -> list:
                     return SpanExportResult.SUCCESS
 
             trace.get_tracer_provider().add_span_processor(BatchSpanProcessor(Discard()))
-    return [cls(FaultSettings(enabled=True, seed=1, service="bench"), tracer=tracer)]
+    # max_active well above rate x delay even when the machine stalls: every delayed call is delayed
+    return [cls(FaultSettings(enabled=True, seed=1, service="bench", max_active=100_000), tracer=tracer)]
 
 
 async def serve_aio(mode: str) -> None:

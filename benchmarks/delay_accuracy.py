@@ -33,6 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._cpu import cores, cpu_seconds, header, load_average, popen_pinned  # noqa: E402
 from harness.demo.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
+
+#: The checkout whose interceptors the servers run (`--tree`; default: this one).
+TREE = [str(ROOT)]
 from harness.interceptors import DrillClientInterceptor, Tagging  # noqa: E402
 
 TENANT = "tenant-drill"
@@ -87,7 +90,7 @@ async def offer(port: int, rps: float, seconds: float, phase_s: float, delay_ms:
 
 def run_flavour(flavour: str, args) -> dict:
     server_core, client_core = cores()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DRILL_BENCH_TREE": TREE[0]}
     proc = popen_pinned(
         [sys.executable, str(ROOT / "benchmarks" / "_bench_server.py"), flavour, "on"],
         server_core, stdout=subprocess.PIPE, text=True, env=env,
@@ -109,7 +112,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5, help="seconds of each kind of phase in all")
     ap.add_argument("--phase", type=float, default=1.0, help="length of one phase")
     ap.add_argument("--delay", type=int, default=100)
+    ap.add_argument("--tree", default=str(ROOT), help="checkout whose interceptors the servers run")
     args = ap.parse_args()
+    TREE[0] = str(pathlib.Path(args.tree).resolve())
     print(header("delay_accuracy"), flush=True)
     line = []
     for flavour in ("aio", "sync"):
@@ -122,7 +127,8 @@ def main() -> None:
         print(
             f"{flavour}: delay:{args.delay} vs no delay, {args.rps:g} calls/s open loop, {args.phase:g}-s phases, "
             f"{args.seconds:g} s of each\n"
-            f"  delay:    {len(d['lat'])} ok, {d['errors']} errors; observed - requested p50 {fig['p50']:.2f} ms, "
+            f"  delay:    {len(d['lat'])} ok, {d['errors']} errors, {sum(x < 0 for x in d['lat'])} not delayed; "
+            f"observed - requested p50 {fig['p50']:.2f} ms, "
             f"p99 {fig['p99']:.2f} ms, min {min(d['lat']):.2f} ms; server {d['cpu'] / d['calls'] * 1e6:.0f} µs/call\n"
             f"  no delay: {len(b['lat'])} ok, {b['errors']} errors; latency p50 {fig['baseline_p50']:.2f} ms, "
             f"p99 {fig['baseline_p99']:.2f} ms; server {b['cpu'] / b['calls'] * 1e6:.0f} µs/call\n"

@@ -36,9 +36,12 @@ from benchmarks._bench_server import MODES  # noqa: E402
 from benchmarks._cpu import cores, cpu_seconds, header, load_average, popen_pinned  # noqa: E402
 from harness.demo.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
 
+#: The checkout whose interceptors the servers run (`--tree`; default: this one).
+TREE = [str(ROOT)]
+
 
 def start(flavour: str, mode: str, core: int) -> tuple[subprocess.Popen, int]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DRILL_BENCH_TREE": TREE[0]}
     env.pop("OTEL_TRACES_SAMPLER", None)  # each tracing mode sets its own
     proc = popen_pinned(
         [sys.executable, str(ROOT / "benchmarks" / "_bench_server.py"), flavour, mode],
@@ -97,7 +100,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--flavour", choices=("aio", "sync", "both"), default="both")
+    ap.add_argument("--tree", default=str(ROOT), help="checkout whose interceptors the servers run")
     args = ap.parse_args()
+    TREE[0] = str(pathlib.Path(args.tree).resolve())
     print(header("interceptor_overhead"), flush=True)
     saved = os.sched_getaffinity(0)
     summary = []

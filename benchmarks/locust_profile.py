@@ -57,6 +57,23 @@ def layer_of(stack: list[str]) -> str:
     return "other"
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread of `pid` by kind: grpc's own C-core threads (no Python frames, so py-spy
+    never samples them) and the threads that run Python."""
+    out = {"grpc core threads": 0.0, "python threads": 0.0}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        kind = "grpc core threads" if name.startswith(("event_engine", "grpc_", "lifeguard")) else "python threads"
+        out[kind] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
 def split(raw: pathlib.Path) -> dict[str, float]:
     counts: collections.Counter[str] = collections.Counter()
     for line in raw.read_text().splitlines():
@@ -100,24 +117,30 @@ def main() -> int:
         )  # fmt: skip
         port = wait_ports(ports, proc)
         time.sleep(WARMUP_S)
-        c0, n0, t0 = cpu_seconds(proc.pid), scrape_calls(port), time.monotonic()
+        c0, n0, t0, k0 = cpu_seconds(proc.pid), scrape_calls(port), time.monotonic(), thread_cpu(proc.pid)
         raw = work / "profile.txt"
         subprocess.run(
             [pyspy, "record", "-p", str(proc.pid), "-o", str(raw), "-f", "raw", "-r", "200",
              "-d", f"{args.seconds:g}", "--nonblocking"],
             capture_output=True, check=True,
         )  # fmt: skip
-        c1, n1, t1 = cpu_seconds(proc.pid), scrape_calls(port), time.monotonic()
+        c1, n1, t1, k1 = cpu_seconds(proc.pid), scrape_calls(port), time.monotonic(), thread_cpu(proc.pid)
         proc.wait(timeout=run_s + 30)
     finally:
         server.stop()
-    us = (c1 - c0) / max(n1 - n0, 1) * 1e6
+    calls = max(n1 - n0, 1)
+    us = (c1 - c0) / calls * 1e6
+    core_us = (k1["grpc core threads"] - k0["grpc core threads"]) / calls * 1e6
+    python_us = us - core_us  # threads that exited meanwhile are counted here, with the Python threads
     shares = split(raw)
-    print(f"\n{tree.name}: {(n1 - n0) / (t1 - t0):.0f} calls/s, Locust CPU {us:.0f} µs per call")
-    for name, share in shares.items():
-        print(f"  {name:<28}{share * 100:5.1f} %  {share * us:5.0f} µs/call")
+    per_call = {name: share * python_us for name, share in shares.items()}
+    per_call["grpc core threads"] = core_us
+    print(f"\n{tree.name}: {calls / (t1 - t0):.0f} calls/s, Locust process CPU {us:.0f} µs per call "
+          f"(threads running Python {python_us:.0f}, split by py-spy samples; grpc's C-core threads {core_us:.0f})")
+    for name, value in per_call.items():
+        print(f"  {name:<28}{value:6.0f} µs/call")
     print(f"# load average at end: {load_average()}; raw samples: {raw}")
-    print("profile " + json.dumps({"cpu_us_per_call": round(us), **{k: round(v * us) for k, v in shares.items()}}))
+    print("profile " + json.dumps({"cpu_us_per_call": round(us), **{k: round(v) for k, v in per_call.items()}}))
     return 0
 
 
