@@ -183,11 +183,12 @@ class HarnessTracer(trace.Tracer):
 
 
 def trace_id_hex(span: trace.Span | None) -> str:
-    """32-hex trace id of a recording span, or '' (for audit lines and exemplars)."""
+    """32-hex trace id of a sampled span, or '' (for audit lines and exemplars: an unsampled trace is
+    never recorded, so nothing could be found under its id)."""
     if span is None:
         return ""
     ctx = span.get_span_context()
-    return format(ctx.trace_id, "032x") if ctx.is_valid else ""
+    return format(ctx.trace_id, "032x") if ctx.is_valid and ctx.trace_flags.sampled else ""
 
 
 def extract_context(metadata) -> object:

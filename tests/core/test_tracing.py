@@ -23,7 +23,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from harness.core import headers as h
 from harness.core.settings import FaultSettings
-from harness.core.tracing import HarnessTracer, UnexportedSpan, start_server_span
+from harness.core.tracing import HarnessTracer, UnexportedSpan, start_server_span, trace_id_hex
 from harness.demo.proto import drill_pb2
 from harness.interceptors import Tagging
 from tests.core.servers import aio_server, aio_stub
@@ -59,6 +59,7 @@ def test_root_spans_get_fresh_valid_ids_and_the_sampler_decides():
     off, _ = tracer(s.ParentBased(s.ALWAYS_OFF))
     span = start_server_span(off, "pkg.S/M", (), "", "none", False, "")
     assert not span.is_recording() and not span.get_span_context().trace_flags.sampled
+    assert trace_id_hex(span) == ""  # no audit line or exemplar points at a trace that is never recorded
     # a sampled remote parent is still followed by ParentBased(AlwaysOff), as the SDK does
     child = start_server_span(off, "pkg.S/M", (("traceparent", PARENT),), "", "none", False, "")
     assert child.is_recording() and child.get_span_context().trace_id == PARENT_TRACE
