@@ -1,21 +1,41 @@
 """A demo server in one of the benchmark modes; prints its port, serves until killed.
 
-Modes: baseline (no interceptor), off (interceptor installed, switch off),
-on (switch on, organic traffic, metrics), on-trace (switch on, metrics and tracing).
+    python benchmarks/_bench_server.py aio|sync MODE [--workers N]   (DRILL_BENCH_TREE=DIR: another checkout's harness)
+
+Modes: baseline (no interceptor), off (interceptor installed, switch off), on
+(switch on, organic traffic, metrics), on-trace (switch on, metrics and an
+OpenTelemetry span per call, every call sampled: `parentbased_always_on`),
+on-trace-unsampled (the same with `parentbased_always_off`: the cost of tracing
+being configured while callers send no sampled context), on-trace-exported (every
+call sampled and each span handed to a BatchSpanProcessor whose exporter discards
+it: what exporting costs in this process, without a collector).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
+import pathlib
 import sys
 from concurrent import futures
 
 import grpc
 from grpc import aio
 
-from harness.core.settings import FaultSettings
-from harness.demo.proto import drill_pb2, drill_pb2_grpc
-from harness.interceptors import FaultServerInterceptor, SyncFaultServerInterceptor
+#: The checkout whose harness serves (DRILL_BENCH_TREE, for before/after runs; default: this one).
+sys.path.insert(0, os.environ.get("DRILL_BENCH_TREE") or str(pathlib.Path(__file__).resolve().parent.parent))
+
+from harness.core.settings import FaultSettings  # noqa: E402
+from harness.demo.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
+from harness.interceptors import FaultServerInterceptor, SyncFaultServerInterceptor  # noqa: E402
+
+MODES = ("baseline", "off", "on", "on-trace", "on-trace-unsampled", "on-trace-exported")
+SAMPLERS = {
+    "on-trace": "parentbased_always_on",
+    "on-trace-unsampled": "parentbased_always_off",
+    "on-trace-exported": "parentbased_always_on",
+}
 
 
 class Aio(drill_pb2_grpc.DemoServicer):
@@ -35,11 +55,22 @@ def interceptors(mode: str, sync: bool) -> list:
     if mode == "off":
         return [cls(FaultSettings(enabled=False, service="bench"))]
     tracer = None
-    if mode == "on-trace":
+    if mode in SAMPLERS:
+        os.environ["OTEL_TRACES_SAMPLER"] = SAMPLERS[mode]  # read when the provider is built
         from harness.core.tracing import setup_tracing
 
         tracer = setup_tracing("bench", exporter="none")
-    return [cls(FaultSettings(enabled=True, seed=1, service="bench"), tracer=tracer)]
+        if mode == "on-trace-exported":
+            from opentelemetry import trace
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+            class Discard(SpanExporter):
+                def export(self, spans):
+                    return SpanExportResult.SUCCESS
+
+            trace.get_tracer_provider().add_span_processor(BatchSpanProcessor(Discard()))
+    # max_active well above rate x delay even when the machine stalls: every delayed call is delayed
+    return [cls(FaultSettings(enabled=True, seed=1, service="bench", max_active=100_000), tracer=tracer)]
 
 
 async def serve_aio(mode: str) -> None:
@@ -51,10 +82,8 @@ async def serve_aio(mode: str) -> None:
     await server.wait_for_termination()
 
 
-def serve_sync(mode: str) -> None:
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=64), interceptors=interceptors(mode, sync=True)
-    )
+def serve_sync(mode: str, workers: int) -> None:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), interceptors=interceptors(mode, sync=True))
     drill_pb2_grpc.add_DemoServicer_to_server(Sync(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -62,9 +91,17 @@ def serve_sync(mode: str) -> None:
     server.wait_for_termination()
 
 
-if __name__ == "__main__":
-    flavour, mode = sys.argv[1], sys.argv[2]
-    if flavour == "aio":
-        asyncio.run(serve_aio(mode))
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("flavour", choices=("aio", "sync"))
+    ap.add_argument("mode", choices=MODES)
+    ap.add_argument("--workers", type=int, default=64, help="sync server threads")
+    args = ap.parse_args()
+    if args.flavour == "aio":
+        asyncio.run(serve_aio(args.mode))
     else:
-        serve_sync(mode)
+        serve_sync(args.mode, args.workers)
+
+
+if __name__ == "__main__":
+    main()

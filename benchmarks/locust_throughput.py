@@ -1,18 +1,29 @@
-"""Requests/s per Locust process for unary calls against `drill serve`, and where the time goes.
+"""Client CPU per unary call of one Locust process, measured apart from the server; organic p50 shift.
 
-Starts `drill serve` (fault switch on) and runs headless Locust subprocesses on
-127.0.0.1, bounded in time:
+    .venv/bin/python benchmarks/locust_throughput.py [--seconds 8] [--users 20] [--rounds 3] [--json out.json]
 
-* throughput: the `throughput` profile (organic users, as fast as possible), one
-  Locust process, with the hub threadpool tracking the users (the default) and
-  pinned at gevent's 10; reports req/s and CPU microseconds per request of the
-  Locust process and of the server (the machine is shared: both compete for CPU);
-* raw: the same calls from a bare gevent + grpc loop (no Locust, with and
-  without the harness client interceptor), the ceiling Locust sits on;
-* blast radius: organic p50 without faults vs with delay:250 on drill users;
-* hit share: drill failures / drill calls for abort:UNAVAILABLE at ratio 30.
+One `drill serve` (fault switch on) pinned to one core, every load generator to
+another (`os.sched_setaffinity`), CPU of each read from /proc over a window after
+warm-up, calls counted from the Locust process's own `drill_client_calls_total`
+at both ends of the window (scraped from the port it bound itself):
 
-    .venv/bin/python benchmarks/locust_throughput.py [--seconds 10] [--users 20] [--json out.json]
+* **locust**: the `throughput` profile (organic users, closed loop, as fast as
+  possible), `--rounds` runs per wait mode of the gRPC user, alternated
+  (`native`, the default, and `greenlet`, `loadtests/grpc_gevent.py`): requests/s,
+  Locust CPU µs per call, server CPU µs per call, medians;
+* **hand-off designs without Locust** (`_client_variants.py`): the same calls from
+  bare clients, one persistent process per design, alternated over `--rounds`
+  rounds: Locust's blocking recipe on the hub threadpool, the future API with
+  grpc's spin greenlet or with the native poller, plain OS threads and grpc.aio
+  (grpc's own floor on this machine);
+* **organic p50 shift**: two Locust processes at once (same noise for both), 20
+  users at 5 calls/s each, one with `delay:250` on every drill call and one
+  without; organic p50 of the delayed run minus that of the quiet one, median of
+  `--pairs` pairs.
+
+The last line is machine-readable: `locust cpu_us_per_call=N rps=N organic_p50_shift_ms=N`
+(the default wait mode's medians). `--tree DIR` runs the Locust parts from another
+checkout (e.g. an export of an older commit) for before/after figures.
 """
 
 from __future__ import annotations
@@ -22,202 +33,209 @@ import csv
 import json
 import os
 import pathlib
-import signal
-import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-
-import psutil
+import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._cpu import cores, cpu_seconds, header, load_average, popen_pinned  # noqa: E402
+from harness.procs.spawn import start_serve  # noqa: E402
+
 BIN = pathlib.Path(sys.executable).parent
-PROFILES = ROOT / "loadtests" / "profiles"
+WARMUP_S = 3.0
+WAIT_MODES = ("native", "greenlet")
+VARIANTS = ("threadpool", "greenlet", "native", "threads", "aio")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(port)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=5)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-
-
-def cpu_s(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return t.user + t.system
-
-
-def locust(host: str, profile: str, seconds: float, *args: str, server: psutil.Process | None = None) -> dict:
-    """One headless Locust run; returns its CSV rows and CPU seconds (Locust, server)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        prefix = f"{tmp}/run"
-        cmd = [str(BIN / "locust"), "--config", str(PROFILES / f"{profile}.conf"), "--host", host]
-        cmd += ["--headless", "-t", f"{seconds:g}s", "--csv", prefix, "--exit-code-on-error", "0", *args]
-        server_before = cpu_s(server) if server else 0.0
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-        )
-        ps = psutil.Process(proc.pid)
-        locust_cpu = 0.0
-        try:
-            while proc.poll() is None:
-                try:
-                    locust_cpu = cpu_s(ps)
-                except psutil.Error:
-                    break
-                time.sleep(0.2)
-            proc.wait(timeout=seconds + 30)
-        finally:
-            stop(proc)
-        server_cpu = cpu_s(server) - server_before if server else 0.0
-        with open(f"{prefix}_stats.csv", newline="") as fh:
-            rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(fh)}
-    return {"rows": rows, "locust_cpu_s": locust_cpu, "server_cpu_s": server_cpu}
-
-
-RAW = r"""
-import sys, time, resource
-from gevent import monkey; monkey.patch_all()
-import grpc.experimental.gevent as g; g.init_gevent()
-import gevent, grpc
-from harness.demo.proto import drill_pb2, drill_pb2_grpc
-from harness.interceptors import SyncDrillClientInterceptor
-host, users, seconds, icpt = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
-gevent.get_hub().threadpool.maxsize = users + 8
-count = [0]
-def user(end):
-    ch = grpc.insecure_channel(host)
-    if icpt:
-        ch = grpc.intercept_channel(ch, SyncDrillClientInterceptor(service="bench"))
-    stub = drill_pb2_grpc.DemoStub(ch)
-    while time.monotonic() < end:
-        stub.Call(drill_pb2.CallRequest(), timeout=2)
-        count[0] += 1
-r0 = resource.getrusage(resource.RUSAGE_SELF); t0 = time.monotonic()
-gevent.joinall([gevent.spawn(user, t0 + seconds) for _ in range(users)])
-el = time.monotonic() - t0; r1 = resource.getrusage(resource.RUSAGE_SELF)
-cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
-print(count[0] / el, cpu / max(count[0], 1) * 1e6)
-"""
-
-
-RAW_THREADS = r"""
-import sys, time, resource, threading
-import grpc
-from harness.demo.proto import drill_pb2, drill_pb2_grpc
-host, users, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-count = [0]
-lock = threading.Lock()
-def user(end):
-    stub = drill_pb2_grpc.DemoStub(grpc.insecure_channel(host))
-    n = 0
-    while time.monotonic() < end:
-        stub.Call(drill_pb2.CallRequest(), timeout=2)
-        n += 1
-    with lock:
-        count[0] += n
-r0 = resource.getrusage(resource.RUSAGE_SELF); t0 = time.monotonic()
-ts = [threading.Thread(target=user, args=(t0 + seconds,)) for _ in range(users)]
-[t.start() for t in ts]; [t.join() for t in ts]
-el = time.monotonic() - t0; r1 = resource.getrusage(resource.RUSAGE_SELF)
-cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
-print(count[0] / el, cpu / max(count[0], 1) * 1e6)
-"""
-
-
-def raw(host: str, users: int, seconds: float, interceptor: bool, script: str = RAW) -> tuple[float, float]:
-    out = subprocess.run(
-        [sys.executable, "-c", script, host, str(users), str(seconds), "1" if interceptor else "0"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=seconds + 60,
-        check=True,
+def scrape_calls(port: int) -> float:
+    """Sum of `drill_client_calls_total` on a Locust process's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("drill_client_calls_total{")
     )
-    rps, us = out.stdout.split()
-    return float(rps), float(us)
+
+
+def wait_ports(ports_dir: pathlib.Path, proc: subprocess.Popen, timeout: float = 60.0) -> int:
+    """The /metrics port the standalone Locust process announced (it binds port 0 itself)."""
+    end = time.monotonic() + timeout
+    path = ports_dir / "local.json"
+    while time.monotonic() < end:
+        if path.exists():
+            return int(json.loads(path.read_text())["metrics_port"])
+        if proc.poll() is not None:
+            raise RuntimeError(f"locust exited with {proc.returncode} before announcing its port")
+        time.sleep(0.05)
+    raise TimeoutError(f"no port announced in {ports_dir}")
+
+
+def locust_cmd(tree: pathlib.Path, host: str, profile: str, run_s: float, csv_prefix: str, *args: str) -> list[str]:
+    cmd = [str(BIN / "locust"), "--config", str(tree / "loadtests" / "profiles" / f"{profile}.conf")]
+    cmd += ["--host", host, "--headless", "-t", f"{run_s:g}s", "--csv", csv_prefix, "--exit-code-on-error", "0"]
+    return cmd + list(args)
+
+
+def locust_env(tree: pathlib.Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.update(extra or {})
+    return env
+
+
+def throughput(tree: pathlib.Path, host: str, server_pid: int, users: int, seconds: float, mode: str) -> dict:
+    """One closed-loop Locust run; CPU and calls over [warm-up, warm-up + seconds]."""
+    _, client_core = cores()
+    with tempfile.TemporaryDirectory() as tmp:
+        ports = pathlib.Path(tmp) / "ports"
+        cmd = locust_cmd(
+            tree, host, "throughput", WARMUP_S + seconds + 2, f"{tmp}/run",
+            "-u", str(users), "-r", str(users), "--drill-metrics-port", "0", "--drill-ports-dir", str(ports),
+            "OrganicUser",
+        )  # fmt: skip
+        proc = popen_pinned(
+            cmd, client_core, cwd=tree, env=locust_env(tree, {"DRILL_LOCUST_WAIT": mode}),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        try:
+            port = wait_ports(ports, proc)
+            time.sleep(WARMUP_S)
+            t0, c0, s0, n0 = time.monotonic(), cpu_seconds(proc.pid), cpu_seconds(server_pid), scrape_calls(port)
+            time.sleep(seconds)
+            t1, c1, s1, n1 = time.monotonic(), cpu_seconds(proc.pid), cpu_seconds(server_pid), scrape_calls(port)
+            proc.wait(timeout=WARMUP_S + seconds + 60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    n = max(n1 - n0, 1.0)
+    return {
+        "rps": n / (t1 - t0),
+        "client_us": (c1 - c0) / n * 1e6,
+        "server_us": (s1 - s0) / n * 1e6,
+    }
+
+
+def organic_p50s(tree: pathlib.Path, host: str, users: int, seconds: float) -> tuple[float, float]:
+    """(organic p50 without faults, with delay:250 on drill calls), two Locust processes at once."""
+    _, client_core = cores()
+    common = (
+        "-u", str(users), "-r", str(users), "--drill-weights", "organic=1,drill=1", "--drill-rate", "5",
+        "--drill-ratio", "100", "--drill-cancel-share", "0", "--drill-cancel-ms", "",
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = {}
+        for tag, directive in (("base", ""), ("delay", "delay:250")):
+            cmd = locust_cmd(tree, host, "smoke", seconds, f"{tmp}/{tag}", *common, f"--drill-directive={directive}")
+            procs[tag] = popen_pinned(
+                cmd, client_core, cwd=tree, env=locust_env(tree),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        p50 = {}
+        for tag, proc in procs.items():
+            proc.wait(timeout=seconds + 60)
+            with open(f"{tmp}/{tag}_stats.csv", newline="") as fh:
+                row = next(r for r in csv.DictReader(fh) if r["Type"] == "grpc" and r["Name"] == "organic/Call")
+            p50[tag] = float(row["50%"])
+    return p50["base"], p50["delay"]
+
+
+def variants(host: str, users: int, seconds: float, rounds: int) -> dict[str, dict]:
+    """The hand-off designs without Locust, one persistent process each, alternated in rounds."""
+    _, client_core = cores()
+    script = str(ROOT / "benchmarks" / "_client_variants.py")
+    procs = {
+        v: popen_pinned(
+            [sys.executable, script, host, v, str(users)], client_core,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=locust_env(ROOT),
+        )  # fmt: skip
+        for v in VARIANTS
+    }
+    got: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
+    try:
+        for r in range(rounds):
+            for v in VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS)):
+                p = procs[v]
+                p.stdin.write(f"go {seconds}\n")
+                p.stdin.flush()
+                calls, cpu = p.stdout.readline().split()
+                got[v].append((int(calls) / seconds, float(cpu) / max(int(calls), 1) * 1e6))
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+    return {
+        v: {"rps": statistics.median(r for r, _ in got[v]), "client_us": statistics.median(c for _, c in got[v])}
+        for v in VARIANTS
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--seconds", type=float, default=8.0, help="measurement window per Locust run")
     ap.add_argument("--users", type=int, default=20)
-    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--rounds", type=int, default=3, help="Locust runs per wait mode, and rounds of the variants")
+    ap.add_argument("--pairs", type=int, default=2, help="pairs of runs for the organic p50 shift")
+    ap.add_argument("--tree", default=str(ROOT), help="checkout whose loadtests/ Locust runs (default: this one)")
+    ap.add_argument("--skip-variants", action="store_true", help="only the Locust figures")
+    ap.add_argument("--json", default=None, help="also write the figures here")
     args = ap.parse_args()
-    port, mport = free_port(), free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "serve", "--port", str(port), "--metrics-port", str(mport)]
-        + ["--enable-faults", "--seed", "7", "--service", "bench"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    host = f"127.0.0.1:{port}"
-    results: dict = {"cpus": os.cpu_count(), "load_avg_1m_at_start": os.getloadavg()[0], "users": args.users}
+    tree = pathlib.Path(args.tree).resolve()
+    print(header("locust_throughput"), flush=True)
+    server_core, client_core = cores()
+    results: dict = {"load_average_start": load_average(), "users": args.users, "tree": str(tree)}
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="drill-bench-"))
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {server_core})  # the server inherits the core (every thread it starts)
     try:
-        wait_port(port)
-        sp = psutil.Process(server.pid)
-        u, s = str(args.users), args.seconds
-        for label, pool in (("threadpool=auto", "0"), ("threadpool=10", "10")):
-            r = locust(host, "throughput", s, "-u", u, "-r", u, "--drill-threadpool", pool, "OrganicUser", server=sp)
-            agg = r["rows"][("", "Aggregated")]
-            n = int(agg["Request Count"]) or 1
-            results[f"locust {label}"] = {
-                "req_per_s": round(float(agg["Requests/s"])),
-                "p50_ms": float(agg["50%"]),
-                "locust_cpu_us_per_req": round(r["locust_cpu_s"] / n * 1e6),
-                "server_cpu_us_per_req": round(r["server_cpu_s"] / n * 1e6),
-            }
-        for icpt in (False, True):
-            rps, us = raw(host, args.users, s, icpt)
-            name = "raw gevent+grpc" + (" +interceptor" if icpt else "")
-            results[name] = {"req_per_s": round(rps), "cpu_us_per_req": round(us)}
-        rps, us = raw(host, args.users, s, False, RAW_THREADS)
-        results["raw OS threads grpc (no gevent)"] = {"req_per_s": round(rps), "cpu_us_per_req": round(us)}
-        common = ("-u", u, "-r", u, "--drill-rate", "5", "--drill-ratio", "100", "--drill-cancel-share", "0")
-        for label, pool in (("auto", "0"), ("pinned 10", "10")):
-            p50 = {}
-            for d in ("", "delay:250"):
-                r = locust(host, "smoke", s, *common, f"--drill-directive={d}", "--drill-threadpool", pool)
-                p50[d or "none"] = float(r["rows"][("grpc", "organic/Call")]["50%"])
-            results[f"organic p50 ms, threadpool {label}"] = p50
-        for ratio in (10, 30, 70):
-            r = locust(host, "smoke", s, "-u", u, "-r", u, "--drill-ratio", str(ratio), "--drill-cancel-share", "0")
-            row = r["rows"][("grpc", "drill/Call")]
-            share = int(row["Failure Count"]) / max(int(row["Request Count"]), 1)
-            results[f"drill hit share at ratio {ratio}"] = {
-                "share": round(share, 3),
-                "calls": int(row["Request Count"]),
-            }
+        serve_args = ["--port", "0", "--metrics-port", "-1", "--enable-faults", "--seed", "7", "--service", "bench"]
+        server = start_serve("bench", serve_args, workdir)
     finally:
-        stop(server)
-    results["load_avg_1m_at_end"] = os.getloadavg()[0]
-    for k, v in results.items():
-        print(f"{k:40} {v}")
+        os.sched_setaffinity(0, saved)
+    try:
+        host = server.address
+        modes = WAIT_MODES if tree == ROOT else ("default",)
+        runs: dict[str, list[dict]] = {m: [] for m in modes}
+        for _ in range(args.rounds):
+            for mode in modes:
+                runs[mode].append(throughput(tree, host, server.proc.pid, args.users, args.seconds, mode))
+        print(f"\nlocust: {args.users} organic users, closed loop, {args.seconds:g}-s windows, {args.rounds} runs")
+        print(f"{'wait mode':<12}{'req/s':>8}{'locust µs/call':>16}{'server µs/call':>16}   runs (locust µs/call)")
+        for mode in modes:
+            med = {k: statistics.median(r[k] for r in runs[mode]) for k in ("rps", "client_us", "server_us")}
+            results[f"locust {mode}"] = {**{k: round(v, 1) for k, v in med.items()}, "runs": runs[mode]}
+            each = " ".join(f"{r['client_us']:.0f}" for r in runs[mode])
+            print(f"{mode:<12}{med['rps']:>8.0f}{med['client_us']:>16.0f}{med['server_us']:>16.0f}   {each}")
+        if not args.skip_variants:
+            n = max(args.rounds, 3) * 2
+            var = variants(host, args.users, 2.0, n)
+            results["variants"] = var
+            print(f"\nwithout Locust: {args.users} closed-loop callers, medians of {n} rounds x 2 s")
+            print(f"{'client':<12}{'calls/s':>8}{'client µs/call':>16}")
+            for v, r in var.items():
+                print(f"{v:<12}{r['rps']:>8.0f}{r['client_us']:>16.0f}")
+        shifts, pairs = [], []
+        for _ in range(args.pairs):
+            base, delayed = organic_p50s(tree, host, args.users, 10.0)
+            pairs.append((base, delayed))
+            shifts.append(delayed - base)
+        shift = statistics.median(shifts)
+        results["organic_p50_ms"] = pairs
+        print(f"\norganic p50 without / with delay:250 on drill calls (ms): {pairs}; shift median {shift:+.1f} ms")
+    finally:
+        server.stop()
+    results["load_average_end"] = load_average()
+    print(f"# load average at end: {results['load_average_end']}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=2))
+    main_mode = results[f"locust {modes[0]}"]
+    us, rps = main_mode["client_us"], main_mode["rps"]
+    print(f"locust cpu_us_per_call={us:.0f} rps={rps:.0f} organic_p50_shift_ms={shift:.1f}")
     return 0
 
 

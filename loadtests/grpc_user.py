@@ -1,60 +1,66 @@
-"""The gRPC user base for Locust: gevent-patched grpc, one channel per user, `events.request`.
+"""The gRPC user base for Locust: gevent-patched grpc, `events.request`, drill tagging and client metrics.
 
-Follows Locust's own gRPC recipe (`examples/grpc`) with three changes that make
-it fit for drills:
+Follows Locust's own gRPC recipe (`examples/grpc`: `grpc.experimental.gevent`,
+one request event per call) with changes that make it fit for drills and cheap
+enough to offer thousands of calls per second from one process:
 
-* every call is reported to `events.request` with its gRPC status; CANCELLED is
-  reported under its own request type (`grpc-cancelled`), never as a failure;
-  other non-OK statuses are failures whose message is the status name and class,
-  so the log gets no traceback per request and the failure table stays small;
-* the gevent hub threadpool grows with the calls the process can have in flight.
-  gevent-patched grpc parks each in-flight blocking call on a hub threadpool
-  thread (default 10): with fewer threads than calls, slow calls of one user
-  class stall every other user in the process and the load generator fakes
-  blast radius;
+* calls complete without a thread per call (`loadtests.grpc_gevent`): grpc's
+  future API on a channel shared by the users of one traffic class, completed by
+  one native thread per channel into a gevent waiter. No hub threadpool holds the
+  calls, so slow calls of one class cannot stall the other (no confounding), and
+  drill and organic users never share a connection;
+* every call is tagged and counted exactly as the harness client interceptor
+  would (`CallTags`, `ClientRecorder`: the same `x-request-id`, tenant, directive
+  keys, token and origin deadline, the same `drill_client_calls_total` and
+  `drill_client_latency_seconds` series) without grpc's interceptor machinery;
+* every call is reported once to `events.request` with its gRPC status;
+  CANCELLED is reported under its own request type (`grpc-cancelled`), never as a
+  failure; other non-OK statuses are failures whose message is the status name,
+  its class and whether the server marked it as injected (the `x-drill-fault`
+  trailer): `UNAVAILABLE (server-fault, injected)` and `UNAVAILABLE (server-fault,
+  collateral)` are separate rows of the failure table, and the request context
+  carries `injected` ("true"/"false");
 * with a rate (`--drill-rate`), a user is open loop (`loadtests.openloop`): call
   n is scheduled at a fixed time and runs in its own greenlet, so slow responses
   never slow the arrivals down (no coordinated omission); every call carries a
-  seed-derived `x-request-id`;
-* the channel carries the harness client interceptor, so every call is tagged
-  and counted in `drill_client_calls_total` / `drill_client_latency_seconds`;
-* a failure is named by whether the server marked it as injected (the
-  `x-drill-fault` trailer): `UNAVAILABLE (server-fault, injected)` and
-  `UNAVAILABLE (server-fault, collateral)` are separate rows of the failure table,
-  and the request context carries `injected` ("true"/"false"), so a report splits
-  the drill's own failures from the damage it did.
+  seed-derived `x-request-id`.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 import grpc.experimental.gevent as grpc_gevent
 
-grpc_gevent.init_gevent()  # before any channel exists (Locust's recipe)
+grpc_gevent.init_gevent()  # before any channel exists (Locust's recipe); blocking calls stay cooperative
 
 import gevent  # noqa: E402
 import gevent.pool  # noqa: E402
 from locust import User, constant  # noqa: E402
 from locust.runners import WorkerRunner  # noqa: E402
 
-from harness.core.headers import REQUEST_ID, has_fault_marker  # noqa: E402
+from harness.core.headers import has_fault_marker  # noqa: E402
+from harness.core.metrics import method_label  # noqa: E402
 from harness.core.status import classify, status_name  # noqa: E402
-from harness.interceptors import ORGANIC, SyncDrillClientInterceptor, Tagging, call_with_cancel  # noqa: E402
+from harness.interceptors import ORGANIC, CallTags, ClientRecorder, Tagging  # noqa: E402
 from loadtests import openloop  # noqa: E402
 from loadtests import options as drill_options  # noqa: E402
+from loadtests.grpc_gevent import completions  # noqa: E402
 
 #: Request type of calls that ended CANCELLED: their own row in Locust's stats, never failures.
 CANCELLED_TYPE = "grpc-cancelled"
 REQUEST_TYPE = "grpc"
-#: Threads kept beyond the live users (metrics server, spawning, cancel timers).
-THREADPOOL_MARGIN = 8
 #: Service label of the load generator on client metrics.
 CLIENT_SERVICE = "locust"
+
+_OK = grpc.StatusCode.OK
+_CANCELLED = grpc.StatusCode.CANCELLED
+_INJECTED = {True: "true", False: "false"}
 
 
 class GrpcStatusError(Exception):
@@ -67,21 +73,6 @@ class GrpcStatusError(Exception):
         self.injected = injected
 
 
-class _Threadpool:
-    """Keeps the hub threadpool at least as large as the in-flight calls the process can have."""
-
-    live_users = 0
-    fixed = 0
-
-    @classmethod
-    def grow(cls, delta: int) -> None:
-        cls.live_users += delta
-        pool = gevent.get_hub().threadpool
-        want = cls.fixed or (cls.live_users + THREADPOOL_MARGIN)
-        if cls.fixed or want > pool.maxsize:
-            pool.maxsize = want
-
-
 def target_of(host: str | None) -> str:
     """`HOST:PORT` from Locust's `--host` (a `grpc://` or `http://` scheme is tolerated)."""
     if not host:
@@ -92,8 +83,19 @@ def target_of(host: str | None) -> str:
     return host.rstrip("/")
 
 
+def _pin_threadpool(size: int) -> None:
+    """`--drill-threadpool N`: fix gevent's hub threadpool (only grpc's blocking calls and the
+    `greenlet` wait use it; the default native wait needs none). 0 leaves gevent's default."""
+    if size > 0:
+        gevent.get_hub().threadpool.maxsize = size
+
+
 class GrpcUser(User):
-    """One channel per user; `call()` makes a unary call and reports it. Subclasses set `stub_class`."""
+    """Calls go through `call()`: one unary call, tagged, counted, reported. Subclasses set `stub_class`.
+
+    `tagging` may be swapped at any time (e.g. when the fault phase starts); a call uses
+    the tagging it starts with.
+    """
 
     abstract = True
     stub_class: Any = None
@@ -114,8 +116,11 @@ class GrpcUser(User):
         self._calls: gevent.pool.Pool | None = None
         self._closed_n = 0
         self.user_name = ""
-        self.interceptor: SyncDrillClientInterceptor | None = None
-        self._channel: grpc.Channel | None = None
+        self.tagging: Tagging = ORGANIC
+        self.recorder: ClientRecorder | None = None
+        self.drill_tenants = frozenset({self.opts.tenant})
+        self._tags: dict[tuple[int, str], CallTags] = {}
+        self._multicallables: dict[str, Any] = {}
         self.stub: Any = None
 
     def wait_time(self) -> float:
@@ -125,8 +130,7 @@ class GrpcUser(User):
         return ORGANIC
 
     def on_start(self) -> None:
-        _Threadpool.fixed = self.opts.threadpool
-        _Threadpool.grow(self.inflight)
+        _pin_threadpool(self.opts.threadpool)
         runner = self.environment.runner
         worker = getattr(runner, "worker_index", -1) if isinstance(runner, WorkerRunner) else None
         if worker is not None and worker < 0:
@@ -136,23 +140,14 @@ class GrpcUser(User):
             self.schedule = openloop.Schedule(self.rate, spread)
             self._calls = gevent.pool.Pool(self.inflight)
         target = target_of(self.host or self.environment.host)
-        self.interceptor = SyncDrillClientInterceptor(
-            self.initial_tagging(),
-            service=CLIENT_SERVICE,
-            config=self.opts.config,
-            target=target,
-            drill_tenants=frozenset({self.opts.tenant}),
-        )
-        self._channel = grpc.insecure_channel(target)
-        self.stub = self.stub_class(grpc.intercept_channel(self._channel, self.interceptor))
+        self.tagging = self.initial_tagging()
+        self.recorder = ClientRecorder(CLIENT_SERVICE, self.opts.config, target)
+        self.completions = completions()
+        self.stub = self.stub_class(self.completions.channel(target, self.traffic))
 
     def on_stop(self) -> None:
-        _Threadpool.grow(-self.inflight)
         if self._calls is not None:
             self._calls.kill(block=False)
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
 
     def next_call(self, send: Callable[[int], Any]) -> None:
         """Run `send(n)` for the next call: open loop, in its own greenlet at its scheduled time;
@@ -168,63 +163,71 @@ class GrpcUser(User):
         """`PLAN-SEED-USER-N`: the same form as the in-runner load's ids, unique across processes."""
         return openloop.request_id(self.opts.plan, self.opts.seed, self.user_name, n)
 
+    def _call_tags(self, tagging: Tagging, method: str) -> CallTags:
+        key = (id(tagging), method)
+        tags = self._tags.get(key)
+        if tags is None or tags.tagging is not tagging:
+            multicallable = getattr(self.stub, method)
+            full = getattr(multicallable, "_method", None) or method  # grpc's `/pkg.Service/Method`
+            label = method_label(full.decode() if isinstance(full, bytes) else str(full))
+            tags = self._tags[key] = CallTags(tagging, label, self.drill_tenants)
+            self._multicallables[method] = multicallable
+        return tags
+
     def call(
         self, method: str, request: Any, *, cancel_after_ms: float | None = None, request_id: str | None = None
     ) -> Any:
         """Call `method` on the stub; report to `events.request`; return the reply or None."""
-        multicallable = getattr(self.stub, method)
-        metadata = ((REQUEST_ID, request_id),) if request_id else None
-        fault_mode = self.interceptor.tagging.fault_mode  # before the call: other greenlets may retag
+        tags = self._call_tags(self.tagging, method)  # before the call: other greenlets may retag
+        label = tags.method
+        rec = self.recorder
+        timeout = self.opts.timeout
+        metadata = tags.metadata(request_id or str(uuid.uuid4()), timeout)  # the interceptor's default id
+        rec.attempt_started(label)
         start = time.perf_counter()
+        future = self._multicallables[method].future(request, timeout=timeout, metadata=metadata)
+        done = self.completions
+        if cancel_after_ms is not None:
+            timer = done.cancel_after(future, cancel_after_ms / 1000.0)
+            done.wait(future)
+            timer.stop()
+        else:
+            done.wait(future)
+        elapsed = time.perf_counter() - start
         reply = None
-        code = "OK"
-        injected = False
-        try:
-            if cancel_after_ms is not None:
-                reply = call_with_cancel(
-                    multicallable, request, cancel_after_ms, timeout=self.opts.timeout, metadata=metadata
-                )
-            else:
-                reply, call = multicallable.with_call(request, timeout=self.opts.timeout, metadata=metadata)
-                injected = has_fault_marker(call.trailing_metadata())
-        except grpc.RpcError as e:
-            code = status_name(e.code()) if hasattr(e, "code") else "UNKNOWN"
-            trailing = getattr(e, "trailing_metadata", None)
-            injected = has_fault_marker(trailing() if callable(trailing) else None)
-        elapsed_ms = (time.perf_counter() - start) * 1000.0
+        if future.cancelled():
+            code = _CANCELLED
+            injected = False
+        else:
+            code = future.code()
+            injected = has_fault_marker(future.trailing_metadata())
+            if code is _OK:
+                reply = future.result()
+        rec.attempt_finished(label, code, elapsed)
+        rec.call_finished(label, code, elapsed, tags.fault_mode, tags.traffic, injected=injected)
+        self._report(method, code, elapsed * 1000.0, reply, tags.fault_mode, injected)
+        return reply
+
+    def _report(self, method: str, code, elapsed_ms: float, reply, fault_mode: str, injected: bool) -> None:
+        """One `events.request` per call: OK, CANCELLED (its own type, no failure) or a grouped failure."""
+        status = status_name(code)
         context = {
             "traffic": self.traffic,
-            "grpc_status": code,
+            "grpc_status": status,
             "fault_mode": fault_mode,
-            "injected": "true" if injected else "false",
+            "injected": _INJECTED[injected],
         }
-        name = f"{self.traffic}/{method}"
-        events = self.environment.events.request
-        if code == "OK":
-            events.fire(
-                request_type=REQUEST_TYPE,
-                name=name,
-                response_time=elapsed_ms,
-                response_length=reply.ByteSize() if reply is not None else 0,
-                exception=None,
-                context=context,
-            )
-        elif code == "CANCELLED":
-            events.fire(
-                request_type=CANCELLED_TYPE,
-                name=name,
-                response_time=elapsed_ms,
-                response_length=0,
-                exception=None,
-                context=context,
-            )
+        if code is _OK:
+            kind, length, exception = REQUEST_TYPE, reply.ByteSize() if reply is not None else 0, None
+        elif code is _CANCELLED:
+            kind, length, exception = CANCELLED_TYPE, 0, None
         else:
-            events.fire(
-                request_type=REQUEST_TYPE,
-                name=name,
-                response_time=elapsed_ms,
-                response_length=0,
-                exception=GrpcStatusError(code, injected),
-                context=context,
-            )
-        return reply
+            kind, length, exception = REQUEST_TYPE, 0, GrpcStatusError(status, injected)
+        self.environment.events.request.fire(
+            request_type=kind,
+            name=f"{self.traffic}/{method}",
+            response_time=elapsed_ms,
+            response_length=length,
+            exception=exception,
+            context=context,
+        )

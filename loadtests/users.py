@@ -1,6 +1,6 @@
 """The two traffic classes of a drill profile: `OrganicUser` (untagged) and `DrillUser` (tagged).
 
-Both call `drill.v1.Demo/Call` through the harness client interceptor, open loop
+Both call `drill.v1.Demo/Call`, tagged and counted as the harness client interceptor would, open loop
 when a rate is set (`GrpcUser.next_call`), each call with a seed-derived request
 id. A drill user always sends its tenant (so its traffic is counted as `drill`) and adds the
 directive, ratio, target and instances only while the process's `PhaseState`
@@ -88,8 +88,8 @@ class DrillUser(DemoUser):
         rid = self.request_id(n)
         if fault:
             openloop.TAGGED_IDS.write(self.opts.ids_dir, rid)
-        # no gevent switch between retagging and the interceptor reading the tagging
-        self.interceptor.tagging = self._fault if fault else self._quiet
+        # no gevent switch between retagging and `call` reading the tagging
+        self.tagging = self._fault if fault else self._quiet
         cancel = self.opts.cancel_ms if STATE.fault_active and self._cancel_now() else None
         self.call(self.method, self.request(), cancel_after_ms=cancel, request_id=rid)
 

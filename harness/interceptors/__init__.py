@@ -1,6 +1,6 @@
 """gRPC interceptors: the layer between grpc and the pure fault logic."""
 
-from harness.interceptors._client_core import ORGANIC, ClientRecorder, Tagging
+from harness.interceptors._client_core import ORGANIC, CallTags, ClientRecorder, Tagging
 from harness.interceptors.client_aio import DrillClientInterceptor
 from harness.interceptors.client_sync import SyncDrillClientInterceptor, call_with_cancel
 from harness.interceptors.server_aio import FaultServerInterceptor
@@ -8,6 +8,7 @@ from harness.interceptors.server_sync import SyncFaultServerInterceptor
 
 __all__ = [
     "ORGANIC",
+    "CallTags",
     "ClientRecorder",
     "DrillClientInterceptor",
     "FaultServerInterceptor",

@@ -65,6 +65,66 @@ ORGANIC = Tagging()
 INJECTED = {True: "true", False: "false"}
 
 
+#: Wall clock of tagging (origin deadline, token expiry); a test may pin it to compare two paths.
+wall_clock = time.time
+
+
+def _tag_pairs(t: Tagging, present: set[str], method: str) -> list[tuple[str, str]]:
+    """The tagging's own keys that are not `present` yet, in the order they go on the wire."""
+    out: list[tuple[str, str]] = []
+    if t.tenant is not None and h.TENANT not in present:
+        out.append((h.TENANT, t.tenant))
+    if t.directive is not None and h.FAULT not in present:
+        out.append((h.FAULT, t.directive))
+        if t.ratio is not None:
+            out.append((h.FAULT_RATIO, str(t.ratio)))
+        if t.target is not None:
+            out.append((h.FAULT_TARGET, t.target))
+        if t.instances is not None:
+            out.append((h.FAULT_INSTANCES, str(t.instances)))
+        if t.scope != "request" and h.FAULT_SCOPE not in present:
+            out.append((h.FAULT_SCOPE, t.scope))
+        if t.attempts is not None and h.FAULT_ATTEMPTS not in present:
+            out.append((h.FAULT_ATTEMPTS, str(t.attempts)))
+    fault_method = t.method or method
+    if t.tenant is not None and (t.method is not None or t.secret is not None) and h.FAULT_METHOD not in present:
+        if fault_method:
+            out.append((h.FAULT_METHOD, fault_method))
+    return out
+
+
+def _signs(t: Tagging, present: set[str]) -> bool:
+    return t.tenant is not None and t.secret is not None and h.DRILL_TOKEN not in present
+
+
+def _token(t: Tagging, sent: dict[str, str], request_id: str, now: float) -> tuple[str, str]:
+    """`(x-drill-token, TOKEN)` over exactly what the server reads (`sent`: first value of each key)."""
+    return (
+        h.DRILL_TOKEN,
+        token.sign(
+            t.secret,
+            request_id=request_id,
+            tenant=sent.get(h.TENANT, ""),
+            directive=sent.get(h.FAULT, ""),
+            ratio=sent.get(h.FAULT_RATIO),
+            target=sent.get(h.FAULT_TARGET, ""),
+            instances=sent.get(h.FAULT_INSTANCES),
+            method=sent.get(h.FAULT_METHOD, ""),
+            scope=sent.get(h.FAULT_SCOPE),
+            attempts=sent.get(h.FAULT_ATTEMPTS),
+            ttl_s=t.token_ttl_s,
+            now=now,
+        ),
+    )
+
+
+def _first_values(md) -> dict[str, str]:
+    sent: dict[str, str] = {}
+    for k, v in md:
+        sent.setdefault(k, v)
+    return sent
+
+
 def outgoing_metadata(
     existing,
     tagging: Tagging,
@@ -98,50 +158,62 @@ def outgoing_metadata(
         request_id = str(uuid.uuid4())
         md.append((h.REQUEST_ID, request_id))
     t = tagging
-    if t.tenant is not None and h.TENANT not in present:
-        md.append((h.TENANT, t.tenant))
-    if t.directive is not None and h.FAULT not in present:
-        md.append((h.FAULT, t.directive))
-        if t.ratio is not None:
-            md.append((h.FAULT_RATIO, str(t.ratio)))
-        if t.target is not None:
-            md.append((h.FAULT_TARGET, t.target))
-        if t.instances is not None:
-            md.append((h.FAULT_INSTANCES, str(t.instances)))
-        if t.scope != "request" and h.FAULT_SCOPE not in present:
-            md.append((h.FAULT_SCOPE, t.scope))
-        if t.attempts is not None and h.FAULT_ATTEMPTS not in present:
-            md.append((h.FAULT_ATTEMPTS, str(t.attempts)))
-    fault_method = t.method or method
-    if t.tenant is not None and (t.method is not None or t.secret is not None) and h.FAULT_METHOD not in present:
-        if fault_method:
-            md.append((h.FAULT_METHOD, fault_method))
-    if t.tenant is not None and t.secret is not None and h.DRILL_TOKEN not in present:
-        sent: dict[str, str] = {}  # sign exactly what the server reads (first value of each key)
-        for k, v in md:
-            sent.setdefault(k, v)
-        md.append(
-            (
-                h.DRILL_TOKEN,
-                token.sign(
-                    t.secret,
-                    request_id=request_id,
-                    tenant=sent.get(h.TENANT, ""),
-                    directive=sent.get(h.FAULT, ""),
-                    ratio=sent.get(h.FAULT_RATIO),
-                    target=sent.get(h.FAULT_TARGET, ""),
-                    instances=sent.get(h.FAULT_INSTANCES),
-                    method=sent.get(h.FAULT_METHOD, ""),
-                    scope=sent.get(h.FAULT_SCOPE),
-                    attempts=sent.get(h.FAULT_ATTEMPTS),
-                    ttl_s=t.token_ttl_s,
-                ),
-            )
-        )
+    signs = _signs(t, present)
+    md.extend(_tag_pairs(t, present, method))
+    now = wall_clock()
+    if signs:
+        md.append(_token(t, _first_values(md), request_id, now))
     tenant = next((v for k, v in md if k == h.TENANT), None)
     if h.ORIGIN_DEADLINE not in present and timeout is not None and tenant and tenant in drill_tenants:
-        md.append((h.ORIGIN_DEADLINE, f"{time.time() + timeout:.3f}"))
+        md.append((h.ORIGIN_DEADLINE, f"{now + timeout:.3f}"))
     return md, request_id, tenant
+
+
+class CallTags:
+    """`outgoing_metadata` for one tagging and method, computed once for callers that send nothing but a
+    request id and run outside any served call (a load generator such as the Locust user).
+
+    Per call only the request id, the token (with a secret) and the origin deadline are
+    built; the result equals `outgoing_metadata(((x-request-id, ID),), tagging, timeout, ...)`
+    key by key, value by value and in order, and `tenant`/`traffic`/`fault_mode` are what the
+    interceptor records the call under.
+    """
+
+    __slots__ = (
+        "tagging", "method", "tenant", "traffic", "fault_mode", "_drill_tenants", "_pairs", "_signs", "_origin",
+    )  # fmt: skip
+
+    def __init__(
+        self, tagging: Tagging, method: str, drill_tenants: frozenset[str] = frozenset({h.DEFAULT_DRILL_TENANT})
+    ) -> None:
+        present = {h.REQUEST_ID}
+        self.tagging = tagging
+        self.method = method
+        self._drill_tenants = drill_tenants
+        self._pairs = tuple(_tag_pairs(tagging, present, method))
+        self._signs = _signs(tagging, present)
+        self.tenant = next((v for k, v in self._pairs if k == h.TENANT), None)
+        self.traffic = h.traffic_of(self.tenant, drill_tenants)
+        self.fault_mode = tagging.fault_mode
+        self._origin = bool(self.tenant and self.tenant in drill_tenants)
+
+    def metadata(self, request_id: str, timeout: float | None) -> tuple[tuple[str, str], ...]:
+        """The call's metadata; falls back to `outgoing_metadata` inside a served call (scope to propagate)."""
+        if scope.current() is not None:
+            md, _, _ = outgoing_metadata(
+                ((h.REQUEST_ID, request_id),), self.tagging, timeout, method=self.method,
+                drill_tenants=self._drill_tenants,
+            )  # fmt: skip
+            return tuple(md)
+        md = ((h.REQUEST_ID, request_id), *self._pairs)
+        if not self._signs and not (self._origin and timeout is not None):
+            return md
+        now = wall_clock()
+        if self._signs:
+            md = (*md, _token(self.tagging, _first_values(md), request_id, now))
+        if self._origin and timeout is not None:
+            md = (*md, (h.ORIGIN_DEADLINE, f"{now + timeout:.3f}"))
+        return md
 
 
 def _grpc_call_codes() -> frozenset:

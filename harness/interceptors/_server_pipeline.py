@@ -5,6 +5,11 @@ line of a hit, scope) -> the `steps` of the fault (abort, wait, run the handler)
 -> `end` (scope left, call recorded). The flavour modules (`server_aio`,
 `server_sync`) only say how to wait, how to abort and how to tell the final
 status; they walk the same `steps`.
+
+Most calls carry no drill key: for them `plan` reads the request id in one pass
+over the metadata (no dict, no gate), the metric children are the method's own
+(`_server_metrics`), deadlines are kept on the monotonic clock, and with no
+tracer there is no span.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ import math
 import time
 
 import grpc
-from opentelemetry.trace import SpanKind
 
 from harness.core import audit, safety, scope
 from harness.core import headers as h
@@ -25,8 +29,9 @@ from harness.core.faults import Mode
 from harness.core.gate import Decision, FaultGate, Outcome, SkipReason
 from harness.core.metrics import MethodLabels, method_label
 from harness.core.settings import FaultSettings
-from harness.core.status import STATUS_NAMES, status_name
-from harness.core.tracing import ATTR_HIT, ATTR_MODE, ATTR_REQUEST_ID, ATTR_TENANT, extract_context, trace_id_hex
+from harness.core.status import status_name
+from harness.core.tracing import end_server_span, start_server_span, trace_id_hex
+from harness.interceptors._server_metrics import MethodMetrics, ServerMetrics
 
 #: A trusted origin deadline is clamped to [now - PAST, now + AHEAD] (seconds).
 ORIGIN_DEADLINE_MAX_PAST_S = 600.0
@@ -49,8 +54,21 @@ def _origin_deadline(md: dict[str, str], now: float) -> float | None:
     return min(max(value, now - ORIGIN_DEADLINE_MAX_PAST_S), now + ORIGIN_DEADLINE_MAX_AHEAD_S)
 
 
-#: (traffic, fault_mode) pairs a call can carry: organic calls never carry a fault.
-_TRAFFIC_MODES = (("organic", Mode.NONE.value), *(("drill", mode.value) for mode in Mode))
+#: Keys whose presence sends a call through the gate (without them the gate passes it as organic).
+_GATE_KEYS = frozenset({h.TENANT, h.FAULT})
+_ORGANIC = Decision(Outcome.PASS, "organic", "", "")
+
+
+def _scan(metadata) -> tuple[str, bool]:
+    """(first `x-request-id`, whether a key the gate reads is present), in one pass and no copy."""
+    request_id = None
+    for item in metadata or ():
+        key = item[0]
+        if key in _GATE_KEYS:
+            return "", True
+        if key == h.REQUEST_ID and request_id is None and isinstance(item[1], str):
+            request_id = item[1]
+    return request_id or "", False
 
 
 @dataclasses.dataclass(slots=True)
@@ -58,10 +76,12 @@ class CallPlan:
     method: str
     decision: Decision
     scope: scope.CallScope
-    #: Wall-clock deadline the gap is measured against (origin deadline, else our own).
-    deadline_wall: float | None = None
-    #: Wall-clock time an injected sleep would have ended (kept when the sleep is cut short).
-    planned_end_wall: float | None = None
+    #: The method's metric children (None without metrics).
+    metrics: MethodMetrics | None = None
+    #: Monotonic deadline the gap is measured against (the trusted origin deadline, else our own).
+    deadline: float | None = None
+    #: Monotonic time an injected wait would have ended (kept when the wait is cut short).
+    planned_end: float | None = None
     span: object = None
     #: The called method (`pkg.Service/Method`); `method` is its metric label (may be `other`).
     real_method: str = ""
@@ -107,13 +127,8 @@ class ServerCore:
         self._hits = m.ChildCache(m.FAULT_HITS)
         self._skipped = m.ChildCache(m.FAULT_SKIPPED)
         self._rejected = m.ChildCache(m.FAULT_REJECTED)
-        self._latency = m.ChildCache(m.SERVER_LATENCY)
-        self._calls = m.ChildCache(m.SERVER_CALLS)
-        self._gap = m.ChildCache(m.DEADLINE_GAP)
-        self._started = m.ChildCache(m.GRPC_SERVER_CALL_STARTED)
-        self._duration = m.ChildCache(m.GRPC_SERVER_CALL_DURATION)
+        self._metrics = ServerMetrics(self.service)
         self._methods = MethodLabels(settings.methods, settings.max_methods)
-        self._seen_methods: set[str] = set()
         self._refusals = audit.RefusalLimiter()
         #: The one-way emergency stop (the process's unless a private one is given, e.g. in tests).
         self.stop = safety.PROCESS_STOP if stop is None else stop
@@ -136,8 +151,11 @@ class ServerCore:
     def plan(self, full_method: str, metadata) -> CallPlan:
         real = method_label(full_method)
         method = self._methods(real)
-        if method not in self._seen_methods:
-            self._precreate(method)
+        metrics = self._metrics(method) if self.metrics else None
+        request_id, gated = _scan(metadata)
+        if not gated:  # no drill key: organic, untouched (what the gate decides, without a dict copy)
+            sc = scope.CallScope(self.service, real, request_id[: h.MAX_VALUE_LEN])
+            return CallPlan(method, _ORGANIC, sc, metrics, real_method=real)
         md = h.metadata_dict(metadata)
         decision = self.gate.decide(md, real)
         # Only (authenticated) drill traffic may say when the edge caller gives up; organic
@@ -152,7 +170,8 @@ class ServerCore:
             origin_deadline=origin,
             propagate=decision.propagate,
         )
-        plan = CallPlan(method, decision, sc, deadline_wall=origin, real_method=real)
+        deadline = None if origin is None else time.monotonic() + (origin - time.time())
+        plan = CallPlan(method, decision, sc, metrics, deadline=deadline, real_method=real)
         if decision.outcome is not Outcome.PASS:
             self._count_decision(plan)
         return plan
@@ -173,7 +192,7 @@ class ServerCore:
     def wait_s(plan: CallPlan) -> float:
         """Seconds to wait for a WAIT step; remembers when the wait would end (for the deadline gap)."""
         seconds = plan.decision.delay_ms / 1000.0
-        plan.planned_end_wall = time.time() + seconds
+        plan.planned_end = time.monotonic() + seconds
         return seconds
 
     # -- 2. begin: at handler entry ----------------------------------------------------------
@@ -181,25 +200,18 @@ class ServerCore:
         """Deadline bookkeeping, span, started counter, audit line of a hit, scope. Returns (t0, token)."""
         t0 = time.perf_counter()
         if time_remaining is not None:
-            plan.scope.deadline_monotonic = time.monotonic() + time_remaining
-            if plan.deadline_wall is None:
-                plan.deadline_wall = time.time() + time_remaining
-        if self.metrics:
-            self._started(plan.method).inc()
+            deadline = plan.scope.deadline_monotonic = time.monotonic() + time_remaining
+            if plan.deadline is None:
+                plan.deadline = deadline
+        if plan.metrics is not None:
+            plan.metrics.started.inc()
         d = plan.decision
         if d.outcome is Outcome.HIT:
             d = self._admit(plan)
         if self.tracer is not None:
-            plan.span = self.tracer.start_span(
-                plan.method,
-                context=extract_context(metadata),
-                kind=SpanKind.SERVER,
-                attributes={
-                    ATTR_TENANT: d.tenant,
-                    ATTR_MODE: d.mode.value,
-                    ATTR_HIT: d.outcome is Outcome.HIT,
-                    ATTR_REQUEST_ID: d.request_id,
-                },
+            hit = d.outcome is Outcome.HIT
+            plan.span = start_server_span(
+                self.tracer, plan.method, metadata, d.tenant, d.mode.value, hit, d.request_id
             )
         if d.outcome is Outcome.HIT:
             self._audit_hit(plan)  # here, not in plan(): the line carries the span's trace id
@@ -238,39 +250,28 @@ class ServerCore:
         elapsed = time.perf_counter() - t0
         try:
             status = status_name(code)
-            mode = plan.decision.mode.value
-            traffic = plan.decision.traffic
             span = plan.span
-            if self.metrics:
+            if plan.metrics is not None:
+                gap = None
+                if plan.deadline is not None:
+                    end = time.monotonic()
+                    if plan.planned_end is not None and status in ("CANCELLED", "DEADLINE_EXCEEDED"):
+                        end = max(end, plan.planned_end)
+                    if end >= plan.deadline:
+                        gap = end - plan.deadline
                 exemplar = None
                 if span is not None:
                     tid = trace_id_hex(span)
                     exemplar = {"trace_id": tid} if tid else None
-                self._latency(self.service, plan.method, mode, traffic).observe(elapsed, exemplar)
-                self._duration(plan.method, status).observe(elapsed, exemplar)
-                self._calls(self.service, plan.method, status, traffic, mode).inc()
-                if plan.deadline_wall is not None:
-                    end = time.time()
-                    if plan.planned_end_wall is not None and status in ("CANCELLED", "DEADLINE_EXCEEDED"):
-                        end = max(end, plan.planned_end_wall)
-                    gap = end - plan.deadline_wall
-                    if gap >= 0:
-                        self._gap(self.service, plan.method, mode).observe(gap)
+                d = plan.decision
+                if d is _ORGANIC:
+                    plan.metrics.finished_organic(status, elapsed, exemplar, gap)
+                else:
+                    plan.metrics.finished(status, d.traffic, d.mode.value, elapsed, exemplar, gap)
             if span is not None:
-                span.set_attribute("rpc.grpc.status_code", status)
-                span.end()
+                end_server_span(span, status)
         except Exception:  # noqa: BLE001 - observability must never fail a call
             pass
-
-    def _precreate(self, method: str) -> None:
-        """At first sight of a method: every status x traffic x mode call series at 0, so `rate()`
-        sees the first increment of each (organic calls carry no fault)."""
-        self._seen_methods.add(method)
-        if self.metrics:
-            for traffic, mode in _TRAFFIC_MODES:
-                for status in STATUS_NAMES:
-                    self._calls(self.service, method, status, traffic, mode)
-                self._gap(self.service, method, mode)
 
     # -- counting and audit ------------------------------------------------------------------
     def _count_decision(self, plan: CallPlan) -> None:

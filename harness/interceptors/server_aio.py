@@ -23,6 +23,7 @@ import grpc
 from grpc import aio
 
 from harness.core import scope
+from harness.core.gate import Outcome
 from harness.core.safety import EmergencyStop
 from harness.interceptors._server_pipeline import (
     CallPlan,
@@ -50,6 +51,27 @@ def is_async_handler(behavior) -> bool:
         or inspect.iscoroutinefunction(behavior)
         or inspect.isasyncgenfunction(behavior)
     )
+
+
+class _OnLoop:
+    """`is_async_handler` per behaviour, remembered (grpc hands over the same handlers call after call)."""
+
+    LIMIT = 1024  # a generic handler that builds a new behaviour per call must not grow this
+
+    def __init__(self) -> None:
+        self._known: dict[object, bool] = {}
+
+    def __call__(self, behavior) -> bool:
+        try:
+            return self._known[behavior]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable: ask every time
+            return is_async_handler(behavior)
+        if len(self._known) >= self.LIMIT:
+            self._known.clear()
+        on_loop = self._known[behavior] = is_async_handler(behavior)
+        return on_loop
 
 
 def _with_marker(args: tuple, kwargs: dict, pair: tuple[str, str] | None) -> tuple[tuple, dict]:
@@ -125,11 +147,15 @@ def releasable_sleep_sync(seconds: float, stop: EmergencyStop) -> None:
 class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     """Gated delay/abort/drop plus server metrics, for `grpc.aio.server(interceptors=[...])`."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_loop = _OnLoop()
+
     async def intercept_service(self, continuation, handler_call_details):
         return self._wrapped(await continuation(handler_call_details), handler_call_details)
 
     def _can_wrap(self, behavior) -> bool:
-        return _SyncServicerContext is not None or is_async_handler(behavior)
+        return _SyncServicerContext is not None or self._on_loop(behavior)
 
     async def _perform(self, step: Step, plan: CallPlan, context) -> None:
         if step is Step.WAIT:
@@ -152,7 +178,9 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
 
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
         core = self.core
-        on_loop = is_async_handler(behavior)
+        on_loop = self._on_loop(behavior)
+        if plan.decision.outcome is not Outcome.HIT:  # nothing to inject (begin never adds one): steps (RUN,)
+            return self._pass_unary(behavior, plan, metadata, on_loop)
 
         async def run(request, context, held: list[bool], hold_errors: bool):
             pair = marker(plan.decision)
@@ -206,9 +234,31 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
 
         return unary
 
+    def _pass_unary(self, behavior, plan: CallPlan, metadata, on_loop: bool):
+        """A call with nothing to inject: begin, the handler where grpc would run it, end."""
+        core = self.core
+        end_code = self._end_code
+
+        async def unary(request, context):
+            t0, token = core.begin(plan, context.time_remaining(), metadata)
+            exc: BaseException | None = None
+            try:
+                if on_loop:
+                    return await behavior(request, context)
+                return await asyncio.get_running_loop().run_in_executor(
+                    None, scope.run_bound, plan.scope, behavior, request, _SyncServicerContext(context)
+                )
+            except BaseException as e:
+                exc = e
+                raise
+            finally:
+                core.end(plan, token, end_code(plan, context, exc), t0)
+
+        return unary
+
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
         core = self.core
-        on_loop = is_async_handler(behavior)
+        on_loop = self._on_loop(behavior)
 
         async def stream(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)

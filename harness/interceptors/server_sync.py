@@ -12,6 +12,7 @@ import threading
 
 import grpc
 
+from harness.core.gate import Outcome
 from harness.core.safety import EmergencyStop
 from harness.interceptors._server_pipeline import (
     CallPlan,
@@ -62,8 +63,28 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
             return code
         return grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK
 
+    def _pass_unary(self, behavior, plan: CallPlan, metadata):
+        """A call with nothing to inject: begin, the handler, end."""
+        core = self.core
+        end_code = self._end_code
+
+        def unary(request, context):
+            t0, token = core.begin(plan, context.time_remaining(), metadata)
+            failed = False
+            try:
+                return behavior(request, context)
+            except BaseException:
+                failed = True
+                raise
+            finally:
+                core.end(plan, token, end_code(context, failed), t0)
+
+        return unary
+
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
         core = self.core
+        if plan.decision.outcome is not Outcome.HIT:  # nothing to inject (begin never adds one): steps (RUN,)
+            return self._pass_unary(behavior, plan, metadata)
 
         def unary(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)

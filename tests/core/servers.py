@@ -73,10 +73,10 @@ class CountingServicer(drill_pb2_grpc.DemoServicer):
 
 
 @contextlib.contextmanager
-def sync_server(settings: FaultSettings, metrics: bool | None = True, servicer=None, stop=None):
+def sync_server(settings: FaultSettings, metrics: bool | None = True, servicer=None, stop=None, workers: int = 16):
     servicer = CountingServicer() if servicer is None else servicer
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=16),
+        futures.ThreadPoolExecutor(max_workers=workers),
         interceptors=[SyncFaultServerInterceptor(settings, metrics=metrics, stop=stop)],
     )
     drill_pb2_grpc.add_DemoServicer_to_server(servicer, server)

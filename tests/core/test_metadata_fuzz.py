@@ -82,3 +82,31 @@ def test_real_server_survives_fuzzed_directives():
         loop.run_until_complete(stub_cm.__aexit__(None, None, None))
         loop.run_until_complete(server_cm.__aexit__(None, None, None))
         loop.close()
+
+
+_FUZZ3 = FaultSettings(enabled=True, seed=5, service="fuzz3", max_delay_ms=50)
+#: Values that mean something to the gate, beside arbitrary ones.
+_meaningful = st.one_of(
+    st.sampled_from(["tenant-drill", "", "delay:5", "abort:UNAVAILABLE", "30", "fuzz3"]), _any_value
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(KEYS), _meaningful), max_size=12))
+def test_the_plan_without_a_metadata_copy_decides_what_the_gate_decides(pairs):
+    """`plan` skips the dict and the gate when no key the gate reads is present: the decision, the traffic
+    and the request id in the call's scope must be what the gate and the first `x-request-id` give."""
+    core = _core()
+    md = tuple(pairs)
+    plan = core.plan("/drill.v1.Demo/Call", md)
+    as_dict = h.metadata_dict(md)
+    gate = core.gate.decide(as_dict, "drill.v1.Demo/Call")
+    assert (plan.decision.outcome, plan.decision.traffic, plan.decision.mode) == (gate.outcome, gate.traffic, gate.mode)
+    assert plan.scope.request_id == (gate.request_id or as_dict.get(h.REQUEST_ID, "")[: h.MAX_VALUE_LEN])
+    assert plan.scope.traffic == gate.traffic
+
+
+def _core(cache: list = []):  # noqa: B006 - one interceptor for every example (metrics register once)
+    if not cache:
+        cache.append(FaultServerInterceptor(_FUZZ3).core)
+    return cache[0]
