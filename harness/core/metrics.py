@@ -95,6 +95,29 @@ DEADLINE_GAP = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 
+SERVER_EXPIRED = Counter(
+    "drill_server_expired",
+    "Calls not worked on because their caller's deadline had passed: at handler entry (where=handler, the "
+    "interceptor answers DEADLINE_EXCEEDED without running the handler) or after waiting in a bounded queue "
+    "(where=queue, the demo's capacity).",
+    ["service", "grpc_method", "where"],
+)
+
+# --- bounded records a call leaves behind (audit lines, spans) ----------------------------
+AUDIT_DROPPED = Counter(
+    "drill_audit_dropped",
+    "Audit lines not written: the writer's bounded queue was full (reason=queue_full, e.g. a slow disk) or an "
+    "unauthenticated refusal was rate-limited (reason=rate_limited; the next line says how many).",
+    ["event", "reason"],
+)
+AUDIT_QUEUE = Gauge("drill_audit_queue_lines", "Audit lines waiting for the audit writer thread.")
+TRACE_SPANS_DROPPED = Counter(
+    "drill_trace_spans_dropped",
+    "Ended spans the batch span processor did not export: its bounded queue was full (reason=queue_full: the "
+    "exporter is down or slow) or it was shut down (reason=already_shutdown).",
+    ["reason"],
+)
+
 # --- client side -------------------------------------------------------------------------
 CLIENT_LATENCY = Histogram(
     "drill_client_latency_seconds",

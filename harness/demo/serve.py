@@ -25,6 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from harness.core import audit
 from harness.core.errors import RunFailed
 from harness.core.safety import install_stop_signal
 from harness.core.settings import FaultSettings
@@ -227,6 +228,7 @@ async def _serve(args: argparse.Namespace) -> int:
         metrics_port or "-",
     )
     install_stop_signal()  # SIGUSR1 (`drill stop`): injection off for the life of this process
+    audit.start_writer()  # audit lines leave through a bounded queue: a slow log sink never blocks a call
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -235,6 +237,7 @@ async def _serve(args: argparse.Namespace) -> int:
     await server.stop(grace=1.0)
     if channel is not None:
         await channel.close()
+    audit.flush(2.0)
     return 0
 
 

@@ -12,6 +12,13 @@ interceptor, every *attempt* takes a slot and pays the work time, even one the
 fault then aborts: a failing dependency still costs its callers work, which is
 what turns retries into a storm in the demo topology. The interceptor holds the
 slot for the whole call, downstream included, like a worker thread would.
+
+Work for a caller that left is not started: a call whose deadline passed while it
+waited in the queue is answered DEADLINE_EXCEEDED as it gets its slot, without its
+work or downstream calls, and counted in `drill_server_expired_total{where="queue"}`.
+(grpc.aio cancels such a call at its deadline, but only once the event loop gets to
+it: under overload that can be late.) `orphan_work=True` is the exception, on
+purpose: it models a server that never checks.
 """
 
 from __future__ import annotations
@@ -31,6 +38,20 @@ from harness.demo.proto import drill_pb2, drill_pb2_grpc
 
 #: A downstream caller: (method name, request, context) -> reply. The resilience layer provides richer ones.
 Downstream = Callable[[str, drill_pb2.CallRequest, aio.ServicerContext], Awaitable[drill_pb2.CallReply]]
+
+_DEMO_SERVICE = drill_pb2.DESCRIPTOR.services_by_name["Demo"].full_name
+
+
+def deadline_passed(context) -> bool:
+    """Whether the caller's deadline has passed (a call without a deadline never expires)."""
+    remaining = context.time_remaining()
+    return remaining is not None and remaining <= 0
+
+
+async def abort_expired(context, service: str, method: str, expired: m.ChildCache) -> None:
+    """Count a call whose deadline passed in the queue and answer it DEADLINE_EXCEEDED (raises)."""
+    expired(service, method, "queue").inc()
+    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{service}: deadline passed while queued")
 
 
 @dataclasses.dataclass
@@ -58,6 +79,7 @@ class DemoServicer(drill_pb2_grpc.DemoServicer):
         self.downstream = downstream
         self._slots = asyncio.Semaphore(self.capacity.concurrency)
         self._waiting = 0
+        self._expired = m.ChildCache(m.SERVER_EXPIRED)
 
     async def _serve(self, method: str, request, context) -> drill_pb2.CallReply:
         cap = self.capacity
@@ -69,6 +91,8 @@ class DemoServicer(drill_pb2_grpc.DemoServicer):
         finally:
             self._waiting -= 1
         try:
+            if deadline_passed(context):
+                await abort_expired(context, self.service, f"{_DEMO_SERVICE}/{method}", self._expired)
             work = (cap.work_ms + max(0, request.work_ms)) / 1000.0
             if work > 0:
                 await asyncio.sleep(work)
@@ -154,8 +178,9 @@ class AdmissionInterceptor(aio.ServerInterceptor):
         self._queue.set(0)
         self._code = grpc.StatusCode[capacity.shed_code]
         self._orphans: set[asyncio.Task] = set()
+        self._expired = m.ChildCache(m.SERVER_EXPIRED)
 
-    async def _admitted(self, behavior, request, context):
+    async def _admitted(self, behavior, request, context, method: str):
         self._waiting += 1
         self._queue.set(self._waiting)
         try:
@@ -164,6 +189,15 @@ class AdmissionInterceptor(aio.ServerInterceptor):
             self._waiting -= 1
             self._queue.set(self._waiting)
         try:
+            if not self.orphan_work and deadline_passed(context):
+                tenant = None
+                try:
+                    tenant = h.metadata_dict(context.invocation_metadata()).get(h.TENANT)
+                except Exception:  # noqa: BLE001 - an odd context: count it organic
+                    pass
+                traffic = h.traffic_of(tenant, self.tenants)
+                self._calls(self.service, method, "DEADLINE_EXCEEDED", traffic, Mode.NONE.value).inc()
+                await abort_expired(context, self.service, method, self._expired)
             if self.capacity.work_ms > 0:
                 await asyncio.sleep(self.capacity.work_ms / 1000.0)
             return await behavior(request, context)
@@ -185,8 +219,8 @@ class AdmissionInterceptor(aio.ServerInterceptor):
                 self._calls(self.service, method, self.capacity.shed_code, traffic, Mode.NONE.value).inc()
                 await context.abort(self._code, f"{self.service} overloaded")
             if not self.orphan_work:
-                return await self._admitted(behavior, request, context)
-            task = asyncio.ensure_future(self._admitted(behavior, request, context))
+                return await self._admitted(behavior, request, context, method)
+            task = asyncio.ensure_future(self._admitted(behavior, request, context, method))
             self._orphans.add(task)
             task.add_done_callback(self._forget)
             return await asyncio.shield(task)
