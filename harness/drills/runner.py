@@ -13,11 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-import re
 import signal
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable
 
 from prometheus_client import start_http_server
@@ -33,7 +31,7 @@ from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
 from harness.drills.series import RunSeries, build_series, reduce_families
 from harness.drills.stacks import target_for
-from harness.procs.prometheus import PrometheusError, api_get
+from harness.procs.prometheus import wait_scraped
 from harness.procs.spawn import python_env, spawn, stop_processes
 
 
@@ -160,10 +158,13 @@ class Runner:
                     trial=trial,
                 )  # fmt: skip
             if self.prometheus is not None:
-                self.prometheus.set_targets(target.endpoints() + load.metrics_endpoints())
+                endpoints = target.endpoints() + load.metrics_endpoints()
+                self.prometheus.set_targets(endpoints)
                 # a new target is discovered and first scraped a few seconds later: without this wait the
-                # hops' first seconds (all of warm-up in a short plan) are missing from Prometheus
-                if not await asyncio.to_thread(self._wait_scraped, [url for _, url in target.endpoints()]):
+                # hops' first seconds (all of warm-up in a short plan) are missing from Prometheus. Every
+                # target it was given counts (the local topology's hops are served through the load's own
+                # endpoint, stamped, so the hops themselves may be none of them)
+                if not await asyncio.to_thread(self._wait_scraped, [url for _, url in endpoints]):
                     self.log(f"[{label}] prometheus has not scraped every replica yet: first seconds may be missing")
             edge = None
             if isinstance(load, AioLoad):  # the edge's exact per-second counts, straight from the load
@@ -363,18 +364,7 @@ class Runner:
         """True once the Prometheus watching the run has scraped every one of `urls` successfully."""
         if getattr(self.prometheus, "sd_file", True) is None:
             return True  # an external Prometheus we do not feed targets to: nothing to wait for
-        instances = "|".join(re.escape(urllib.parse.urlsplit(u).netloc) for u in urls)
-        query = [("query", f'count(up{{instance=~"{instances}"}} == 1)')]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                got = api_get(self.prometheus.url, "query", query, timeout_s=2.0)["result"]
-            except PrometheusError:
-                got = []
-            if got and float(got[0]["value"][1]) >= len(urls):
-                return True
-            time.sleep(0.25)
-        return False
+        return wait_scraped(self.prometheus.url, urls, timeout_s)
 
     def _from_prometheus(self, start: float, end: float) -> dict:
         """The same analysis from the Prometheus that watched the run: a cross-check of the scraper.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import tempfile
 import time
@@ -99,7 +100,7 @@ class LocalPrometheus:
                 {
                     "job_name": "drill",
                     "honor_labels": True,
-                    "file_sd_configs": [{"files": [str(self.targets_file)], "refresh_interval": "1s"}],
+                    "file_sd_configs": [{"files": [str(self.targets_file.resolve())], "refresh_interval": "1s"}],
                 },
                 *(
                     {"job_name": job, "static_configs": [{"targets": list(addrs)}]}
@@ -241,3 +242,29 @@ def finite_values(result: list[dict[str, Any]]) -> list[float]:
             if f == f and f not in (float("inf"), float("-inf")):
                 out.append(f)
     return out
+
+
+def wait_scraped(url: str, metrics_urls: Sequence[str], timeout_s: float = 15.0) -> bool:
+    """True once the Prometheus at `url` has scraped every one of `metrics_urls` successfully.
+
+    A target given through file_sd is first scraped 5–10 s later (Prometheus 2.x hands discovered
+    targets to its scrape manager on a 5-s tick), so a runner that starts its load at once loses
+    those first seconds."""
+    if not metrics_urls:
+        return True
+    # a regex inside a PromQL string: its backslashes are escaped once more ("\\." not "\.", which PromQL
+    # refuses as an unknown escape)
+    instances = "|".join(re.escape(urllib.parse.urlsplit(u).netloc) for u in metrics_urls).replace("\\", "\\\\")
+    query = [("query", f'count(up{{instance=~"{instances}"}} == 1)')]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            got = api_get(url, "query", query, timeout_s=2.0)["result"]
+        except PrometheusError as e:
+            if "bad_data" in str(e):
+                raise  # our query is wrong: waiting will not mend it
+            got = []
+        if got and float(got[0]["value"][1]) >= len(metrics_urls):
+            return True
+        time.sleep(0.25)
+    return False
