@@ -30,6 +30,7 @@ def test_client_spawn_reports_hits_by_mode_and_error_rate_without_cancelled():
     assert rows[("drill", "delay")][6] == "-"  # ...so no error rate at all, not 100%
     # the server counts a hit when the call reaches it: every abort does; a delayed call cancelled by the client
     # after 50 ms may be cancelled before a starved server got to it, so at most 75 delay hits, never more
-    hits = dict(kv.split("=") for kv in out.stdout.split("server-side hits by mode: ")[1].split()[0:2])
-    hits = {k.rstrip(","): int(v.rstrip(",")) for k, v in hits.items()}
-    assert hits["abort"] == 75 and 0 <= hits["delay"] <= 75, hits
+    # (a mode with no hit at all is not listed: on a starved box every delayed call may be cancelled first)
+    listed = out.stdout.split("server-side hits by mode: ")[1].splitlines()[0]
+    hits = {k.strip(): int(v) for k, v in (kv.split("=") for kv in listed.replace(",", " ").split() if "=" in kv)}
+    assert hits["abort"] == 75 and 0 <= hits.get("delay", 0) <= 75, (hits, listed)

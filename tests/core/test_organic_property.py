@@ -63,8 +63,10 @@ _op = st.tuples(
 )
 
 
-async def _one(stub, method: str, timeout: float = 5) -> tuple[grpc.StatusCode, bool]:
-    """(status, x-drill-fault trailer present)."""
+async def _one(stub, method: str, timeout: float = 30) -> tuple[grpc.StatusCode, bool]:
+    """(status, x-drill-fault trailer present). The organic deadline only guards against a hang: nothing here
+    waits anywhere near it unless a drill leaked (a leaked drop or delay still ends in a status other than OK),
+    but a box starved by other work stalled 3 concurrent calls past 5 s once."""
     if method == "Stream":
         call = stub.Stream(Req(), timeout=timeout)
         try:

@@ -1,8 +1,9 @@
 """A real, short drill observed by a real Prometheus running the compose rules.
 
 Topology: `drill serve` subprocesses with faults on, two callers sharing one leaf:
-`gateway --config resilient` -> `leaf` (retries, breaker) and `edge --config budget`
--> `leaf` (retries until the budget runs out), and a `shed` hop with room for one call and no
+`gateway --config resilient` -> `leaf` (retries, a breaker quick enough to open and close
+within the drill) and `edge --config budget` -> `leaf` (retries until the budget runs out, and
+adaptive throttling over 1 s), and a `shed` hop with room for one call and no
 queue (`--admission`: shed calls are counted), which sheds whenever two organic users' calls
 overlap (its 200-ms work makes them overlap). Traffic comes from this process through `DrillClientInterceptor`
 (service label `loadgen`): organic users, drill users whose directive changes with
@@ -25,6 +26,7 @@ import tempfile
 import time
 
 import grpc
+import yaml
 from grpc import aio
 from prometheus_client import REGISTRY, start_http_server
 
@@ -199,6 +201,24 @@ async def _drive(gateway: str, edge: str, shed: str) -> tuple[float, float]:
     return start, end
 
 
+#: The gateway's breaker judges a 2-s window from 10 calls on and stays open 1 s, so 3 s of fault on
+#: 6 drill users of 8 open it (and half-open closes it after): the shipped one needs 100 calls in 10 s.
+BREAKER = {"breaker": {"failureRate": 0.5, "minCalls": 10, "window": {"kind": "time", "duration": "2s"},
+                       "openDuration": "1s", "halfOpenProbes": 10, "per": "backend"}}  # fmt: skip
+#: The edge throttles adaptively over 1 s: with most of its calls failing at the leaf in the fault,
+#: requests − 2·accepts > 0 there and it rejects locally (over 10 s the warm-up's successes would hide it).
+THROTTLE = {"adaptiveThrottling": {"k": 2, "window": "1s"}}
+
+
+def _config(workdir: pathlib.Path, base: str, override: dict) -> str:
+    """A shipped resilience configuration with `override`'s keys replaced, as a file `drill serve --config` loads."""
+    raw = yaml.safe_load((ROOT / f"harness/configs/{base}.yaml").read_text()) | override
+    raw["name"] = f"live-{base}"
+    path = workdir / f"live-{base}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
 @dataclasses.dataclass
 class LiveDrill:
     """Owns the processes of one run; `stop()` ends each by its PID."""
@@ -211,7 +231,10 @@ class LiveDrill:
         workdir = pathlib.Path(tempfile.mkdtemp(prefix="drill-live-"))
         leaf_proc = _serve(workdir, "leaf")
         self.procs.append(leaf_proc)
-        for name, config in (("gateway", "resilient"), ("edge", "budget")):
+        for name, config in (
+            ("gateway", _config(workdir, "resilient", BREAKER)),
+            ("edge", _config(workdir, "budget", THROTTLE)),
+        ):
             # every process binds its own ports; the callers read the leaf's from its ready file
             self.procs.append(_serve(workdir, name, "--downstream", f"@{leaf_proc.ready_file}", "--config", config))
         shed_args = ("--admission", "--concurrency", "1", "--queue", "0", "--work-ms", "200")

@@ -27,9 +27,10 @@ def test_targets_written_under_a_relative_workdir_are_scraped_and_the_wait_sees_
     try:
         prom.set_targets([(f"hop{i}", u) for i, u in enumerate(urls)])
         # Prometheus 2.x hands discovered targets to its scrape manager on 5-s ticks (discovery, then scrape
-        # reload) and a new target's first scrape lands within one 1-s interval after: at most ~11 s, so 30 s
-        # fails only if they are never scraped
-        assert wait_scraped(prom.url, urls, timeout_s=30.0)
+        # reload) and a new target's first scrape lands within one 1-s interval after: ~11 s on a quiet box. The
+        # property is "scraped at all" (the old code: never), so the limit is only a hang guard; a box starved
+        # by a soak and two CPU hogs once took over 30 s
+        assert wait_scraped(prom.url, urls, timeout_s=120.0)
         assert {r["metric"]["service"] for r in prom.query("up == 1")} == {"hop0", "hop1"}
     finally:
         prom.stop()

@@ -44,7 +44,10 @@ def test_p2c_avoids_slow_replicas_where_round_robin_does_not():
     rr = bench.measure_balancing(rr_cfg, warmup=8, requests=40)
     p2c, rr = run(p2c), run(rr)
     assert p2c["codes"] == {"OK": p2c["requests"]}
-    assert p2c["slow_share"] <= 0.15
+    # P2C alone (2 of 4 replicas slow, EWMA ranking them right) picks a slow one only when both choices are slow:
+    # C(2,2)/C(4,2) = 1/6 of picks; over 200 picks that is 1/6 ± 4σ (σ = sqrt(1/6 · 5/6 / 200) = 0.026) at most,
+    # whatever ejection adds (it takes slow ones out; on a quiet box the share is ~0.05). Round robin: 1/2.
+    assert p2c["slow_share"] <= 1 / 6 + 4 * (1 / 6 * 5 / 6 / p2c["requests"]) ** 0.5, p2c
     assert 0.4 <= rr["slow_share"] <= 0.6
     # Drill calls on a slow replica take >= 300 ms, so round robin's p99 is one of them. The issue's
     # "P2C p99 < 100 ms" is measured by benchmarks/amplification.py; here, where other suites may share
