@@ -38,11 +38,13 @@ from tests.fake_grafana import FakeGrafana
 
 pytestmark = pytest.mark.slow
 
+#: A generous deadline (timeout_s 5): a tagged call reaches the ledger even on a starved machine, so the hit set
+#: is exact (with 1 s, a box at load 36 lost 15 of 20 hit calls before they got there).
 PLAN = {
     "name": "tiny",
     "seed": 11,
     "topology": {"hops": [{"name": "gateway", "work_ms": 1}, {"name": "ledger", "work_ms": 1}]},
-    "traffic": {"organic_users": 2, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 1.0},
+    "traffic": {"organic_users": 2, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 5.0},
     "fault": {"directive": "abort:UNAVAILABLE", "ratio": 60, "target": "ledger"},
     "phases": {"warmup": 2, "fault": 3, "recovery": 4},
     "slo": {"max_error_rate": 0.05, "hold_s": 2, "traffic": "all"},

@@ -12,7 +12,7 @@ import os
 import pathlib
 
 import pytest
-from prometheus_client import start_http_server
+from prometheus_client import CollectorRegistry, start_http_server
 
 from harness.procs.prometheus import LocalPrometheus, PrometheusError, wait_scraped
 
@@ -20,7 +20,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_targets_written_under_a_relative_workdir_are_scraped_and_the_wait_sees_them(tmp_path, monkeypatch):
-    servers = [start_http_server(0, addr="127.0.0.1") for _ in range(2)]
+    # an empty registry each: the worker's default one holds every earlier test's series (megabytes late in a
+    # run), which a starved box could not serve within the 900-ms scrape timeout (up stayed 0)
+    servers = [start_http_server(0, addr="127.0.0.1", registry=CollectorRegistry()) for _ in range(2)]
     urls = [f"http://127.0.0.1:{server.server_port}/metrics" for server, _ in servers]
     monkeypatch.chdir(tmp_path)
     prom = LocalPrometheus(pathlib.Path("drill-out/prometheus")).start()  # relative, as `drill run` is given
