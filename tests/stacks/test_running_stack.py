@@ -44,7 +44,7 @@ def stack_plan(chain_dir, configs=("naive", "budget")) -> dict:
         },
         "traffic": {"organic_users": 2, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 2.0},
         "fault": {"directive": "abort:UNAVAILABLE", "ratio": 50, "target": "ledger"},
-        "phases": {"warmup": 2, "fault": 3, "recovery": 3},
+        "phases": {"warmup": 1, "fault": 2, "recovery": 2},  # ~10 hit ids a trial: what the wiring needs
         "slo": {"max_error_rate": 0.05, "hold_s": 2, "traffic": "organic", "window_s": 2},
         "trials": 2,
     }
