@@ -7,18 +7,9 @@ import pytest
 from harness.drills import analysis as a
 from harness.drills.model import SeriesKey as K
 from harness.drills.series import build_series
-from tests.drills.synth import make_series
+from tests.drills.synth import make_series, rates
 
 SLO = a.Slo(max_error_rate=0.05, hold_s=3)
-
-
-def rates(spec: dict[tuple[int, int], float], n: int = 40) -> list[float]:
-    """Error rate per second t=1..n; spec maps (first t, last t) inclusive to a rate."""
-    out = [0.0] * n
-    for (lo, hi), r in spec.items():
-        for t in range(lo, hi + 1):
-            out[t - 1] = r
-    return out
 
 
 def test_never_breached_has_null_mttr_never_zero():
@@ -131,15 +122,15 @@ def test_quantile_matches_prometheus_interpolation():
 
 def test_build_series_rates_and_counter_resets():
     samples = [
-        (0.0, {K('srv', service='a'): 0.0, K('fds', service='a'): 10.0}),
-        (1.0, {K('srv', service='a'): 50.0, K('fds', service='a'): 12.0}),
-        (2.0, {K('srv', service='a'): 150.0, K('fds', service='a'): 11.0}),
-        (3.0, {K('srv', service='a'): 20.0, K('fds', service='a'): 9.0}),  # restarted process
+        (0.0, {K("srv", service="a"): 0.0, K("fds", service="a"): 10.0}),
+        (1.0, {K("srv", service="a"): 50.0, K("fds", service="a"): 12.0}),
+        (2.0, {K("srv", service="a"): 150.0, K("fds", service="a"): 11.0}),
+        (3.0, {K("srv", service="a"): 20.0, K("fds", service="a"): 9.0}),  # restarted process
     ]
     s = build_series("x", samples, 1.0, 2.0)
     assert s.t == [1.0, 2.0, 3.0]
-    assert s.values[K('srv', service='a')] == [50.0, 100.0, 20.0]
-    assert s.values[K('fds', service='a')] == [12.0, 11.0, 9.0]
+    assert s.values[K("srv", service="a")] == [50.0, 100.0, 20.0]
+    assert s.values[K("fds", service="a")] == [12.0, 11.0, 9.0]
 
 
 def test_rank_puts_unrestored_last_and_unbreached_first():
