@@ -176,7 +176,7 @@ def test_plan_examples_are_valid_plans(doc, body, tmp_path):
 def test_shipped_stack_files_load():
     from harness.drills.plan import load_plan
 
-    for path in ("compose/stack.yaml", "deploy/k8s/stack.yaml"):
+    for path in ("compose/stack.yaml", "deploy/k8s/stack.yaml", "benchmarks/stacks/external-chain.yaml"):
         assert load_plan(str(ROOT / path)).stack is not None, path
 
 
