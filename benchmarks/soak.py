@@ -68,6 +68,7 @@ from benchmarks import soak_traffic as tr  # noqa: E402
 from harness.demo.proto import drill_pb2_grpc  # noqa: E402
 
 LOAD_SHARE = 0.6
+FDS_SLACK = 5
 MB = 2**20
 
 
@@ -85,6 +86,9 @@ class Plan:
     interval_s: float = 30.0
     frames: int = 0
     env: tuple[tuple[str, str], ...] = ()
+    #: seconds of closed-loop calls that measure capacity; hostile calls at the end
+    capacity_s: float = 3.0
+    hostile_calls: int = tr.HOSTILE_CALLS
 
     def share(self, t: float) -> float:
         """Share of capacity offered at `t` seconds into the traffic."""
@@ -112,7 +116,7 @@ class Plan:
         return cls(seconds, **given)
 
 
-async def soak(plan: Plan, workdir: pathlib.Path, capacity_s: float = 3.0) -> dict:
+async def soak(plan: Plan, workdir: pathlib.Path) -> dict:
     topo = topo_mod.start_topology(
         workdir, tr.SEED, tr.TENANT, interval_s=plan.interval_s, frames=plan.frames, env_extra=dict(plan.env)
     )
@@ -126,7 +130,7 @@ async def soak(plan: Plan, workdir: pathlib.Path, capacity_s: float = 3.0) -> di
             stub = drill_pb2_grpc.DemoStub(ch)
             await tr.capacity(stub, 0.5)  # connections up, code paths warm
             fds0 = {k: topo_mod.open_fds(p) for k, p in pids.items()}
-            cap = await tr.capacity(stub, capacity_s)
+            cap = await tr.capacity(stub, plan.capacity_s)
             rss_warm: dict[str, int] = {}
             rss_series: list[dict] = []
             cpu0 = {k: topo_mod.cpu_seconds(p) for k, p in pids.items()}
@@ -158,8 +162,11 @@ async def soak(plan: Plan, workdir: pathlib.Path, capacity_s: float = 3.0) -> di
             wall = time.monotonic() - t0
             cpu = {k: topo_mod.cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
         load["end_of_traffic"] = topo_mod.load_average()
-        await asyncio.sleep(2.0)  # let the servers close the channel's connection
-        fds1 = {k: topo_mod.open_fds(p) for k, p in pids.items()}
+        for _ in range(20):  # up to 2 s for the servers to close the channel's connection
+            fds1 = {k: topo_mod.open_fds(p) for k, p in pids.items()}
+            if all(abs(fds1[k] - fds0[k]) <= FDS_SLACK for k in fds0):
+                break
+            await asyncio.sleep(0.1)
         rss_end = {k: topo_mod.rss_bytes(p) for k, p in pids.items()}
         trim = await mem.trim_control(topo)
         ledger_url = topo.ledger.metrics_url
@@ -177,7 +184,7 @@ async def soak(plan: Plan, workdir: pathlib.Path, capacity_s: float = 3.0) -> di
             - tr.metric_sum(u, "drill_server_calls_total", traffic="organic", fault_mode="none")
             for u in urls
         )
-        hostile_result = await tr.hostile(topo.gateway.address, urls)
+        hostile_result = await tr.hostile(topo.gateway.address, urls, plan.hostile_calls)
         probes = {s.name: topo.probe(s.name) for s in topo.servers}
     finally:
         topo.stop()
@@ -225,7 +232,7 @@ def check(r: dict) -> list[str]:
     """The soak's assertions; returns what failed (empty = pass)."""
     bad = []
     for k in r["fds_start"]:
-        if abs(r["fds_end"][k] - r["fds_start"][k]) > 5:
+        if abs(r["fds_end"][k] - r["fds_start"][k]) > FDS_SLACK:
             bad.append(f"fds of {k}: {r['fds_start'][k]} -> {r['fds_end'][k]}")
     bad += mem.check_rss(r)
     b = r["books"]
@@ -324,7 +331,7 @@ def summary(r: dict) -> list[str]:
         f"audited {r['ledger_books']['unanswered_audited']})",
         f"soak: fds {r['fds_start']} -> {r['fds_end']}; RSS MB warm {r['rss_warm_mb']} -> end {r['rss_end_mb']}; "
         f"CPU ms/call {r['cpu_ms_per_call']}",
-        f"soak: hostile {tr.HOSTILE_CALLS} calls grew the exposition by {r['hostile']['growth']} series",
+        f"soak: hostile {r['plan']['hostile_calls']} calls grew the exposition by {r['hostile']['growth']} series",
     ]
     lines += mem.summary(r)
     return lines
