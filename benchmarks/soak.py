@@ -69,6 +69,8 @@ from harness.demo.proto import drill_pb2_grpc  # noqa: E402
 
 LOAD_SHARE = 0.6
 FDS_SLACK = 5
+#: where a server answers a call whose caller left without working on it (drill_server_expired_total)
+EXPIRED_WHERE = ("handler", "queue")
 MB = 2**20
 
 
@@ -179,6 +181,10 @@ async def soak(plan: Plan, workdir: pathlib.Path) -> dict:
         queued = tr.metric_sum(ledger_url, "drill_audit_queue_lines")
         per_id = topo_mod.audit_hits(topo.ledger.log_path)
         active = sum(tr.metric_sum(u, "drill_fault_active_calls") for u in urls)
+        expired = {
+            s.name: {w: int(tr.metric_sum(s.metrics_url, "drill_server_expired_total", where=w)) for w in EXPIRED_WHERE}
+            for s in topo.servers
+        }
         organic_server_faulted = sum(
             tr.metric_sum(u, "drill_server_calls_total", traffic="organic")
             - tr.metric_sum(u, "drill_server_calls_total", traffic="organic", fault_mode="none")
@@ -219,6 +225,7 @@ async def soak(plan: Plan, workdir: pathlib.Path) -> dict:
         "gateway_attempts_timed_out": int(timed_out),
         "ledger_books": ledger_books,
         "active_calls_end": active,
+        "expired": expired,
         "organic_server_faulted": int(organic_server_faulted),
         "hostile": hostile_result,
     }
@@ -330,7 +337,8 @@ def summary(r: dict) -> list[str]:
         f"{r['ledger_books']['unanswered']} out of deadline (predicted {r['ledger_books']['unanswered_predicted']}, "
         f"audited {r['ledger_books']['unanswered_audited']})",
         f"soak: fds {r['fds_start']} -> {r['fds_end']}; RSS MB warm {r['rss_warm_mb']} -> end {r['rss_end_mb']}; "
-        f"CPU ms/call {r['cpu_ms_per_call']}",
+        f"CPU ms/call {r['cpu_ms_per_call']}; answered without work because the caller had left "
+        f"(drill_server_expired_total by where) {r['expired']}",
         f"soak: hostile {r['plan']['hostile_calls']} calls grew the exposition by {r['hostile']['growth']} series",
     ]
     lines += mem.summary(r)
