@@ -1,31 +1,49 @@
-"""Soak: a long mixed drill against a real small topology, then the books must balance.
+"""Soak: a long mixed drill against a real small topology, then the books must balance and memory come back.
 
-Topology: `drill serve` gateway (naive retries: 4 attempts on UNAVAILABLE) → `drill serve`
-ledger, both on 127.0.0.1, pinned to one core while this load generator is pinned to
-the other (os.sched_setaffinity). The generator first measures the topology's capacity
-(closed loop, a few seconds), then sends open-loop traffic at ~60 % of it: 70 % organic,
-30 % drill. The drill's fault switches on and off every `--switch-s` seconds (first
-window off, a warm-up), alternating `abort:UNAVAILABLE` (x-fault-scope attempt, so the
-gateway's retries are new draws) and `delay:20`, ratio 30, targeted at the ledger.
+Topology (benchmarks/soak_topology.py): `drill serve` gateway (naive retries) → ledger on
+127.0.0.1, each under the memory probe (benchmarks/soak_probe.py), pinned to one core while
+this load generator is pinned to the other. The generator measures the topology's capacity
+(closed loop, 3 s), then sends open-loop traffic (benchmarks/soak_traffic.py): 70 % organic,
+30 % drill; the drill's fault switches on and off every `--switch-s` seconds (first window
+off), alternating `abort:UNAVAILABLE` (x-fault-scope attempt) and `delay:20`, ratio 30,
+targeted at the ledger.
 
-At the end it asserts:
+Two modes:
+- quiet (default): ~60 % of capacity for `--minutes`;
+- `--overload F`: 60 % for `--warm-s`, then cycles of `--over-s` seconds at F × capacity
+  (calls expire at their 2-s deadlines) and `--calm-s` seconds at 60 %, and the last
+  `--recover-s` seconds at 60 %.
+After the traffic, in both modes: a full garbage collection and glibc's `malloc_trim(0)` in every
+server (a control that tells memory the allocator holds free from memory something owns).
+
+At the end it asserts (`check`):
 - open fds of every process back within ±5 of the start;
-- RSS growth of each server < 10 % after the warm-up (the first off/on cycle of the fault,
-  so every code path has run); RSS is sampled at every switch and reported as a series;
+- memory (benchmarks/soak_memory.py): RSS of each server at the end within 10 % of its warm
+  value (after the first off/on cycle of the fault; in overload mode, the end of the warm-up),
+  or within the allocators' high-water mark of its peak calls in flight (warm + 128 KiB per
+  call); what is still owned after a full collection (glibc's allocated bytes, Python's
+  allocated blocks) back within 10 % + 2 MB of warm; no scope, plan or servicer context alive;
 - zero organic calls faulted (client: no `x-drill-fault` trailer; server: fault_mode none);
-- audit lines = `drill_fault_hits_total` = the hits `is_hit_attempt` predicts for the
-  ids and attempts sent (the gateway's naive retries are replayed by the prediction),
-  checked per request id from the audit lines: exactly for every drill call that was
-  answered; a call that ran out of its 2 s deadline may have lost retries the gateway
-  never sent, so for those the audit count is bounded by the prediction and reported;
-- `drill_fault_active_calls` back to 0.
-Then, separately, 5,000 calls with distinct hostile values in every drill header, half of
-them to unknown methods, must grow the /metrics exposition by fewer than 50 series.
+- audit lines + audit lines dropped (`drill_audit_dropped_total`) + queued = `drill_fault_hits_total`;
+  every audit line a hit `is_hit_attempt` predicts for its (request id, attempt); every drill call
+  that was answered audited exactly as predicted, or disturbed by a failure that was not injected,
+  or missing attempts the gateway's per-attempt timeout cut off before the ledger began them (no
+  more such calls than the gateway's timed-out attempts); a call that ran out of its own deadline
+  may have lost retries the gateway never sent, so only its lines are checked;
+- `drill_fault_active_calls` back to 0; 5,000 hostile calls grow /metrics by < 50 series;
+- overload mode: the overload happened (calls expired at their deadline), and calls in flight at
+  the gateway never exceeded the servers' bound (`--concurrency` + `--queue`, and no more than
+  arrive within one deadline at the overload rate).
+Each server's RSS step is attributed (`soak_memory.attribute`): glibc's heap (allocated, and
+freed but held), Python's arenas (allocated blocks, and arenas kept for their free blocks), the
+rest; our objects; what a full collection and `malloc_trim` give back.
 
     .venv/bin/python benchmarks/soak.py --minutes 10 [--out DIR]
+    .venv/bin/python benchmarks/soak.py --minutes 30 --overload 1.5 [--tracemalloc 6] [--out DIR]
 
-Prints one figure per line and `soak: PASS` or `soak: FAIL …`; exit 0 only on PASS.
-Every loop is bounded in count and time; loopback only.
+Prints the result as JSON, then one figure per line and `soak: PASS` or `soak: FAIL …`; exit 0
+only on PASS. `--tracemalloc N` (a diagnostic run: it inflates memory and CPU itself) adds the
+15 allocation sites that grew most between the first and last third of the run.
 """
 
 from __future__ import annotations
@@ -36,419 +54,207 @@ import dataclasses
 import json
 import os
 import pathlib
-import random
-import string
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import grpc  # noqa: E402
 from grpc import aio  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from harness.core import headers as h  # noqa: E402
-from harness.core.faults import is_hit_attempt  # noqa: E402
-from harness.demo.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
-from harness.procs.spawn import ServeProcess, spawn_serve, stop_processes, wait_serving  # noqa: E402
+from benchmarks import soak_memory as mem  # noqa: E402
+from benchmarks import soak_topology as topo_mod  # noqa: E402
+from benchmarks import soak_traffic as tr  # noqa: E402
+from harness.demo.proto import drill_pb2_grpc  # noqa: E402
 
-SEED = 20261130
-TENANT = h.DEFAULT_DRILL_TENANT
-RATIO = 30
-DIRECTIVES = ("abort:UNAVAILABLE", "delay:20")
-NAIVE_ATTEMPTS = 4  # harness/configs/naive.yaml retryPolicy.maxAttempts
-DRILL_SHARE = 0.3
 LOAD_SHARE = 0.6
-CALL_TIMEOUT_S = 2.0
-MAX_IN_FLIGHT = 2000
-HOSTILE_CALLS = 5000
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
+FDS_SLACK = 5
+#: where a server answers a call whose caller left without working on it (drill_server_expired_total)
+EXPIRED_WHERE = ("handler", "queue")
+MB = 2**20
 
 
-# --- /proc readings ------------------------------------------------------------------------
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the soak offers when: `seconds` of traffic, `rate_at(t)` in multiples of capacity."""
 
+    seconds: float
+    switch_s: float = 30.0
+    overload: float = 0.0  # 0 = quiet
+    warm_s: float = 120.0
+    over_s: float = 90.0
+    calm_s: float = 60.0
+    recover_s: float = 180.0
+    interval_s: float = 30.0
+    frames: int = 0
+    env: tuple[tuple[str, str], ...] = ()
+    #: seconds of closed-loop calls that measure capacity; hostile calls at the end
+    capacity_s: float = 3.0
+    hostile_calls: int = tr.HOSTILE_CALLS
 
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/statm") as fh:
-        return int(fh.read().split()[1]) * PAGE
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-
-
-def pin(pid: int, cpu: int) -> bool:
-    try:
-        cpus = sorted(os.sched_getaffinity(0 if pid == os.getpid() else pid))
-        if len(os.sched_getaffinity(0)) < 2 and pid == os.getpid():
-            return False
-        os.sched_setaffinity(pid, {cpu})
-        return bool(cpus)
-    except OSError:
-        return False
-
-
-def scrape(url: str) -> list:
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return list(text_string_to_metric_families(r.read().decode()))
-
-
-def series_count(url: str) -> int:
-    return sum(len(f.samples) for f in scrape(url))
-
-
-def metric_sum(url: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for fam in scrape(url):
-        for s in fam.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
-
-
-def audit_hits(log: pathlib.Path) -> dict[str, int]:
-    """Hits per request id, from the `fault_hit` audit lines of a server log."""
-    out: dict[str, int] = {}
-    with open(log, errors="replace") as fh:
-        for line in fh:
-            if '"event":"fault_hit"' not in line:
-                continue
-            record = json.loads(line[line.index("{") :])
-            out[record["request_id"]] = out.get(record["request_id"], 0) + 1
-    return out
-
-
-# --- the topology --------------------------------------------------------------------------
-@dataclasses.dataclass
-class Topology:
-    gateway: ServeProcess
-    ledger: ServeProcess
+    def share(self, t: float) -> float:
+        """Share of capacity offered at `t` seconds into the traffic."""
+        if not self.overload or t < self.warm_s or t >= self.seconds - self.recover_s:
+            return LOAD_SHARE
+        return self.overload if (t - self.warm_s) % (self.over_s + self.calm_s) < self.over_s else LOAD_SHARE
 
     @property
-    def servers(self) -> list[ServeProcess]:
-        return [self.gateway, self.ledger]
+    def warm_at(self) -> float:
+        """When the warm RSS is read: the end of the warm-up (overload), else after one off/on cycle of
+        the fault, or after its first window in a run shorter than four windows."""
+        if self.overload:
+            return self.warm_s
+        return 2 * self.switch_s if self.seconds >= 4 * self.switch_s else self.switch_s
+
+    @classmethod
+    def scaled(cls, seconds: float, **given) -> Plan:
+        """A plan whose unset phases fit `seconds`: the documented 120/90/60/180-s phases and 30-s probe
+        interval from 20 minutes up, proportionally shorter below (a 1-minute run: 12/9/6/18 s, 3 s)."""
+        phases = {"warm_s": 0.1, "over_s": 0.075, "calm_s": 0.05, "recover_s": 0.15, "interval_s": 0.025}
+        full = {"warm_s": 120.0, "over_s": 90.0, "calm_s": 60.0, "recover_s": 180.0, "interval_s": 30.0}
+        for k, share in phases.items():
+            if given.get(k) is None:
+                given[k] = max(1.0, min(full[k], round(seconds * share, 1)))
+        return cls(seconds, **given)
 
 
-def start_topology(workdir: pathlib.Path) -> Topology:
-    env = {"DRILL_FAULT_TENANTS": TENANT}
-    common = ["--port", "0", "--metrics-port", "-1", "--enable-faults", "--seed", str(SEED)]
-    common += ["--concurrency", "256", "--queue", "1024"]
-    ledger = spawn_serve("ledger", [*common, "--service", "ledger", "--instance-id", "ledger-0"], workdir, env)
-    wait_serving([ledger])
-    gateway = spawn_serve(
-        "gateway",
-        [*common, "--service", "gateway", "--instance-id", "gateway-0", "--downstream", ledger.address,
-         "--config", "naive"],
-        workdir,
-        env,
-    )  # fmt: skip
-    try:
-        wait_serving([gateway])
-    except BaseException:
-        ledger.stop()
-        raise
-    return Topology(gateway, ledger)
-
-
-# --- traffic ---------------------------------------------------------------------------------
-@dataclasses.dataclass
-class Books:
-    """What the generator sent and saw (per-id predictions kept for tagged drill calls only)."""
-
-    organic: int = 0
-    organic_failed: int = 0
-    organic_injected: int = 0
-    drill: int = 0
-    drill_tagged: int = 0
-    drill_failed: int = 0
-    drill_injected: int = 0
-    predicted_hits: int = 0
-    skipped_overload: int = 0
-    other_errors: dict = dataclasses.field(default_factory=dict)
-    #: request id -> predicted ledger hits, for tagged drill calls
-    expected: dict = dataclasses.field(default_factory=dict)
-    #: tagged drill calls that ended other than OK/UNAVAILABLE (their retries may not all have been sent)
-    unanswered: set = dataclasses.field(default_factory=set)
-
-
-def predicted(request_id: str, directive: str) -> int:
-    """Ledger hits for one drill call: attempt 0, and the gateway's naive retries of aborted attempts."""
-    if directive.startswith("delay"):
-        return int(is_hit_attempt(SEED, request_id, directive, RATIO, 0, "attempt"))
-    hits = 0
-    for n in range(NAIVE_ATTEMPTS):
-        if not is_hit_attempt(SEED, request_id, directive, RATIO, n, "attempt"):
-            break
-        hits += 1
-    return hits
-
-
-def drill_metadata(request_id: str, directive: str | None) -> tuple:
-    md = [(h.TENANT, TENANT), (h.REQUEST_ID, request_id)]
-    if directive:
-        md += [(h.FAULT, directive), (h.FAULT_RATIO, str(RATIO)), (h.FAULT_TARGET, "ledger"),
-               (h.FAULT_SCOPE, "attempt")]  # fmt: skip
-    return tuple(md)
-
-
-async def one_call(stub, books: Books, drill: bool, directive: str | None, seq: int) -> None:
-    request_id = f"soak-{seq}"
-    md = drill_metadata(request_id, directive) if drill else ((h.REQUEST_ID, request_id),)
-    call = stub.Call(drill_pb2.CallRequest(payload="s"), metadata=md, timeout=CALL_TIMEOUT_S)
-    failed = False
-    try:
-        await call
-        trailing = await call.trailing_metadata()
-    except aio.AioRpcError as err:
-        failed = True
-        trailing = err.trailing_metadata()
-        if not (drill and err.code() is grpc.StatusCode.UNAVAILABLE):
-            key = f"{'drill' if drill else 'organic'}:{err.code().name}"
-            books.other_errors[key] = books.other_errors.get(key, 0) + 1
-            if drill and directive:
-                books.unanswered.add(request_id)
-    injected = h.has_fault_marker(trailing)
-    if drill:
-        books.drill_failed += failed
-        books.drill_injected += injected
-    else:
-        books.organic_failed += failed
-        books.organic_injected += injected
-
-
-async def capacity(stub, seconds: float, workers: int = 32) -> float:
-    """Closed-loop organic calls per second the topology (and this generator) sustains."""
-    done = 0
-    end = time.monotonic() + seconds
-
-    async def worker() -> None:
-        nonlocal done
-        while time.monotonic() < end:
-            try:
-                await stub.Call(drill_pb2.CallRequest(payload="c"), timeout=CALL_TIMEOUT_S)
-            except aio.AioRpcError:
-                pass
-            done += 1
-
-    t0 = time.monotonic()
-    await asyncio.gather(*(worker() for _ in range(workers)))
-    return done / (time.monotonic() - t0)
-
-
-async def drive(stub, books: Books, rate: float, seconds: float, switch_s: float, on_window) -> None:
-    """Open-loop arrivals at `rate`/s for `seconds`; the fault is on in odd windows of `switch_s`.
-
-    `on_window(n)` is called as window n starts."""
-    rng = random.Random(SEED)
-    total = int(rate * seconds)
-    tasks: set[asyncio.Task] = set()
-    start = time.monotonic()
-    current = 0
-    for seq in range(total):
-        due = start + seq / rate
-        now = time.monotonic()
-        if due > now:
-            await asyncio.sleep(due - now)
-        elapsed = time.monotonic() - start
-        if elapsed > seconds + 5:  # time bound even if the loop fell behind
-            break
-        window = int(elapsed // switch_s)
-        if window != current:
-            current = window
-            on_window(window)
-        if len(tasks) >= MAX_IN_FLIGHT:
-            books.skipped_overload += 1
-            continue
-        drill = rng.random() < DRILL_SHARE
-        directive = DIRECTIVES[(window // 2) % len(DIRECTIVES)] if window % 2 == 1 else None
-        if drill:
-            books.drill += 1
-            if directive:
-                books.drill_tagged += 1
-                expect = predicted(f"soak-{seq}", directive)
-                books.predicted_hits += expect
-                if expect:
-                    books.expected[f"soak-{seq}"] = expect
-        else:
-            books.organic += 1
-        task = asyncio.ensure_future(one_call(stub, books, drill, directive if drill else None, seq))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.wait(tasks, timeout=CALL_TIMEOUT_S * NAIVE_ATTEMPTS + 5)
-
-
-# --- hostile values --------------------------------------------------------------------------
-_PRINTABLE = string.ascii_letters + string.digits + string.punctuation + " "
-
-
-def hostile_value(rng: random.Random, i: int) -> str:
-    """A distinct, valid (printable ASCII) metadata value: odd, long, label-breaking."""
-    kind = i % 6
-    if kind == 0:
-        return f'x"}}{{le="{i}"\\,' + "".join(rng.choices(_PRINTABLE, k=20))
-    if kind == 1:
-        return str(i) * (300 // len(str(i)) + 1)  # oversize
-    if kind == 2:
-        return f"delay:{i}-{i * 7}"
-    if kind == 3:
-        return f"abort:NOPE_{i}"
-    if kind == 4:
-        return f"-{i}"
-    return "".join(rng.choices(_PRINTABLE, k=1 + i % 200))
-
-
-HOSTILE_KEYS = (
-    h.TENANT, h.FAULT, h.FAULT_RATIO, h.FAULT_TARGET, h.FAULT_INSTANCES, h.FAULT_METHOD, h.FAULT_SCOPE,
-    h.FAULT_ATTEMPTS, h.REQUEST_ID, h.DRILL_TOKEN, h.ORIGIN_DEADLINE, h.CONFIG, h.DRILL_PREVIOUS_RPC_ATTEMPTS,
-)  # fmt: skip
-
-
-async def hostile(address: str, urls: list[str], calls: int = HOSTILE_CALLS, batch: int = 100) -> dict:
-    """`calls` calls with distinct hostile values in every drill header, half to unknown methods."""
-    before = {u: series_count(u) for u in urls}
-    rng = random.Random(7)
-    serialize = drill_pb2.CallRequest.SerializeToString
-    deserialize = drill_pb2.CallReply.FromString
-    async with aio.insecure_channel(address) as ch:
-        known = ch.unary_unary("/drill.v1.Demo/Call", request_serializer=serialize, response_deserializer=deserialize)
-
-        async def one(i: int) -> None:
-            md = [(k, hostile_value(rng, i * 31 + j)) for j, k in enumerate(HOSTILE_KEYS)]
-            if i % 4 == 0:
-                md[0] = (h.TENANT, TENANT)  # an allowed tenant: the values reach the parser and the gates
-            if i % 2:
-                method = f"/drill.v1.Demo/Nope{i}" if i % 4 == 1 else f"/evil{i}.Svc{i}/M{i}"
-                mc = ch.unary_unary(method, request_serializer=serialize, response_deserializer=deserialize)
-            else:
-                mc = known
-            try:
-                await mc(drill_pb2.CallRequest(payload="h"), metadata=tuple(md), timeout=CALL_TIMEOUT_S)
-            except aio.AioRpcError:
-                pass
-
-        deadline = time.monotonic() + 300
-        for start in range(0, calls, batch):
-            if time.monotonic() > deadline:
-                break
-            await asyncio.gather(*(one(i) for i in range(start, min(calls, start + batch))))
-    after = {u: series_count(u) for u in urls}
-    return {"before": before, "after": after, "growth": sum(after[u] - before[u] for u in urls)}
-
-
-# --- the run ---------------------------------------------------------------------------------
-async def soak(seconds: float, switch_s: float, workdir: pathlib.Path, capacity_s: float = 3.0) -> dict:
-    topo = start_topology(workdir)
+async def soak(plan: Plan, workdir: pathlib.Path) -> dict:
+    topo = topo_mod.start_topology(
+        workdir, tr.SEED, tr.TENANT, interval_s=plan.interval_s, frames=plan.frames, env_extra=dict(plan.env)
+    )
     me = os.getpid()
+    load = {"start": topo_mod.load_average()}
     try:
-        pinned = pin(me, 0) and all(pin(s.proc.pid, 1) for s in topo.servers)
+        pinned = topo_mod.pin(me, 0) and all(topo_mod.pin(s.proc.pid, 1) for s in topo.servers)
         pids = {"generator": me, "gateway": topo.gateway.proc.pid, "ledger": topo.ledger.proc.pid}
-        books = Books()
+        books = tr.Books()
         async with aio.insecure_channel(topo.gateway.address) as ch:
             stub = drill_pb2_grpc.DemoStub(ch)
-            await capacity(stub, 0.5)  # connections up, code paths warm
-            fds0 = {k: open_fds(p) for k, p in pids.items()}
-            cap = await capacity(stub, capacity_s)
-            rate = cap * LOAD_SHARE
+            await tr.capacity(stub, 0.5)  # connections up, code paths warm
+            fds0 = {k: topo_mod.open_fds(p) for k, p in pids.items()}
+            cap = await tr.capacity(stub, plan.capacity_s)
             rss_warm: dict[str, int] = {}
             rss_series: list[dict] = []
-            cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+            cpu0 = {k: topo_mod.cpu_seconds(p) for k, p in pids.items()}
             t0 = time.monotonic()
+            traffic_wall = time.time()
 
             def on_window(n: int) -> None:
-                rss = {k: rss_bytes(p) for k, p in pids.items()}
-                rss_series.append({"t": n * switch_s, **{k: round(v / 2**20, 1) for k, v in rss.items()}})
-                if n == 2:  # warm: one full off/on cycle of the fault has run
-                    rss_warm.update(rss)
+                rss = {k: topo_mod.rss_bytes(p) for k, p in pids.items()}
+                row = {"t": n * plan.switch_s, "share": plan.share(n * plan.switch_s - 1e-6)}
+                row.update({k: round(v / MB, 1) for k, v in rss.items()})
+                row["load1"] = topo_mod.load_average()[0]
+                rss_series.append(row)
 
-            await drive(stub, books, rate, seconds, switch_s, on_window)
+            def on_warm() -> None:
+                rss_warm.update({k: topo_mod.rss_bytes(p) for k, p in pids.items()})
+
+            peak_share = max(LOAD_SHARE, plan.overload)
+            max_in_flight = int(cap * peak_share * (tr.CALL_TIMEOUT_S + 1.0)) + 100
+            await tr.drive(
+                stub,
+                books,
+                lambda t: cap * plan.share(t),
+                plan.seconds,
+                plan.switch_s,
+                on_window,
+                max_in_flight,
+                at=(plan.warm_at, on_warm),
+            )
             wall = time.monotonic() - t0
-            cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
-        await asyncio.sleep(2.0)  # let the servers close the channel's connection
-        fds1 = {k: open_fds(p) for k, p in pids.items()}
-        rss_end = {k: rss_bytes(p) for k, p in pids.items()}
+            cpu = {k: topo_mod.cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
+        load["end_of_traffic"] = topo_mod.load_average()
+        for _ in range(20):  # up to 2 s for the servers to close the channel's connection
+            fds1 = {k: topo_mod.open_fds(p) for k, p in pids.items()}
+            if all(abs(fds1[k] - fds0[k]) <= FDS_SLACK for k in fds0):
+                break
+            await asyncio.sleep(0.1)
+        rss_end = {k: topo_mod.rss_bytes(p) for k, p in pids.items()}
+        trim = await mem.trim_control(topo)
         ledger_url = topo.ledger.metrics_url
-        hits = metric_sum(ledger_url, "drill_fault_hits_total")
-        per_id = audit_hits(topo.ledger.log_path)
-        active = metric_sum(ledger_url, "drill_fault_active_calls") + metric_sum(
-            topo.gateway.metrics_url, "drill_fault_active_calls"
+        urls = [topo.gateway.metrics_url, ledger_url]
+        hits = tr.metric_sum(ledger_url, "drill_fault_hits_total")
+        timed_out = tr.metric_sum(
+            topo.gateway.metrics_url, "grpc_client_attempt_duration_seconds_count", grpc_status="DEADLINE_EXCEEDED"
         )
-        organic_server_faulted = sum(
-            metric_sum(s.metrics_url, "drill_server_calls_total", traffic="organic")
-            - metric_sum(s.metrics_url, "drill_server_calls_total", traffic="organic", fault_mode="none")
+        dropped = tr.metric_sum(ledger_url, "drill_audit_dropped_total", event="fault_hit")
+        queued = tr.metric_sum(ledger_url, "drill_audit_queue_lines")
+        per_id = topo_mod.audit_hits(topo.ledger.log_path)
+        active = sum(tr.metric_sum(u, "drill_fault_active_calls") for u in urls)
+        expired = {
+            s.name: {w: int(tr.metric_sum(s.metrics_url, "drill_server_expired_total", where=w)) for w in EXPIRED_WHERE}
             for s in topo.servers
+        }
+        organic_server_faulted = sum(
+            tr.metric_sum(u, "drill_server_calls_total", traffic="organic")
+            - tr.metric_sum(u, "drill_server_calls_total", traffic="organic", fault_mode="none")
+            for u in urls
         )
-        hostile_result = await hostile(topo.gateway.address, [topo.gateway.metrics_url, ledger_url])
+        hostile_result = await tr.hostile(topo.gateway.address, urls, plan.hostile_calls)
+        probes = {s.name: topo.probe(s.name) for s in topo.servers}
     finally:
-        stop_processes([s.proc for s in topo.servers])
+        topo.stop()
+    load["end"] = topo_mod.load_average()
     calls = books.organic + books.drill
-    answered = {rid: n for rid, n in books.expected.items() if rid not in books.unanswered}
-    mismatched = sorted(rid for rid, n in answered.items() if per_id.get(rid, 0) != n)
-    unexpected = sorted(rid for rid in per_id if rid not in books.expected)
-    over = sorted(rid for rid in books.unanswered if per_id.get(rid, 0) > books.expected.get(rid, 0))
-    return {
+    ledger_books = tr.reconcile(books, per_id)
+    result = {
+        "mode": f"overload x{plan.overload}" if plan.overload else "quiet",
+        "plan": dataclasses.asdict(plan),
+        "load_average": load,
         "seconds": round(wall, 1),
-        "switch_s": switch_s,
         "pinned": pinned,
         "capacity_per_s": round(cap, 1),
-        "rate_per_s": round(rate, 1),
+        "rate_per_s": round(cap * LOAD_SHARE, 1),
+        "overload_rate_per_s": round(cap * plan.overload, 1),
         "calls": calls,
-        "books": {k: v for k, v in dataclasses.asdict(books).items() if k not in ("expected", "unanswered")},
+        "books": {
+            k: v for k, v in dataclasses.asdict(books).items() if k not in ("expected", "unanswered", "directive_of")
+        },  # fmt: skip
         "cpu_ms_per_call": {k: round(v * 1000 / max(calls, 1), 3) for k, v in cpu.items()},
         "fds_start": fds0,
         "fds_end": fds1,
-        "rss_warm_mb": {k: round(v / 2**20, 1) for k, v in rss_warm.items()},
-        "rss_end_mb": {k: round(v / 2**20, 1) for k, v in rss_end.items()},
+        "rss_warm_mb": {k: round(v / MB, 1) for k, v in rss_warm.items()},
+        "rss_end_mb": {k: round(v / MB, 1) for k, v in rss_end.items()},
         "rss_series_mb": rss_series,
+        "trim": trim,
         "hits_metric": int(hits),
-        "audit_lines": sum(per_id.values()),
+        "audit_lines": ledger_books["lines"],
+        "audit_dropped": int(dropped),
+        "audit_queued": int(queued),
         "predicted_hits": books.predicted_hits,
-        "predicted_hits_answered": sum(answered.values()),
-        "audit_hits_answered": sum(per_id.get(rid, 0) for rid in answered),
-        "unanswered_drill_calls": len(books.unanswered),
-        "unanswered_predicted": sum(books.expected.get(rid, 0) for rid in books.unanswered),
-        "unanswered_audited": sum(per_id.get(rid, 0) for rid in books.unanswered),
-        "ids_mismatched": mismatched[:10],
-        "ids_mismatched_count": len(mismatched),
-        "ids_unexpected": unexpected[:10],
-        "ids_over_prediction": over[:10],
+        "gateway_attempts_timed_out": int(timed_out),
+        "ledger_books": ledger_books,
         "active_calls_end": active,
+        "expired": expired,
         "organic_server_faulted": int(organic_server_faulted),
         "hostile": hostile_result,
     }
+    result["memory"] = {name: mem.attribute(lines, plan, plan.warm_at, traffic_wall) for name, lines in probes.items()}
+    if plan.frames:
+        result["tracemalloc_top"] = {name: mem.top_sites(lines) for name, lines in probes.items()}
+    return result
 
 
 def check(r: dict) -> list[str]:
     """The soak's assertions; returns what failed (empty = pass)."""
     bad = []
     for k in r["fds_start"]:
-        if abs(r["fds_end"][k] - r["fds_start"][k]) > 5:
+        if abs(r["fds_end"][k] - r["fds_start"][k]) > FDS_SLACK:
             bad.append(f"fds of {k}: {r['fds_start'][k]} -> {r['fds_end'][k]}")
-    for k in ("gateway", "ledger"):
-        warm, end = r["rss_warm_mb"].get(k), r["rss_end_mb"][k]
-        if warm is None:
-            bad.append(f"no warm-up RSS for {k} (run shorter than three windows)")
-        elif end > warm * 1.10:
-            bad.append(f"RSS of {k} grew {warm} -> {end} MB (>= 10 %)")
+    bad += mem.check_rss(r)
     b = r["books"]
     if b["organic_injected"] or r["organic_server_faulted"]:
         bad.append(f"organic calls faulted: client {b['organic_injected']}, server {r['organic_server_faulted']}")
-    if r["audit_lines"] != r["hits_metric"]:
-        bad.append(f"audit lines {r['audit_lines']} != drill_fault_hits_total {r['hits_metric']}")
-    if r["ids_mismatched_count"] or r["ids_unexpected"] or r["ids_over_prediction"]:
+    if r["audit_lines"] + r["audit_dropped"] + r["audit_queued"] != r["hits_metric"]:
+        bad.append(f"audit lines {r['audit_lines']} + dropped {r['audit_dropped']} + queued {r['audit_queued']} "
+                   f"!= drill_fault_hits_total {r['hits_metric']}")  # fmt: skip
+    lb = r["ledger_books"]
+    if lb["unpredicted_count"] or lb["unknown_count"] or lb["mismatched_count"]:
         bad.append(
-            f"per-id hits differ from is_hit_attempt: {r['ids_mismatched_count']} answered ids "
-            f"{r['ids_mismatched']}, unexpected {r['ids_unexpected']}, over {r['ids_over_prediction']}"
+            f"audited hits differ from is_hit_attempt: {lb['unpredicted_count']} lines no hash predicts "
+            f"{lb['unpredicted']}, {lb['unknown_count']} ids never sent tagged {lb['unknown_ids']}, "
+            f"{lb['mismatched_count']} answered calls {lb['mismatched']}"
         )
-    if r["audit_lines"] != r["audit_hits_answered"] + r["unanswered_audited"]:
-        bad.append("audit lines are not all accounted for by the ids sent")
     if r["predicted_hits"] == 0:
         bad.append("no fault was predicted: the run proves nothing")
     if r["active_calls_end"] != 0:
@@ -457,16 +263,24 @@ def check(r: dict) -> list[str]:
         bad.append(f"{b['skipped_overload']} arrivals skipped (generator overloaded)")
     if r["hostile"]["growth"] >= 50:
         bad.append(f"hostile values grew the exposition by {r['hostile']['growth']} series")
+    if lb["missing_count"] > r["gateway_attempts_timed_out"]:
+        bad.append(
+            f"{lb['missing_count']} answered calls lost a predicted hit, more than the "
+            f"{r['gateway_attempts_timed_out']} gateway attempts cut off by their timeout {lb['missing']}"
+        )
+    bad += mem.check_objects(r)
+    if r["plan"]["overload"]:
+        bad += mem.check_overload(r)
     return bad
 
 
-def run(seconds: float, switch_s: float = 30.0, workdir: pathlib.Path | None = None) -> tuple[dict, list[str]]:
+def run(plan: Plan, workdir: pathlib.Path | None = None) -> tuple[dict, list[str]]:
     if workdir is None:
         workdir = pathlib.Path(tempfile.mkdtemp(prefix="drill-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
     affinity = os.sched_getaffinity(0)
     try:
-        result = asyncio.run(soak(seconds, switch_s, workdir))
+        result = asyncio.run(soak(plan, workdir))
     finally:
         os.sched_setaffinity(0, affinity)
     return result, check(result)
@@ -476,29 +290,59 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0, help="traffic duration (default 10)")
     ap.add_argument("--switch-s", type=float, default=30.0, help="fault on/off period (default 30 s)")
-    ap.add_argument("--out", default=None, help="work directory for server logs (default: a temp dir)")
+    ap.add_argument("--overload", type=float, default=0.0, help="overload mode: offered share of capacity (e.g. 1.5)")
+    phases = " (default 10 %%/7.5 %%/5 %%/15 %%/2.5 %% of the run, at most 120/90/60/180/30 s)"
+    ap.add_argument("--warm-s", type=float, default=None, help="overload mode: warm-up at 60 %%" + phases)
+    ap.add_argument("--over-s", type=float, default=None, help="overload mode: seconds of each overload")
+    ap.add_argument("--calm-s", type=float, default=None, help="overload mode: seconds at 60 %% between")
+    ap.add_argument("--recover-s", type=float, default=None, help="overload mode: last seconds at 60 %%")
+    ap.add_argument("--interval-s", type=float, default=None, help="probe sample period")
+    ap.add_argument("--tracemalloc", type=int, default=0, metavar="N", help="diagnostic: trace N frames deep")
+    ap.add_argument("--server-env", action="append", default=[], metavar="K=V", help="e.g. MALLOC_ARENA_MAX=2")
+    ap.add_argument("--out", default=None, help="work directory for server logs and probes (default: a temp dir)")
     args = ap.parse_args(argv)
     if not 0 < args.minutes <= 120:
         ap.error("--minutes must be in (0, 120]")
-    result, bad = run(args.minutes * 60, args.switch_s, pathlib.Path(args.out) if args.out else None)
+    if args.overload and not 1.0 < args.overload <= 4.0:
+        ap.error("--overload must be in (1, 4]")
+    env = tuple(tuple(kv.split("=", 1)) for kv in args.server_env)
+    plan = Plan.scaled(args.minutes * 60, switch_s=args.switch_s, overload=args.overload, warm_s=args.warm_s,
+                       over_s=args.over_s, calm_s=args.calm_s, recover_s=args.recover_s, interval_s=args.interval_s,
+                       frames=args.tracemalloc, env=env)  # fmt: skip
+    if plan.overload and plan.warm_s + plan.recover_s >= plan.seconds:
+        ap.error("--minutes leaves no time for overload after --warm-s and --recover-s")
+    result, bad = run(plan, pathlib.Path(args.out) if args.out else None)
     print(json.dumps(result, indent=1, sort_keys=True))
-    b = result["books"]
-    print(f"soak: {result['seconds']} s at {result['rate_per_s']}/s (capacity {result['capacity_per_s']}/s, "
-          f"pinned={result['pinned']}): {result['calls']} calls, {b['organic']} organic "
-          f"({b['organic_failed']} failed, {b['organic_injected']} injected), {b['drill']} drill "
-          f"({b['drill_tagged']} tagged, {b['drill_failed']} failed, {b['drill_injected']} injected)")  # fmt: skip
-    print(f"soak: hits audit={result['audit_lines']} metric={result['hits_metric']} "
-          f"predicted={result['predicted_hits']} (answered calls: predicted {result['predicted_hits_answered']}, "
-          f"audited {result['audit_hits_answered']}, ids differing {result['ids_mismatched_count']}; "
-          f"{result['unanswered_drill_calls']} tagged drill calls out of deadline: predicted "
-          f"{result['unanswered_predicted']}, audited {result['unanswered_audited']})")  # fmt: skip
-    print(f"soak: fds {result['fds_start']} -> {result['fds_end']}; "
-          f"RSS MB after warm-up {result['rss_warm_mb']} -> end {result['rss_end_mb']}; "
-          f"CPU ms/call {result['cpu_ms_per_call']}")  # fmt: skip
-    print(f"soak: hostile {HOSTILE_CALLS} calls grew the exposition by {result['hostile']['growth']} series "
-          f"({result['hostile']['before']} -> {result['hostile']['after']})")  # fmt: skip
+    for line in summary(result):
+        print(line)
     print("soak: PASS" if not bad else "soak: FAIL " + "; ".join(bad))
     return 0 if not bad else 1
+
+
+def summary(r: dict) -> list[str]:
+    b = r["books"]
+    lines = [
+        f"soak: {r['mode']}, {r['seconds']} s at {r['rate_per_s']}/s"
+        + (f" and {r['overload_rate_per_s']}/s in overload" if r["plan"]["overload"] else "")
+        + f" (capacity {r['capacity_per_s']}/s, pinned={r['pinned']}, load average {r['load_average']}): "
+        f"{r['calls']} calls, {b['organic']} organic ({b['organic_failed']} failed, {b['organic_injected']} "
+        f"injected), {b['drill']} drill ({b['drill_tagged']} tagged, {b['drill_failed']} failed, "
+        f"{b['drill_injected']} injected); errors {b['other_errors']}",
+        f"soak: hits audit lines={r['audit_lines']} (+{r['audit_dropped']} dropped, {r['audit_queued']} queued) "
+        f"metric={r['hits_metric']} predicted={r['predicted_hits']}; every line a predicted hit of its attempt: "
+        f"{not r['ledger_books']['unpredicted_count']}; answered tagged calls exactly as predicted "
+        f"{r['ledger_books']['answered_exact']}, retried after a failure not injected "
+        f"{r['ledger_books']['answered_disturbed']}, an attempt cut off before the ledger began it "
+        f"{r['ledger_books']['missing_count']}, differing {r['ledger_books']['mismatched_count']}; "
+        f"{r['ledger_books']['unanswered']} out of deadline (predicted {r['ledger_books']['unanswered_predicted']}, "
+        f"audited {r['ledger_books']['unanswered_audited']})",
+        f"soak: fds {r['fds_start']} -> {r['fds_end']}; RSS MB warm {r['rss_warm_mb']} -> end {r['rss_end_mb']}; "
+        f"CPU ms/call {r['cpu_ms_per_call']}; answered without work because the caller had left "
+        f"(drill_server_expired_total by where) {r['expired']}",
+        f"soak: hostile {r['plan']['hostile_calls']} calls grew the exposition by {r['hostile']['growth']} series",
+    ]
+    lines += mem.summary(r)
+    return lines
 
 
 if __name__ == "__main__":

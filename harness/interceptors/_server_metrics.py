@@ -77,6 +77,17 @@ class MethodMetrics:
         if gap is not None:
             self._gap[_NONE].observe(gap)
 
+    def expired(self, status: str, traffic: str) -> None:
+        """A call answered without its handler because its caller had left (`where="handler"`): started and
+        finished at once, with no fault."""
+        m.SERVER_EXPIRED.labels(self._service, self._method, "handler").inc()
+        self.started.inc()
+        self._duration_child(status).observe(0.0)
+        calls = self._calls.get((status, traffic, _NONE))
+        if calls is None:
+            calls = self._calls_child(status, traffic, _NONE)
+        calls.inc()
+
     def _calls_child(self, status: str, traffic: str, mode: str):
         # a status outside the known names: created on the fly, like any label value
         return m.SERVER_CALLS.labels(self._service, self._method, status, traffic, mode)

@@ -2,7 +2,11 @@
 
 A call goes: `plan` (gate decision, counted) -> `begin` (deadline, span, audit
 line of a hit, scope) -> the `steps` of the fault (abort, wait, run the handler)
--> `end` (scope left, call recorded). The flavour modules (`server_aio`,
+-> `end` (scope left, call recorded). A call whose caller left before its handler
+began (deadline passed, or no longer active) takes none of that: `expired` counts
+it (`drill_server_expired_total{where="handler"}`, and the call with its status and
+fault_mode none) and the flavour answers it without running the handler, so an
+overloaded server does no work, and injects no fault, for callers that are gone. The flavour modules (`server_aio`,
 `server_sync`) only say how to wait, how to abort and how to tell the final
 status; they walk the same `steps`.
 
@@ -142,8 +146,7 @@ class ServerCore:
             self.stop.on_trip(lambda: switch.set(0))
         if settings.enabled and not settings.tenants:
             _log.warning(
-                "drill faults are ON for %s but the tenant allowlist (DRILL_FAULT_TENANTS) is empty: "
-                "no fault can fire",
+                "drill faults are ON for %s but the tenant allowlist (DRILL_FAULT_TENANTS) is empty: no fault can fire",
                 self.service,
             )
 
@@ -196,6 +199,29 @@ class ServerCore:
         return seconds
 
     # -- 2. begin: at handler entry ----------------------------------------------------------
+    def expired(self, plan: CallPlan, time_remaining: float | None, active: bool = True) -> grpc.StatusCode | None:
+        """At handler entry: the status to answer without running the handler when the caller has left
+        (DEADLINE_EXCEEDED once its deadline passed, CANCELLED when the call is no longer active), else None.
+        The aio flavour asks (its loop may start a handler late); grpc's sync server already drops a call
+        cancelled before a worker thread reads its request.
+
+        Such a call is counted here (`drill_server_expired_total{where="handler"}`, and in
+        `drill_server_calls_total` / `grpc_server_call_started_total` / the duration, fault_mode none:
+        nothing was injected), and takes no fault slot, span, audit line or scope.
+        """
+        if time_remaining is not None and time_remaining <= 0:
+            code = grpc.StatusCode.DEADLINE_EXCEEDED
+        elif not active:
+            code = grpc.StatusCode.CANCELLED
+        else:
+            return None
+        if plan.metrics is not None:
+            try:
+                plan.metrics.expired(status_name(code), plan.decision.traffic)
+            except Exception:  # noqa: BLE001 - observability must never fail a call
+                pass
+        return code
+
     def begin(self, plan: CallPlan, time_remaining: float | None, metadata) -> tuple[float, object]:
         """Deadline bookkeeping, span, started counter, audit line of a hit, scope. Returns (t0, token)."""
         t0 = time.perf_counter()

@@ -2,7 +2,9 @@
 
 Everything else (the gate, the steps of a fault, metrics, scope, audit) is in
 `_server_pipeline`. A caller that leaves during a wait cancels this task inside
-the sleep: the call is dropped silently, with no log line.
+the sleep: the call is dropped silently, with no log line. A call whose caller's deadline
+passed before its handler began (the loop got to it late) is answered
+DEADLINE_EXCEEDED without the handler (`ServerCore.expired`).
 
 grpc.aio runs coroutine and async-generator handlers on the event loop and plain
 (sync) functions and generators on a thread pool. The wrapper keeps that: only
@@ -205,7 +207,11 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             return await loop.run_in_executor(None, scope.run_bound, plan.scope, behavior, request, sync_context)
 
         async def unary(request, context):
-            t0, token = core.begin(plan, context.time_remaining(), metadata)
+            remaining = context.time_remaining()
+            left = core.expired(plan, remaining)
+            if left is not None:  # the caller is gone: no work, no fault for it
+                await context.abort(left, "deadline passed before the handler began")
+            t0, token = core.begin(plan, remaining, metadata)
             steps = core.steps(plan)  # after begin: the cap and the stop may have turned a hit into a pass
             hold_errors = Step.RUN in steps and Step.WAIT in steps[steps.index(Step.RUN) + 1 :]  # a delay
             mark(context, plan.decision)
@@ -261,7 +267,11 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         on_loop = self._on_loop(behavior)
 
         async def stream(request, context):
-            t0, token = core.begin(plan, context.time_remaining(), metadata)
+            remaining = context.time_remaining()
+            left = core.expired(plan, remaining)
+            if left is not None:  # the caller is gone: no work, no fault for it
+                await context.abort(left, "deadline passed before the handler began")
+            t0, token = core.begin(plan, remaining, metadata)
             steps = core.steps(plan, streaming=True)
             mark(context, plan.decision)
             exc: BaseException | None = None
