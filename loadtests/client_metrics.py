@@ -1,4 +1,4 @@
-"""Client-side Prometheus endpoint of every Locust process (DESIGN §7).
+"""Client-side Prometheus endpoint of every Locust process (contracts §7).
 
 Each process serves the default registry on its own port: a standalone process
 or the master on the base port (the master has no users; it exports

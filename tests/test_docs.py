@@ -192,3 +192,20 @@ def test_links_resolve_inside_the_repository(doc):
             continue
         path = (doc.parent / target).resolve()
         assert path.exists() and ROOT in path.parents, f"{doc.name}: link {target} does not resolve in the repo"
+
+
+THIS = "tests/test_docs.py"  # names the patterns it looks for
+
+
+def test_nothing_shipped_points_outside_the_repository():
+    """Dashboards (their descriptions show in Grafana), plans, configs and code name the repo's own docs
+    (docs/contracts.md), never a design file a user does not have."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    outside = []
+    for name in tracked:
+        if not name.endswith((".py", ".json", ".yaml", ".yml", ".md", ".toml", ".sh", ".conf")) or name == THIS:
+            continue
+        text = (ROOT / name).read_text(errors="replace")
+        if "../shared" in text or re.search(r"DESIGN\s*(§|\\u00a7)", text):
+            outside.append(name)
+    assert not outside, outside

@@ -1,4 +1,4 @@
-"""Audit log (DESIGN §8): one JSON line per injected fault and per refused directive or token.
+"""Audit log (contracts §8): one JSON line per injected fault and per refused directive or token.
 
 Lines go to the `drill.audit` logger (INFO for hits, WARNING for refusals), so
 deployments route them like any other log. Values are escaped by json, each

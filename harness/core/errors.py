@@ -1,7 +1,7 @@
 """The error types every `drill` subcommand's expected failures derive from, and their exit codes.
 
 `harness.cli` prints any `DrillError` as one line, `drill: MESSAGE`, and exits
-with its code (DESIGN §11): 2 bad input or usage, 1 the run failed, 3 a
+with its code (contracts §11): 2 bad input or usage, 1 the run failed, 3 a
 `--fail-on` condition held. Library users catch the same types.
 """
 

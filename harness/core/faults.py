@@ -1,4 +1,4 @@
-"""Fault grammar and the reproducible hit decision (DESIGN §3–§4).
+"""Fault grammar and the reproducible hit decision (contracts §3–§4).
 
 Pure functions, no grpc: the interceptors call these, tests and `drill hits`
 call them directly. The hash is bit-compatible with the reference Java
@@ -71,7 +71,7 @@ def splitmix64(z: int) -> int:
 
 
 class Scope(str, enum.Enum):
-    """`x-fault-scope` (DESIGN §2): one decision per request, or one per attempt."""
+    """`x-fault-scope` (contracts §2): one decision per request, or one per attempt."""
 
     REQUEST = "request"
     ATTEMPT = "attempt"
@@ -79,7 +79,7 @@ class Scope(str, enum.Enum):
 
 def attempt_bucket(seed: int, request_id: str | None, directive: str, attempt: int) -> int:
     """The bucket of attempt `n` under `x-fault-scope: attempt`: attempt 0 is `hit_bucket`,
-    attempt n >= 1 is `floorMod(splitmix64(value + n), 100)` (DESIGN §4)."""
+    attempt n >= 1 is `floorMod(splitmix64(value + n), 100)` (contracts §4)."""
     value = _wrap64(31 * seed + jhash(request_id) + jhash(directive))
     if attempt <= 0:
         return value % 100
@@ -95,7 +95,7 @@ def is_hit_attempt(
     scope: Scope | str = Scope.REQUEST,
     attempts: int | None = None,
 ) -> bool:
-    """Whether attempt `attempt` (0-based) of this request is faulted (DESIGN §4).
+    """Whether attempt `attempt` (0-based) of this request is faulted (contracts §4).
 
     `scope` request: every attempt shares the request's decision (`is_hit`); attempt: each
     attempt is its own reproducible draw. `attempts` N: a hit is faulted only on attempts < N.

@@ -1,4 +1,4 @@
-"""FaultGate: the three gates plus ratio, target, instance and token (DESIGN §2–§5).
+"""FaultGate: the three gates plus ratio, target, instance and token (contracts §2–§5).
 
 Pure: takes the settings and a dict of drill metadata, returns a Decision. It
 never raises; anything unexpected becomes a rejection with a reason. The

@@ -1,4 +1,4 @@
-"""The wire contract: gRPC metadata keys the harness reads and writes (DESIGN §2).
+"""The wire contract: gRPC metadata keys the harness reads and writes (contracts §2).
 
 This module is the only place these strings are spelled. Everything else imports
 the constants so a renamed key is one change, not a grep.
@@ -53,12 +53,12 @@ DRILL_KEYS: tuple[str, ...] = (
 #: Upper bound on any single drill metadata value; longer values are rejected as oversize.
 MAX_VALUE_LEN = 256
 
-#: The default drill tenant (DESIGN §5).
+#: The default drill tenant (contracts §5).
 DEFAULT_DRILL_TENANT = "tenant-drill"
 
 
 def traffic_of(tenant: str | None, drill_tenants: frozenset[str]) -> str:
-    """The `traffic` label (DESIGN §7): `drill` for an allowlisted drill tenant, else `organic`."""
+    """The `traffic` label (contracts §7): `drill` for an allowlisted drill tenant, else `organic`."""
     return "drill" if tenant and tenant in drill_tenants else "organic"
 
 

@@ -1,4 +1,4 @@
-"""Every Prometheus metric the harness exports (DESIGN §7): names, labels, buckets.
+"""Every Prometheus metric the harness exports (contracts §7): names, labels, buckets.
 
 This module is the single home of metric names. Metrics are declared once at
 import on the default registry; hot paths go through the small caches below,

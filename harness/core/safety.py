@@ -1,4 +1,4 @@
-"""Safety valves of injection (DESIGN §5): the one-way emergency stop and the cap on active faults.
+"""Safety valves of injection (contracts §5): the one-way emergency stop and the cap on active faults.
 
 `EmergencyStop` turns injection off for the life of the process, never on. It is
 tripped by SIGUSR1 (`install_stop_signal`, which `drill serve` calls and a

@@ -2,7 +2,7 @@
 
 A server interceptor sets it for the duration of a handler (a contextvar); client
 interceptors read it to propagate drill keys, the origin deadline and the request
-id (DESIGN §2).
+id (contracts §2).
 
 Only the task (or thread) that serves the call sees its scope, and only until the
 call ends (`end()` marks the scope over, so a copy of the contextvar that

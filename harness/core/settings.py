@@ -1,4 +1,4 @@
-"""Process switches (DESIGN §5), read once at start.
+"""Process switches (contracts §5), read once at start.
 
 Deliberately independent of any config service: the config service may be the
 very dependency under drill. Constructor arguments override the environment.

@@ -1,4 +1,4 @@
-"""Status classes (DESIGN §6): the one function that decides what counts as an error.
+"""Status classes (contracts §6): the one function that decides what counts as an error.
 
 The Prometheus recording rules in compose/prometheus mirror these sets; a test
 compares the two so they cannot drift.

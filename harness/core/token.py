@@ -1,4 +1,4 @@
-"""Optional drill token (DESIGN §2, `x-drill-token`).
+"""Optional drill token (contracts §2, `x-drill-token`).
 
 When a server has a drill secret, a call is drill traffic (and a directive may
 fire) only with a valid HMAC-SHA256 over everything that says what, where and

@@ -1,7 +1,7 @@
 """The "MTTR comparison" dashboard: resilience configurations side by side over the same drill.
 
 MTTR itself comes from the runner's per-second analysis (results.json); this board
-shows the signals it is computed from, with the runner's definitions (DESIGN §10)
+shows the signals it is computed from, with the runner's definitions (contracts §10)
 and, by default, the runner's inputs: the edge callers (`$caller` = loadgen|locust),
 the SLO's traffic (`$traffic` = organic), the plan's SLO (`$slo`) and window
 (`$window`). Over a range that holds one configuration's run, its stat panels give
@@ -72,7 +72,7 @@ def _fault_error_rate() -> str:
 
 EDGE_CALLS = 'drill_client_calls_total{service=~"%s"}' % EDGE_SERVICES  # noqa: UP031 - braces
 
-#: DESIGN §10: a hop's attempts (shed included) ÷ the edge's first attempts (all traffic), over the fault window.
+#: contracts §10: a hop's attempts (shed included) ÷ the edge's first attempts (all traffic), over the fault window.
 AMPLIFICATION_OVER_FAULT = (
     f"{_over_fault(f'drill_server_calls_total{{{HOPS}}}', 'service')}\n"
     f"  / on () group_left () ({_over_fault(EDGE_CALLS, '')} > 0)"
@@ -85,7 +85,7 @@ def build() -> db.Dashboard:
         .uid(UID)
         .description(
             "Resilience configurations side by side over the same drill, with the runner's definitions "
-            "(DESIGN §10) and defaults: edge callers, the SLO's traffic, the plan's SLO and window."
+            "(contracts §10) and defaults: edge callers, the SLO's traffic, the plan's SLO and window."
         )
         .tags(["drill", "chaos", "grpc", "mttr"])
         .refresh("5s")
@@ -148,7 +148,7 @@ def build() -> db.Dashboard:
         stat_panel(
             "Amplification over the fault window",
             "Per hop: attempts (shed included) ÷ edge first attempts (all traffic), over the fault window "
-            "(DESIGN §10). The deepest hop's is the drill's amplification.",
+            "(contracts §10). The deepest hop's is the drill's amplification.",
             [(AMPLIFICATION_OVER_FAULT, "{{service}}")],
             unit="suffix:×",
         )

@@ -43,7 +43,7 @@ def build() -> db.Dashboard:
         db.Dashboard("Drill overview")
         .uid(UID)
         .description(
-            "Errors (CANCELLED excluded, DESIGN §6), faults, latency, resilience and connections during a drill."
+            "Errors (CANCELLED excluded, contracts §6), faults, latency, resilience and connections during a drill."
         )
         .tags(["drill", "chaos", "grpc"])
         .refresh("5s")
@@ -57,7 +57,7 @@ def build() -> db.Dashboard:
         .with_variable(window_variable())
         .annotations(fault_annotations())
     )
-    d = d.with_row(db.Row("Errors (DESIGN §6: CANCELLED is neither error nor denominator)"))
+    d = d.with_row(db.Row("Errors (contracts §6: CANCELLED is neither error nor denominator)"))
     d = d.with_panel(
         series(
             "Client error rate (CANCELLED excluded)",
@@ -280,7 +280,7 @@ def build() -> db.Dashboard:
     d = d.with_panel(
         series(
             "Amplification per hop",
-            "Attempts/s at each hop (shed included) ÷ the edge's first attempts/s, all traffic (DESIGN §10).",
+            "Attempts/s at each hop (shed included) ÷ the edge's first attempts/s, all traffic (contracts §10).",
             [(f"drill:hop_amplification:ratio$window{{{HOPS}}}", "{{service}}")],
             unit="suffix:×",
         )

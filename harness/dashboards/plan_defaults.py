@@ -1,4 +1,4 @@
-"""The drill plan the generated rules and dashboards default to (DESIGN §10: one answer everywhere).
+"""The drill plan the generated rules and dashboards default to (contracts §10: one answer everywhere).
 
 The recorded rate window, the SLO budget of the burn-rate alerts and the MTTR
 board's template-variable defaults all come from one shipped plan

@@ -1,4 +1,4 @@
-"""Prometheus recording and alert rules for DESIGN §6 and §10, generated from `harness.core.status`
+"""Prometheus recording and alert rules for contracts §6 and §10, generated from `harness.core.status`
 and the default plan (`harness.dashboards.plan_defaults`).
 
 The status classes are decided once in `harness.core.status`; this module turns those
@@ -16,7 +16,7 @@ fails when the committed file is stale.
 - Every class series is zero-filled (a class with no calls is a 0 rate, not a
   missing series); every ratio divides by `(… > 0)`, so an idle or CANCELLED-only
   period has no sample instead of NaN.
-- **Amplification** (DESIGN §10, the one definition): a hop's attempts (shed calls
+- **Amplification** (contracts §10, the one definition): a hop's attempts (shed calls
   included: the admission layer counts them in `drill_server_calls_total`) ÷ the
   edge's first attempts, all traffic.
 
@@ -105,7 +105,7 @@ def plan_window_rules(w: str = WINDOW) -> list[dict[str, Any]]:
     rules += [_class_rule(server_calls, "drill_server_calls_total", SERVER_LABELS, c, w) for c in CLASS_MATCHERS]
     rules.append({"record": f"drill:server_error_ratio:rate{w}", "expr": _ratio(server_calls)})
     rules.append({"record": f"drill:slo_error_ratio:rate{w}", "expr": _ratio(client_calls, "config", _slo_matchers())})
-    # Amplification (DESIGN §10): hop attempts (shed included) ÷ edge first attempts, all traffic.
+    # Amplification (contracts §10): hop attempts (shed included) ÷ edge first attempts, all traffic.
     attempts = f"sum by (service) (rate(drill_server_calls_total[{w}]))"
     rules.append({"record": f"drill:hop_attempts:rate{w}", "expr": attempts})
     rules.append(

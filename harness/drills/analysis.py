@@ -1,4 +1,4 @@
-"""MTTR analysis (DESIGN §10, §12): one trial's every number, from its per-second series.
+"""MTTR analysis (contracts §10, §12): one trial's every number, from its per-second series.
 
 Pure functions over a `RunSeries`; no I/O, no clocks. The per-second readings
 and the GOOD/BAD/UNKNOWN state of each second are `harness.drills.slo`'s (re-

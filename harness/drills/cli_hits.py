@@ -2,7 +2,7 @@
 
 With `--scope attempt --attempts K` (or `--attempts K` alone, i.e. `x-fault-attempts: K`
 with request scope) it prints `id` then K tab-separated `hit|miss` columns, one per
-attempt 0..K-1 (DESIGN §4).
+attempt 0..K-1 (contracts §4).
 """
 
 from __future__ import annotations

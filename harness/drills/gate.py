@@ -1,4 +1,4 @@
-"""`--fail-on`: CI gates over results.json (DESIGN §11: exit 3 when a condition holds).
+"""`--fail-on`: CI gates over results.json (contracts §11: exit 3 when a condition holds).
 
 - `breach`: some configuration breached the SLO in some (valid) trial
   (a post-fault breach is a breach);

@@ -1,4 +1,4 @@
-"""What users felt in one trial (DESIGN §12): the error budget burned and the seconds outside the SLO.
+"""What users felt in one trial (contracts §12): the error budget burned and the seconds outside the SLO.
 
 Both are counted from fault-on to the end of the run (a storm that outlives the
 fault, a post-fault breach and a never-restored tail all count), on the SLO's

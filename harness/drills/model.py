@@ -71,7 +71,7 @@ class Topology(_Strict):
         return v
 
 
-# --- a stack: services the runner did not start (DESIGN §13) -----------------------------------
+# --- a stack: services the runner did not start (contracts §13) -----------------------------------
 class EdgeSpec(_Strict):
     """What the load calls: an address, a full method and a JSON request typed like ghz/grpcurl take it."""
 
@@ -217,7 +217,7 @@ class Traffic(_Strict):
 
 
 class Fault(_Strict):
-    #: the `x-fault` directive (DESIGN §3); empty for plans whose fault is a probe (half-open)
+    #: the `x-fault` directive (contracts §3); empty for plans whose fault is a probe (half-open)
     directive: str = ""
     ratio: int = Field(100, ge=0, le=100)
     target: str | None = None
@@ -307,7 +307,7 @@ class VariantSpec(_Strict):
 
 
 class PlanFile(_Strict):
-    """The YAML a user writes (DESIGN §10). `quick` is a partial plan merged over it by `--quick`."""
+    """The YAML a user writes (contracts §10). `quick` is a partial plan merged over it by `--quick`."""
 
     name: str | None = None
     description: str = ""

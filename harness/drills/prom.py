@@ -18,7 +18,7 @@ read-back agrees with the runner exactly. Where it missed a second, or reads a
 load that does not stamp (one sample per scrape, anywhere in the second, or a
 cluster's 15-s scrapes), each grid second carries how far it may be off
 (`RunSeries.edge_error`: the gap between the samples around it) and the trial its
-`resolution_s`: every time reported from it gets a ± (DESIGN §12). Data without
+`resolution_s`: every time reported from it gets a ± (contracts §12). Data without
 trial gauges (an older load, a drill started by hand) is read per configuration,
 its fault window from the switches of `drill_fault_active` (± half the gap
 around each) or from the command line.

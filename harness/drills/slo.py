@@ -1,4 +1,4 @@
-"""Per-second readings of a drill series and the SLO state of each second (DESIGN §10).
+"""Per-second readings of a drill series and the SLO state of each second (contracts §10).
 
 Pure functions over a `RunSeries`: edge calls by status, error rate, p99 from the
 latency buckets, requests/s per hop, and the state machine the whole analysis

@@ -1,4 +1,4 @@
-"""What a drill runs against: the demo chain the runner starts itself, or services already running (DESIGN §13).
+"""What a drill runs against: the demo chain the runner starts itself, or services already running (contracts §13).
 
 One runner drives both through the same questions, so trials, phases, scraping,
 analysis, report and `--fail-on` are one code path:

@@ -1,4 +1,4 @@
-"""Trials → per-configuration summary and pairwise tests (DESIGN §10, §12): breach probability, medians,
+"""Trials → per-configuration summary and pairwise tests (contracts §10, §12): breach probability, medians,
 Fisher's exact test, bootstrap CIs of the outage and of the budget burn.
 
 Pure: every function takes per-trial dicts (`harness.drills.analysis.analyze_run`'s

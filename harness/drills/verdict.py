@@ -1,4 +1,4 @@
-"""The verdict (DESIGN §12): which configuration is best, by a rule that looks at what users felt.
+"""The verdict (contracts §12): which configuration is best, by a rule that looks at what users felt.
 
 A configuration is **best** when, against every other configuration with data,
 it is significantly better on at least one of recovery (breach probability by

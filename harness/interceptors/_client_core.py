@@ -1,7 +1,7 @@
 """What the aio and sync client interceptors share: the tags to send and the call record.
 
-`Tagging` says what a drill client puts on the wire (DESIGN §2); `ClientRecorder`
-counts a finished call in the client-side metrics (DESIGN §7). The resilience
+`Tagging` says what a drill client puts on the wire (contracts §2); `ClientRecorder`
+counts a finished call in the client-side metrics (contracts §7). The resilience
 layer, which owns retries above the interceptor, uses the same recorder so a
 logical call is counted once however many attempts it took.
 """

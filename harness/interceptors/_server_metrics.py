@@ -1,4 +1,4 @@
-"""The server metrics of one method, with every label child looked up once (DESIGN §7).
+"""The server metrics of one method, with every label child looked up once (contracts §7).
 
 A call's end records four series (calls, latency, A66 duration, deadline gap) and
 its start one (A66 started). Resolving `.labels(...)` costs about as much as the

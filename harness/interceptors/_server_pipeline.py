@@ -113,7 +113,7 @@ class Step(enum.Enum):
 _PASS_STEPS = (Step.RUN,)
 _ABORT_STEPS = (Step.ABORT,)
 _DROP_STEPS = (Step.WAIT, Step.ABORT)
-_DELAY_UNARY_STEPS = (Step.RUN, Step.WAIT)  # DESIGN §3: the handler runs, the response is late
+_DELAY_UNARY_STEPS = (Step.RUN, Step.WAIT)  # contracts §3: the handler runs, the response is late
 _DELAY_STREAM_STEPS = (Step.WAIT, Step.RUN)  # a stream's first message is late
 
 
@@ -359,7 +359,7 @@ class ServerCore:
         )
 
 
-#: The trailing metadata pair of an injected call (DESIGN §2), per mode.
+#: The trailing metadata pair of an injected call (contracts §2), per mode.
 _MARKERS = {mode: (h.FAULT_MARKER, mode.value) for mode in (Mode.DELAY, Mode.ABORT, Mode.DROP)}
 
 

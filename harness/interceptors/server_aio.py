@@ -228,7 +228,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                         response = await run(request, context, held, hold_errors)
                         mark(context, plan.decision)  # the handler may have set trailers of its own
                     except Exception:
-                        if hold_errors and not held:  # a delay holds errors and aborts too (DESIGN §3)
+                        if hold_errors and not held:  # a delay holds errors and aborts too (contracts §3)
                             await self._perform(Step.WAIT, plan, context)
                         raise
                 return response

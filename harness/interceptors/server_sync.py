@@ -99,7 +99,7 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
                             response = behavior(request, context)
                             mark(context, plan.decision)  # the handler may have set trailers of its own
                         except Exception:
-                            if Step.WAIT in steps[i + 1 :]:  # a delay holds errors and aborts too (DESIGN §3)
+                            if Step.WAIT in steps[i + 1 :]:  # a delay holds errors and aborts too (contracts §3)
                                 self._perform(Step.WAIT, plan, context)
                             raise
                     else:

@@ -1,4 +1,4 @@
-"""Resilience under test (DESIGN §9): retries, budget, breaker, deadlines, balancing, named configs.
+"""Resilience under test (contracts §9): retries, budget, breaker, deadlines, balancing, named configs.
 
 Small composable strategies (backoff, budget, breaker, deadline, balancer, timeouts)
 composed by a named configuration and driven by `ResilientCaller`. Transport-agnostic:

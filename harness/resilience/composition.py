@@ -1,6 +1,6 @@
 """What a named resilience configuration is, and the fresh strategy objects it builds for each caller.
 
-`ResilienceConfig` is the parsed, validated form of one configuration (DESIGN §9):
+`ResilienceConfig` is the parsed, validated form of one configuration (contracts §9):
 gRPC's own concepts (`retryPolicy`, `retryThrottling`, `methodConfig`) and our
 extensions (budget, breaker, adaptive throttling, deadlines, per-attempt timeouts,
 balancer, the outcome classifier). A configuration is a composition, not a flag

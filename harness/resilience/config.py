@@ -1,4 +1,4 @@
-"""Named resilience configurations (DESIGN §9): YAML or gRPC service-config JSON in, `ResilienceConfig` out.
+"""Named resilience configurations (contracts §9): YAML or gRPC service-config JSON in, `ResilienceConfig` out.
 
 Keys follow gRPC's service config where it has the concept: `retryPolicy`
 (`maxAttempts`, `initialBackoff`, `maxBackoff`, `backoffMultiplier`,

@@ -1,4 +1,4 @@
-"""The MTTR analysis on synthetic series: the edge cases DESIGN §10 names, no processes."""
+"""The MTTR analysis on synthetic series: the edge cases contracts §10 names, no processes."""
 
 from __future__ import annotations
 
