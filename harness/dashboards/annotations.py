@@ -107,14 +107,20 @@ class DrillAnnotator:
     def _post(self, text: str, start_s: float, end_s: float | None, tags: list[str]) -> int | None:
         if self.unreachable:
             return None
+        post = lambda: self.api.annotations.add_annotation(  # noqa: E731
+            dashboard_uid=self.dashboard_uid,
+            time_from=int(start_s * 1000),
+            time_to=int(end_s * 1000) if end_s is not None else None,
+            tags=tags,
+            text=text,
+        )
         try:
-            res = self.api.annotations.add_annotation(
-                dashboard_uid=self.dashboard_uid,
-                time_from=int(start_s * 1000),
-                time_to=int(end_s * 1000) if end_s is not None else None,
-                tags=tags,
-                text=text,
-            )
+            try:
+                res = post()
+            except Exception as exc:  # noqa: BLE001
+                if "timed out" not in _first_line(exc).lower() and "timeout" not in type(exc).__name__.lower():
+                    raise
+                res = post()  # once more after a slow answer (a busy Grafana, or a busy box): a late mark is a mark
             return (res or {}).get("id")
         except Exception as exc:  # noqa: BLE001 - annotations are best effort
             if _unreachable(exc):
