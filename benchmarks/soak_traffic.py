@@ -204,6 +204,11 @@ async def drive(
         await asyncio.wait(tasks, timeout=CALL_TIMEOUT_S * NAIVE_ATTEMPTS + 5)
 
 
+def injected_failure(request_id: str, directive: str, attempt: int) -> bool:
+    """Whether the fault failed that attempt of the call (an abort that hits it; a 20-ms delay fails none)."""
+    return directive.startswith("abort") and is_hit_attempt(SEED, request_id, directive, RATIO, attempt, "attempt")
+
+
 def reconcile(books: Books, attempts_by_id: dict[str, list[int]]) -> dict:
     """The ledger's audit lines (request id, attempt) against what `is_hit_attempt` predicts.
 
@@ -211,8 +216,10 @@ def reconcile(books: Books, attempts_by_id: dict[str, list[int]]) -> dict:
     with (`unpredicted` lists those that are not, `unknown` the ids never sent tagged). Per call,
     for tagged drill calls that were answered (OK, or UNAVAILABLE from the gateway's retries):
     the audited attempts are exactly 0..k-1 for the predicted k (`exact`), or the call was
-    `disturbed`: an audited attempt n follows an attempt n-1 the hash does not hit, so the gateway
-    retried after a failure that was not injected (a shed or a transport error under load), which
+    `disturbed`: an audited attempt n follows an attempt n-1 that no injected fault failed (the
+    hash does not hit it, or it was hit with a delay, which fails nothing), so the gateway
+    retried after a failure that was not injected (a per-attempt timeout, a shed or a transport
+    error under load), which
     the prediction cannot replay; or `missing`: the audited attempts are a strict part of the
     predicted ones (an attempt the gateway's 1-s per-attempt timeout cut off before the ledger's
     handler began, then retried: the overload's doing, never a line too many). Anything else is
@@ -238,7 +245,7 @@ def reconcile(books: Books, attempts_by_id: dict[str, list[int]]) -> dict:
             exact += 1
         elif set(got) < set(want):
             missing.append(rid)
-        elif any(n > 0 and not is_hit_attempt(SEED, rid, directive, RATIO, n - 1, "attempt") for n in got):
+        elif any(n > 0 and not injected_failure(rid, directive, n - 1) for n in got):
             disturbed += 1
         else:
             mismatched.append(rid)

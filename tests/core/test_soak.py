@@ -50,3 +50,26 @@ def test_soak_books_balance_nothing_outlives_its_call_and_hostile_values_grow_no
         left = result["memory"][name]["after_collect"]["objects"]
         assert left["CallScope"] == left["CallPlan"] == left["_ServicerContext"] == 0, (name, left)
     assert result["hostile"]["growth"] < 50
+
+
+def test_reconcile_tells_a_retry_after_a_timed_out_delay_hit_from_a_mismatch():
+    """Pure: the books of a few tagged calls against their audit lines (ids with known hash hits)."""
+    soak = _soak_module()
+    tr = soak.tr
+    rid, directive = "soak-86562", "delay:20"  # the hash hits attempts 0 and 1; a delay fails neither
+    assert [tr.is_hit_attempt(tr.SEED, rid, directive, tr.RATIO, n, "attempt") for n in range(3)] == [
+        True, True, False,
+    ]  # fmt: skip
+    books = tr.Books(directive_of={rid: directive}, expected={rid: tr.predicted(rid, directive)})
+    assert books.expected[rid] == 1
+    # attempt 0 cut off by the gateway's per-attempt timeout before the ledger began it, retried: attempt 1 hit
+    assert tr.reconcile(books, {rid: [1]})["answered_disturbed"] == 1
+    assert tr.reconcile(books, {rid: [1]})["mismatched_count"] == 0
+    assert tr.reconcile(books, {rid: [0]})["answered_exact"] == 1
+    assert tr.reconcile(books, {rid: []})["missing_count"] == 1  # the only attempt never reached the ledger
+    # an abort that hits attempt 0 only: exactly [0]; a line for attempt 2 is one no hash predicts
+    abort_id = "soak-13890"  # abort:UNAVAILABLE hits attempt 0 only
+    books = tr.Books(directive_of={abort_id: "abort:UNAVAILABLE"}, expected={abort_id: 1})
+    assert tr.reconcile(books, {abort_id: [0]})["answered_exact"] == 1
+    assert tr.reconcile(books, {abort_id: [0, 2]})["unpredicted"] == [(abort_id, 2)]  # a line no hash predicts
+    assert tr.reconcile(books, {abort_id: []})["missing_count"] == 1
