@@ -44,6 +44,7 @@ from harness.drills.edge import EdgeCall
 from harness.drills.model import Fault, Phases, Traffic
 from harness.drills.plan import locust_profile
 from harness.interceptors import DrillClientInterceptor, Tagging
+from harness.procs.ports import private_loopback
 from harness.procs.spawn import kill_group, last_line
 
 
@@ -299,7 +300,9 @@ class LocustLoad:
             "--drill-seed", str(self.seed), "--drill-ids-dir", str(self.ids_dir), "--drill-trial", str(self.trial),
         ]  # fmt: skip
         if tr.workers > 1:  # Locust's own distributed mode on this machine: a master and N worker processes
-            argv += ["--processes", str(tr.workers)]
+            # its master binds a fixed port (5557) before the forked workers connect: on an address of our own
+            here = private_loopback()
+            argv += ["--processes", str(tr.workers), "--master-host", here, "--master-bind-host", here]
         if f.target:
             argv += ["--drill-target", f.target]
         if f.instances is not None:

@@ -81,3 +81,13 @@ def refused_port(host: str = "127.0.0.1") -> Iterator[int]:
     with socket.socket() as s:
         s.bind((host, 0))
         yield s.getsockname()[1]
+
+
+def private_loopback(pid: int | None = None) -> str:
+    """A loopback address of this process's own (127.A.B.C from its PID), for a server that must listen on
+    a fixed port: Locust's `--processes` master binds 5557 before its forked workers connect to it, so it
+    cannot bind port 0 and announce. No other live process of ours derives the same address, so two drills
+    (or a drill and a compose stack's master on its own address) cannot collide on it. Linux routes all of
+    127.0.0.0/8 to the loopback interface."""
+    pid = os.getpid() if pid is None else pid
+    return f"127.{100 + (pid >> 16) % 150}.{(pid >> 8) & 255}.{pid & 255}"

@@ -21,6 +21,7 @@ import subprocess
 import pytest
 
 from harness.drills.load import read_tagged_ids
+from harness.procs.ports import private_loopback
 from tests.loadtests.conftest import (
     LOCUST,
     ROOT,
@@ -85,7 +86,10 @@ def test_processes_two_workers_run_the_drill(tmp_path, drill_server):
     run = run_locust(
         tmp_path,
         drill_server.host,
-        "--processes", "2", *DRILL, "--drill-seed", "5",
+        # the master binds 5557 before its forked workers connect (no port 0): on an address of this process's own,
+        # so a compose stack's master on 5557 of its own address, or another run, cannot take it
+        "--processes", "2", "--master-host", private_loopback(), "--master-bind-host", private_loopback(),
+        *DRILL, "--drill-seed", "5",
         "--drill-ids-dir", str(ids_dir), "--drill-weights", "organic=0,drill=1",  # drill users on both workers
         profile="abort-drill",
         metrics=True,
