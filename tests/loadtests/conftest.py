@@ -25,6 +25,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.procs import spawn
 from harness.procs.spawn import ServeProcess, start_serve
 from tests.conftest import ROOT
 
@@ -34,18 +35,16 @@ PROFILES = ROOT / "loadtests" / "profiles"
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """Stop a process group we created: SIGINT, then SIGKILL after a grace period."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=5)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+    """Stop a process group we created: SIGINT, then SIGKILL after a grace period. The whole group, even when
+    its leader has exited: a `--processes` master that failed at start leaves its forked workers behind."""
+    if proc.poll() is None:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=5)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
-        proc.wait(timeout=5)
+    spawn.kill_group(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=5)
 
 
 def announced(ports_dir: pathlib.Path) -> dict[str, dict]:
