@@ -8,7 +8,9 @@ waiter per call (`loadtests/grpc_gevent.py`) and needs no threadpool at all, so
 the pool stays at gevent's default of 10, which used to be the failing control.
 
 This test proves it: with delay:250 on drill traffic, organic users send as
-many calls as in a run without faults and their p50 stays within +3 ms. The two
+many calls as in a run without faults and their p50 does not move by a tenth of
+the delay (the +3 ms target is measured by benchmarks/locust_throughput.py, with
+the generator on a core of its own: here other tests share the cores). The two
 runs of a pair run at the same time (separate Locust processes), so the machine's
 noise hits both alike; the medians of two pairs are compared. The control blocks
 the hub for each call's whole duration (`DRILL_LOCUST_WAIT=block-hub`), the way a
@@ -23,7 +25,10 @@ import statistics
 
 from tests.loadtests.conftest import run_concurrently
 
-TOLERANCE_MS = 3.0
+#: A confounding generator adds a good part of the drill's 250 ms to organic calls (Locust's threadpool recipe:
+#: p50 12–14 -> 62–93 ms, measured before the change). Two twin runs beside the rest of the suite differ by up to
+#: +10 ms with no confounding at all (a CI rehearsal: 13 vs 23 ms), so the bound sits between: a tenth of the delay.
+TOLERANCE_MS = 25.0
 #: Both runs follow the same open-loop schedule (10 organic users x 5/s): a process that keeps up
 #: sends the same count up to one call per user at either end of the run (~20 of ~400). Three
 #: quarters leaves room for a starved machine slowing one run more than the other; a blocked hub
