@@ -42,8 +42,8 @@ def sample_sum(name: str, **labels: str) -> float:
 def pytest_collection_modifyitems(config, items) -> None:
     """The slow (live) tests first.
 
-    `make test` runs two workers, each taking whole files (`--dist loadfile`, so a module's live
-    fixture runs once); files with the long live runs go first, so neither worker is left with one
+    `make test` runs three workers, each taking whole files (`--dist loadfile`, so a module's live
+    fixture runs once); files with the long live runs go first, so no worker is left with one
     at the end (longest first is the classic greedy schedule). A test process that a Prometheus
     scrapes serves only its own series (tests/observability/live_drill.py, the runner's
     `LoadExport`), never the whole process registry, so no test depends on running early.

@@ -25,6 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.procs.ports import listening_ports
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow  # a live run: scheduled first (tests/conftest.py)
+
 PLAN = """
 name: cleanup
 seed: 7

@@ -8,8 +8,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from harness.drills.report import read_series_document
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow  # a live run: scheduled first (tests/conftest.py)
 
 #: one hop pair, the ledger uncapped: every tagged call and each of its retries reaches the ledger
 STORM = {

@@ -33,6 +33,8 @@ from tests.loadtests.conftest import (
     wait_announced,
 )
 
+pytestmark = pytest.mark.slow  # a live run: scheduled first (tests/conftest.py)
+
 DRILL = (
     "--drill-phases", "warmup=1,fault=3,recovery=2",
     "--drill-users", "10",

@@ -23,7 +23,11 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
+
 from tests.loadtests.conftest import run_concurrently
+
+pytestmark = pytest.mark.slow  # a live run: scheduled first (tests/conftest.py)
 
 #: A confounding generator adds a good part of the drill's 250 ms to organic calls (Locust's threadpool recipe:
 #: p50 12–14 -> 62–93 ms, measured before the change). Two twin runs beside the rest of the suite differ by up to

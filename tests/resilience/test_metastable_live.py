@@ -15,10 +15,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from harness.core.status import StatusClass, classify
 from harness.drills import analysis as a
 from harness.drills.report import read_series_document
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow  # a live run: scheduled first (tests/conftest.py)
 
 
 def test_naive_stays_outside_its_slo_after_the_trigger_is_gone(tmp_path):
