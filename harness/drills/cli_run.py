@@ -168,19 +168,17 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
     plan = load_plan(plan_name, quick=args.quick, overrides=over, only=only)
     conditions = parse_conditions(args.fail_on)
     out = output_dir(args.out)
-    prom = None
+    prom = runner = None
     with LiveView(plan.name, enabled=False if args.no_live else None) as view:
         try:
             prom = _prometheus(args, out, view.log)
             runner = Runner(plan, out, on_sample=view.update, log=view.log, prometheus=prom,
                             annotator=_annotator(args))  # fmt: skip
             results = asyncio.run(runner.run())
-        except KeyboardInterrupt:
-            view.log("drill: interrupted; every process stopped")
-            return 130
-        except asyncio.CancelledError:
-            view.log("drill: terminated; every process stopped")
-            return 143
+        except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+            sig = getattr(runner, "interrupted", None) or ("SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM")
+            view.log(f"drill: {'interrupted' if sig == 'SIGINT' else 'terminated'}; every process stopped")
+            return 130 if sig == "SIGINT" else 143
         finally:
             if prom is not None:
                 prom.stop()

@@ -43,6 +43,8 @@ _METRICS: tuple[str, EdgeCounts] | None = None
 
 #: The scraper reads each second this long after it ends (the hops' counters are interpolated to the second).
 SCRAPE_DELAY_S = 0.1
+#: The signals that stop a run: every process it started is stopped, and the run exits 130 / 143.
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def runner_metrics() -> tuple[str, EdgeCounts]:
@@ -121,6 +123,8 @@ class Runner:
         self._posts: list[asyncio.Future] = []
         #: the trial that failed, when one did: {config, trial, error}
         self.failed: dict | None = None
+        #: the signal that stopped the run (SIGINT or SIGTERM), once one came
+        self.interrupted: str | None = None
 
     # -- one configuration -----------------------------------------------------------------
     async def run_config(self, variant: Variant, index: int, trial: int = 1) -> RunSeries:
@@ -181,6 +185,8 @@ class Runner:
             state = {"phase": None}
 
             def tick() -> None:
+                if self.interrupted:  # a cancel that something swallowed still stops the drill within a tick
+                    raise asyncio.CancelledError(self.interrupted)
                 crashed = target.crashed()
                 if crashed:
                     raise DrillError(f"service crashed during the drill: {', '.join(crashed)}")
@@ -310,7 +316,15 @@ class Runner:
         export_plan(plan)
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+
+        def interrupt(sig: signal.Signals) -> None:
+            self.interrupted = sig.name
+            task.cancel(sig.name)
+
+        # both signals through the loop (its wake-up fd: handled however busy or idle the main thread is),
+        # not asyncio.run's own SIGINT handler, which cancels the task from inside whatever code it interrupts
+        for sig in SIGNALS:
+            loop.add_signal_handler(sig, interrupt, sig)
         started = time.time()
         failed: RunFailed | None = None
         try:
@@ -326,7 +340,8 @@ class Runner:
                 if failed is not None:
                     break
         finally:
-            loop.remove_signal_handler(signal.SIGTERM)
+            for sig in SIGNALS:
+                loop.remove_signal_handler(sig)
             await asyncio.gather(*self._posts, return_exceptions=True)  # annotations posted before we report
         if failed is not None:
             self._keep_finished(started, failed)

@@ -92,8 +92,14 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
         start = time.perf_counter()
         call = await continuation(details, request)
         timer = None
+        fired: list[bool] = []  # set by our cancel-after timer: grpc.aio also cancels a call whose task was
         if self.cancel_after_ms is not None:
-            timer = asyncio.get_running_loop().call_later(self.cancel_after_ms / 1000.0, call.cancel)
+
+            def cancel_after() -> None:  # cancelled, so `call.cancelled()` cannot tell the two apart
+                fired.append(True)
+                call.cancel()
+
+            timer = asyncio.get_running_loop().call_later(self.cancel_after_ms / 1000.0, cancel_after)
         code = grpc.StatusCode.OK
         injected = False
         try:
@@ -101,7 +107,7 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
             injected = has_fault_marker(await call.trailing_metadata())
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
-            if not call.cancelled():
+            if not fired:
                 raise  # our own task was cancelled: propagate as asyncio expects
             raise aio.AioRpcError(
                 grpc.StatusCode.CANCELLED, aio.Metadata(), aio.Metadata(), "cancelled by drill client"

@@ -247,3 +247,30 @@ def test_server_streaming_abort_and_delay():
     items, delayed, code = asyncio.run(main())
     assert items == ["0", "1", "2"] and delayed >= 0.2
     assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@pytest.mark.parametrize("cancel_after_ms", [None, 5000])
+def test_cancelling_the_callers_task_raises_cancelled_error_not_a_status(cancel_after_ms):
+    """asyncio's promise: a cancelled task sees CancelledError. grpc.aio cancels the call when the awaiting
+    task is cancelled, so "the call was cancelled" does not mean "our cancel-after timer fired"; reporting it
+    as an AioRpcError(CANCELLED) let a stopped load's call look like an answer and the task run on (a runner
+    interrupted mid-drill did not stop)."""
+
+    async def main():
+        async with aio_server(settings("aio-task-cancel")) as (port, _):
+            async with aio_stub(port, drill("delay:2000"), cancel_after_ms=cancel_after_ms) as stub:
+                async def call():
+                    return await stub.Call(drill_pb2.CallRequest())
+
+                task = asyncio.create_task(call())
+                await asyncio.sleep(0.2)  # the call is in flight, inside the server's delay
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    return "CancelledError"
+                except aio.AioRpcError as err:
+                    return f"AioRpcError {err.code().name}"
+                return "answered"
+
+    assert asyncio.run(main()) == "CancelledError"
