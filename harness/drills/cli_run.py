@@ -176,7 +176,8 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
                             annotator=_annotator(args))  # fmt: skip
             results = asyncio.run(runner.run())
         except (KeyboardInterrupt, asyncio.CancelledError) as exc:
-            sig = getattr(runner, "interrupted", None) or ("SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM")
+            default = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+            sig = getattr(runner, "interrupted", None) or default
             view.log(f"drill: {'interrupted' if sig == 'SIGINT' else 'terminated'}; every process stopped")
             return 130 if sig == "SIGINT" else 143
         finally:
