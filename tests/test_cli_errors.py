@@ -232,7 +232,9 @@ def test_prometheus_auto_without_prometheus_says_so(tmp_path, monkeypatch):
     with contextlib.redirect_stderr(err):
         import argparse
 
-        assert cli_run._prometheus(argparse.Namespace(prometheus="auto"), tmp_path, print) is None
+        from harness.drills.plan import load_plan
+
+        assert cli_run._prometheus(argparse.Namespace(prometheus="auto"), tmp_path, print, load_plan("basics")) is None
     assert err.getvalue().startswith("drill: warning: --prometheus auto: no 'no-such-prometheus' on PATH")
 
 

@@ -109,7 +109,7 @@ def overrides_from(args: argparse.Namespace) -> dict:
     return over
 
 
-def _prometheus(args: argparse.Namespace, out: pathlib.Path, log):
+def _prometheus(args: argparse.Namespace, out: pathlib.Path, log, plan):
     """The Prometheus that watches the run (`--prometheus`), started; None for `off`."""
     if args.prometheus == "auto":
         import shutil
@@ -120,11 +120,11 @@ def _prometheus(args: argparse.Namespace, out: pathlib.Path, log):
             print(f"drill: warning: --prometheus auto: no {PROMETHEUS!r} on PATH, so no Prometheus cross-check in "
                   "this run (Debian: apt-get install prometheus)", file=sys.stderr)  # fmt: skip
             return None
-        from harness.drills.runner import runner_metrics_url
+        from harness.drills.runner import initial_targets
 
         rules = sorted((pathlib.Path(__file__).resolve().parents[2] / "compose/prometheus/rules").glob("*.yml"))
         prom = LocalPrometheus(out / "prometheus", rule_files=rules).start()  # the compose stack's rules
-        prom.set_targets([(None, runner_metrics_url())])
+        prom.set_targets(initial_targets(plan))
         ready = prom.wait_first_sample()
         log(f"prometheus watching the run at {prom.url}" + ("" if ready else " (no sample yet)"))
         return prom
@@ -171,7 +171,7 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
     prom = runner = None
     with LiveView(plan.name, enabled=False if args.no_live else None) as view:
         try:
-            prom = _prometheus(args, out, view.log)
+            prom = _prometheus(args, out, view.log, plan)
             runner = Runner(plan, out, on_sample=view.update, log=view.log, prometheus=prom,
                             annotator=_annotator(args))  # fmt: skip
             results = asyncio.run(runner.run())

@@ -51,7 +51,7 @@ class ExternalPrometheus:
         self.url = url.rstrip("/")
         self.sd_file = sd_file
 
-    def set_targets(self, endpoints: list[tuple[str | None, str]]) -> None:
+    def set_targets(self, endpoints: list[tuple]) -> None:
         if self.sd_file is not None:
             write_targets(self.sd_file, endpoints)
 

@@ -18,8 +18,6 @@ import sys
 import time
 from collections.abc import Callable
 
-from prometheus_client import start_http_server
-
 from harness.core import metrics as m
 from harness.core.errors import RunFailed
 from harness.core.snapshots import EdgeCounts, LoadExport
@@ -27,11 +25,12 @@ from harness.dashboards.annotations import DrillAnnotator
 from harness.drills import analysis, report
 from harness.drills.load import AioLoad, CommandLoad, LocustLoad, ids_digest, planned_rps
 from harness.drills.model import Plan, Probe, Results, Variant
+from harness.drills.relay import Relay, relayed
+from harness.drills.relay import serve as serve_metrics
 from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
 from harness.drills.series import RunSeries, build_series, reduce_families
 from harness.drills.stacks import target_for
-from harness.procs.prometheus import wait_scraped
 from harness.procs.spawn import python_env, spawn, stop_processes
 
 
@@ -39,27 +38,43 @@ class DrillError(RunFailed):
     """The drill could not finish (a service crashed, the load failed)."""
 
 
-_METRICS: tuple[str, EdgeCounts] | None = None
+_METRICS: tuple[str, EdgeCounts, str, Relay] | None = None
 
 #: The scraper reads each second this long after it ends (the hops' counters are interpolated to the second).
 SCRAPE_DELAY_S = 0.1
 #: The signals that stop a run: every process it started is stopped, and the run exits 130 / 143.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: How long a trial waits for Prometheus to read its hops once: a changed target set is discovered on
+#: Prometheus' 5-s tick, then scraped within its interval (1 s here; a user's may be longer).
+WAIT_SCRAPED_S = 15.0
 
 
 def runner_metrics() -> tuple[str, EdgeCounts]:
     """The runner's own /metrics and the aio load's per-second edge counts it serves, stamped with their
     second (harness.core.snapshots), beside every other series of the process, live."""
-    global _METRICS
-    if _METRICS is None:
-        counts = EdgeCounts("loadgen")
-        server, _thread = start_http_server(0, addr="127.0.0.1", registry=LoadExport(counts).registry())
-        _METRICS = (f"http://127.0.0.1:{server.server_port}/metrics", counts)
-    return _METRICS
+    return _runner_server()[:2]
 
 
 def runner_metrics_url() -> str:
     return runner_metrics()[0]
+
+
+def initial_targets(plan: Plan) -> list[tuple]:
+    """What Prometheus scrapes from the start: the runner, and the relay paths of the first trial's hops when
+    the runner starts them (named as it will name them), so their discovery overlaps Prometheus' start."""
+    own, _, base, _ = _runner_server()
+    hops = [] if plan.stack else [(h.name, "") for h in plan.variants[0].hops for _ in range(h.replicas)]
+    return [(None, own), *relayed(base, hops)[1]]
+
+
+def _runner_server() -> tuple[str, EdgeCounts, str, Relay]:
+    """(metrics URL, edge counts, base URL, hop relay) of the one metrics server of this process."""
+    global _METRICS
+    if _METRICS is None:
+        counts = EdgeCounts("loadgen")
+        base, relay = serve_metrics(LoadExport(counts).registry())
+        _METRICS = (f"{base}/metrics", counts, base, relay)
+    return _METRICS
 
 
 def _probe_summary(path: pathlib.Path) -> dict | None:
@@ -161,14 +176,18 @@ class Runner:
                     phases=plan.phases, edge_call=target.edge_call(variant), counts=counts, metrics_url=url,
                     trial=trial,
                 )  # fmt: skip
-            if self.prometheus is not None:
-                endpoints = target.endpoints() + load.metrics_endpoints()
-                self.prometheus.set_targets(endpoints)
-                # a new target is discovered and first scraped a few seconds later: without this wait the
-                # hops' first seconds (all of warm-up in a short plan) are missing from Prometheus. Every
-                # target it was given counts (the local topology's hops are served through the load's own
-                # endpoint, stamped, so the hops themselves may be none of them)
-                if not await asyncio.to_thread(self._wait_scraped, [url for _, url in endpoints]):
+            if self.prometheus is not None and getattr(self.prometheus, "sd_file", True) is not None:
+                # every hop and load through the relay (harness.drills.relay): the same targets each trial of
+                # the same shape, so Prometheus reads a new trial's hops within a scrape interval instead of
+                # discovering new ports on its 5-s tick. The load waits until each was read once, or the
+                # hops' first seconds (all of warm-up in a short plan) would be missing from Prometheus.
+                own = runner_metrics_url()
+                *_, base, relay = _runner_server()
+                others = [(svc, url) for svc, url in target.endpoints() + load.metrics_endpoints() if url != own]
+                urls, relay_targets = relayed(base, others)
+                relay.set(urls)
+                self.prometheus.set_targets([(None, own), *relay_targets])
+                if not await asyncio.to_thread(relay.wait_served, urls, WAIT_SCRAPED_S):
                     self.log(f"[{label}] prometheus has not scraped every replica yet: first seconds may be missing")
             edge = None
             if isinstance(load, AioLoad):  # the edge's exact per-second counts, straight from the load
@@ -374,12 +393,6 @@ class Runner:
         post = getattr(self.annotator, kind)
         self._posts.append(asyncio.get_running_loop().run_in_executor(
             None, lambda: post(*args, plan=self.plan.name, **kwargs)))  # fmt: skip
-
-    def _wait_scraped(self, urls: list[str], timeout_s: float = 15.0) -> bool:
-        """True once the Prometheus watching the run has scraped every one of `urls` successfully."""
-        if getattr(self.prometheus, "sd_file", True) is None:
-            return True  # an external Prometheus we do not feed targets to: nothing to wait for
-        return wait_scraped(self.prometheus.url, urls, timeout_s)
 
     def _from_prometheus(self, start: float, end: float) -> dict:
         """The same analysis from the Prometheus that watched the run: a cross-check of the scraper.

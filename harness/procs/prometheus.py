@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import re
 import shutil
 import tempfile
 import time
@@ -55,12 +54,16 @@ def api_get(url: str, path: str, params: Sequence[tuple[str, str]] = (), timeout
     return body["data"]
 
 
-def write_targets(path: pathlib.Path, endpoints: Iterable[tuple[str | None, str]]) -> None:
-    """A file_sd targets file for (service, metrics URL) endpoints, atomically replaced."""
+def write_targets(path: pathlib.Path, endpoints: Iterable[tuple]) -> None:
+    """A file_sd targets file for (service, metrics URL[, instance]) endpoints, atomically replaced.
+
+    An `instance` names a target that shares its address with others (the runner's relay paths)."""
     groups = []
-    for service, url in endpoints:
+    for service, url, *instance in endpoints:
         u = urllib.parse.urlsplit(url)
         labels = {"service": service or "loadgen", "__metrics_path__": u.path or "/metrics"}
+        if instance:
+            labels["instance"] = instance[0]
         groups.append({"targets": [u.netloc], "labels": labels})
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(groups))
@@ -177,7 +180,7 @@ class LocalPrometheus:
         self.stop()
 
     # -- targets --------------------------------------------------------------------------
-    def set_targets(self, endpoints: Iterable[tuple[str | None, str]]) -> None:
+    def set_targets(self, endpoints: Iterable[tuple]) -> None:
         write_targets(self.targets_file, endpoints)
 
     # -- HTTP API -------------------------------------------------------------------------
@@ -242,29 +245,3 @@ def finite_values(result: list[dict[str, Any]]) -> list[float]:
             if f == f and f not in (float("inf"), float("-inf")):
                 out.append(f)
     return out
-
-
-def wait_scraped(url: str, metrics_urls: Sequence[str], timeout_s: float = 15.0) -> bool:
-    """True once the Prometheus at `url` has scraped every one of `metrics_urls` successfully.
-
-    A target given through file_sd is first scraped 5–10 s later (Prometheus 2.x hands discovered
-    targets to its scrape manager on a 5-s tick), so a runner that starts its load at once loses
-    those first seconds."""
-    if not metrics_urls:
-        return True
-    # a regex inside a PromQL string: its backslashes are escaped once more ("\\." not "\.", which PromQL
-    # refuses as an unknown escape)
-    instances = "|".join(re.escape(urllib.parse.urlsplit(u).netloc) for u in metrics_urls).replace("\\", "\\\\")
-    query = [("query", f'count(up{{instance=~"{instances}"}} == 1)')]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            got = api_get(url, "query", query, timeout_s=2.0)["result"]
-        except PrometheusError as e:
-            if "bad_data" in str(e):
-                raise  # our query is wrong: waiting will not mend it
-            got = []
-        if got and float(got[0]["value"][1]) >= len(metrics_urls):
-            return True
-        time.sleep(0.25)
-    return False

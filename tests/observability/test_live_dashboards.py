@@ -172,7 +172,9 @@ def test_the_runners_prometheus_loads_the_rules_the_dashboards_read(tmp_path: pa
     TSDB a drill leaves behind holds every recorded series and alert the dashboards read: all their groups are
     loaded. (Its wait for a first scrape, up to 20 s, is skipped: rules are loaded at start.)"""
     monkeypatch.setattr(LocalPrometheus, "wait_first_sample", lambda self, timeout_s=20.0: True)
-    prom = _prometheus(argparse.Namespace(prometheus="auto", prometheus_sd=None), tmp_path, print)
+    from harness.drills.plan import load_plan
+
+    prom = _prometheus(argparse.Namespace(prometheus="auto", prometheus_sd=None), tmp_path, print, load_plan("basics"))
     assert prom is not None, "prometheus not on PATH"
     try:
         loaded = {g["name"]: len(g["rules"]) for g in prom.api("rules")["groups"]}
