@@ -125,6 +125,12 @@ CLIENT_LATENCY = Histogram(
     ["service", "grpc_method", "fault_mode", "traffic", "config"],
     buckets=LATENCY_BUCKETS,
 )
+CLIENT_STARTED = Counter(
+    "drill_client_started",
+    "Calls the load driver started, filed under the second each started in (exported stamped by the drill "
+    "loads): the offered load, exact however long its calls take.",
+    ["service", "grpc_method", "traffic", "config"],
+)
 CLIENT_CALLS = Counter(
     "drill_client_calls",
     "Client calls by final status, traffic class, requested fault mode, resilience config and whether "

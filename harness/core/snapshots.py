@@ -43,9 +43,12 @@ from harness.core.status import STATUS_NAMES
 CallKey = tuple[str, str, str, str, str, str]
 #: (config, method, traffic, mode) of `drill_client_latency_seconds`
 LatencyKey = tuple[str, str, str, str]
+#: (config, method, traffic) of `drill_client_started_total`
+StartedKey = tuple[str, str, str]
 
 CALLS_NAME = m.sample_name(m.CLIENT_CALLS)
 LATENCY_NAME = m.sample_name(m.CLIENT_LATENCY)
+STARTED_NAME = m.sample_name(m.CLIENT_STARTED)
 #: seconds of per-second increments kept apart before they are folded into the running base
 HORIZON_S = 600
 
@@ -65,6 +68,8 @@ class EdgeCounts(Collector):
         self._calls: dict[int, Counter] = {}
         self._lat: dict[int, Counter] = {}  # (LatencyKey, bucket index or len = +Inf) -> count
         self._lat_sum: dict[int, Counter] = {}
+        self._started: dict[int, Counter] = {}
+        self._base_started: Counter = Counter()
         self._base_calls: Counter = Counter()
         self._base_lat: Counter = Counter()
         self._base_sum: Counter = Counter()
@@ -76,6 +81,8 @@ class EdgeCounts(Collector):
     def declare(self, config: str, method: str) -> None:
         """Every series of (config, method) at 0 from now: no series is born inside a reader's window."""
         with self._lock:
+            for traffic in ("organic", "drill"):
+                self._base_started.setdefault((config, method, traffic), 0)
             for traffic, modes in (("organic", (Mode.NONE.value,)), ("drill", tuple(x.value for x in Mode))):
                 for mode in modes:
                     self._declared_lat.add((config, method, traffic, mode))
@@ -101,8 +108,18 @@ class EdgeCounts(Collector):
             self._lat_sum.setdefault(second, Counter())[lat_key] += latency_s
             self._fold(second - HORIZON_S)
 
+    def start(self, config: str, method: str, traffic: str, at: float | None = None) -> None:
+        """File one call the load started under the second it started in (now, unless `at` is given): the
+        offered load counted where it happens, not estimated from latencies after the calls end."""
+        second = second_of(time.time() if at is None else at)
+        with self._lock:
+            second = max(second, self._base_second + 1)
+            self._started.setdefault(second, Counter())[(config, method, traffic)] += 1
+
     def _fold(self, upto: int) -> None:
         """Move every second ≤ upto into the base (held lock)."""
+        for second in [s for s in self._started if s <= upto]:
+            self._base_started.update(self._started.pop(second))
         for second in [s for s in self._calls if s <= upto]:
             self._base_calls.update(self._calls.pop(second))
             self._base_lat.update(self._lat.pop(second, Counter()))
@@ -126,9 +143,23 @@ class EdgeCounts(Collector):
             sums.setdefault(key, 0.0)
         return calls, lat, sums
 
+    def started(self, second: int) -> Counter:
+        """Calls started by `second`, exactly (every declared key, 0 included)."""
+        with self._lock:
+            out = Counter(self._base_started)
+            for s, inc in self._started.items():
+                if s <= second:
+                    out.update(inc)
+        return out
+
     def families(self, second: int) -> list[Metric]:
-        """`drill_client_calls_total` and `drill_client_latency_seconds` as of `second`, stamped with it."""
+        """`drill_client_calls_total`, `drill_client_latency_seconds` and `drill_client_started_total` as of
+        `second`, stamped with it."""
         calls, lat, sums = self.cumulative(second)
+        st = Metric(STARTED_NAME, m.CLIENT_STARTED.describe()[0].documentation, "counter")
+        for (config, method, traffic), v in sorted(self.started(second).items()):
+            labels = {"service": self.service, "grpc_method": method, "traffic": traffic, "config": config}
+            st.add_sample(STARTED_NAME + "_total", labels, float(v), timestamp=float(second))
         c = Metric(CALLS_NAME, m.CLIENT_CALLS.describe()[0].documentation, "counter")
         for (config, method, traffic, status, mode, injected), v in sorted(calls.items()):
             labels = {"service": self.service, "grpc_method": method, "grpc_status": status, "fault_mode": mode,
@@ -149,7 +180,7 @@ class EdgeCounts(Collector):
                 h.add_sample(LATENCY_NAME + "_bucket", {**base, "le": _le(le)}, float(running), timestamp=float(second))
             h.add_sample(LATENCY_NAME + "_count", base, float(running), timestamp=float(second))
             h.add_sample(LATENCY_NAME + "_sum", base, float(sums.get(key, 0.0)), timestamp=float(second))
-        return [c, h]
+        return [c, h, st]
 
     def collect(self) -> Iterator[Metric]:
         """The counts up to the last whole second that has ended, stamped with it."""

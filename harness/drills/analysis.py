@@ -39,9 +39,12 @@ exported here), the user-impact numbers `harness.drills.impact`'s. Definitions:
   says which). Such a trial is never ranked as holding.
 - **offered load**: per traffic class, `planned` requests/s (what the load
   driver was asked to send) and `achieved`: the calls the edge client *started*
-  in the fault window ÷ its length. Calls are counted when they end, so each
-  second's completions are moved back by their latency (spread over their
-  latency bucket) before counting: a slow fault does not look like a load drop.
+  in the fault window ÷ its length, as the load counted them when it started
+  them (`drill_client_started_total`, the runner's aio load). A load that counts
+  calls only when they end is estimated: each second's completions are moved
+  back by their latency (spread over their latency bucket) before counting, so a
+  slow fault does not look like a load drop — but calls that end after the
+  window are missed, which under-reads a short window of long calls.
   **load fell behind** when achieved < 90 % of planned for a class: the
   generator slowed down with the system (coordinated omission) and the drill
   cannot say a configuration held.
@@ -285,6 +288,33 @@ def total_requests(series: RunSeries, traffic: str = "all") -> int:
 
 def started_rps(series: RunSeries, start: float, end: float, traffic: str) -> float | None:
     """Calls of one traffic class the edge client started in [start, end), per second.
+
+    Counted where the load exports it (`started` series: calls filed under the second they started, the
+    runner's aio load); otherwise estimated from when calls ended and how long they took (`estimated_started_rps`).
+    """
+    counted = counted_started_rps(series, start, end, traffic)
+    return counted if counted is not None else estimated_started_rps(series, start, end, traffic)
+
+
+def counted_started_rps(series: RunSeries, start: float, end: float, traffic: str) -> float | None:
+    """Calls of one class started in [start, end) per second, from the load's own `started` counts (each sample's
+    calls spread over its second(s); a sample the window cuts counts its share). None without such counts."""
+    keys = series.select("started", traffic=traffic)
+    if end <= start or not keys:
+        return None
+    dt = sample_lengths(series.t)
+    n, seen = 0.0, False
+    for i, t in enumerate(series.t):
+        overlap = max(0.0, min(t, end) - max(t - dt[i], start))
+        for k in keys:
+            v = series.values[k][i]
+            if overlap > 0 and v is not None:
+                n, seen = n + v * overlap, True
+    return n / (end - start) if seen else None
+
+
+def estimated_started_rps(series: RunSeries, start: float, end: float, traffic: str) -> float | None:
+    """Calls of one class started in [start, end) per second, estimated from when they ended.
 
     A sample at t counts calls that ended in (t−1, t]; one in latency bucket
     (lo, hi] started in (t−1−hi, t−lo]. Each bucket's calls are spread evenly

@@ -186,6 +186,7 @@ class AioLoad:
         trailers = None
         status = "OK"
         start = time.perf_counter()
+        self.counts.start(self.config_label, self.method_label, traffic)
         try:
             call = method(request, timeout=self.traffic.timeout_s, metadata=((h.REQUEST_ID, rid),))
             if self.edge_call.streaming:

@@ -408,6 +408,7 @@ class SeriesKey(NamedTuple):
 
     - `calls` edge client calls by traffic, status, mode (counter)
     - `lat` edge client latency bucket by traffic, mode, le (counter)
+    - `started` edge client calls started by traffic, filed under the second they started (counter)
     - `srv` server calls per hop, shed calls included (counter)
     - `gap` / `gapsum` deadline-gap observations / seconds per hop (counter)
     - `hits`, `retry` per hop (counter); `fds` open fds per hop (gauge, summed over replicas)

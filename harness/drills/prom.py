@@ -87,6 +87,7 @@ def _selectors(edge: str) -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
     return [
         ("calls", f"{sr.CLIENT_CALLS}{c}", (("traffic", "traffic"), ("status", "grpc_status"), ("mode", "fault_mode"))),
         ("lat", f"{sr.CLIENT_LATENCY_BUCKET}{c}", (("traffic", "traffic"), ("mode", "fault_mode"), ("le", "le"))),
+        ("started", f"{sr.CLIENT_STARTED}{c}", (("traffic", "traffic"),)),
         ("srv", sr.SERVER_CALLS, _SERVICE),
         ("gap", sr.GAP_COUNT, _SERVICE),
         ("gapsum", sr.GAP_SUM, _SERVICE),

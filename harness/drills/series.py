@@ -21,6 +21,7 @@ Snapshot = dict[SeriesKey, float]
 # sample names, from the metrics' one home
 CLIENT_CALLS = m.sample_name(m.CLIENT_CALLS, "_total")
 CLIENT_LATENCY_BUCKET = m.sample_name(m.CLIENT_LATENCY, "_bucket")
+CLIENT_STARTED = m.sample_name(m.CLIENT_STARTED, "_total")
 SERVER_CALLS = m.sample_name(m.SERVER_CALLS, "_total")
 SERVER_SHED = m.sample_name(m.SERVER_SHED, "_total")
 GAP_COUNT = m.sample_name(m.DEADLINE_GAP, "_count")
@@ -60,6 +61,8 @@ def reduce_families(
                 if name == CLIENT_CALLS:
                     add(SeriesKey("calls", traffic=lb.get("traffic", ""), status=lb.get("grpc_status", ""),
                                   mode=lb.get("fault_mode", "none")), v)  # fmt: skip
+                elif name == CLIENT_STARTED:
+                    add(SeriesKey("started", traffic=lb.get("traffic", "")), v)
                 elif name == CLIENT_LATENCY_BUCKET:
                     add(SeriesKey("lat", traffic=lb.get("traffic", ""), mode=lb.get("fault_mode", "none"),
                                   le=lb.get("le", "+Inf")), v)  # fmt: skip
