@@ -333,6 +333,10 @@ def test_forward_script_replaces_only_its_own_previous_forward(tmp_path: pathlib
     fake.mkdir()
     (fake / "kubectl").write_text("#!/bin/sh\nwhile :; do sleep 1; done\n")
     (fake / "kubectl").chmod(0o755)
+    # a setsid(1) slow to make its session, as a busy box makes the real one: the test must wait for the forward
+    # itself, not for a process whose arguments merely name it (a CI run beside two CPU hogs caught the gap)
+    (fake / "setsid").write_text(f"#!/bin/sh\nsleep 0.5\nexec {shutil.which('setsid')} \"$@\"\n")
+    (fake / "setsid").chmod(0o755)
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "TMPDIR": str(tmp_path), "COLUMNS": "80"}
     pidfile = tmp_path / "drill-k8s-gateway-forward.pid"
     unrelated = subprocess.Popen(["sleep", "30"], start_new_session=True)  # a stale PID must not be killed
@@ -343,9 +347,10 @@ def test_forward_script_replaces_only_its_own_previous_forward(tmp_path: pathlib
             subprocess.run(["sh", str(K8S / "forward-gateway.sh")], env=env, check=True, timeout=30)
             pids.append(int(pidfile.read_text()))
             # the forward is started in the background: wait until it *is* the port-forward (a busy box may not
-            # have exec'd it yet, and the script rightly leaves alone a PID that is not its forward)
+            # have exec'd it yet, and the script rightly leaves alone a PID that is not its forward). setsid(1)
+            # carries the forward's arguments before it has made its session and exec'd kubectl: wait past it
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and b"port-forward" not in _cmdline(pids[-1]):
+            while time.monotonic() < deadline and not _is_forward(pids[-1]):
                 time.sleep(0.05)
         first, second = pids
         # the script waits for the old forward to end before it returns: it is gone now, or a zombie where
@@ -371,6 +376,12 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _is_forward(pid: int) -> bool:
+    """The PID runs the (stand-in) kubectl port-forward itself, no longer the setsid(1) that starts it."""
+    args = _cmdline(pid).split(b"\0")
+    return b"port-forward" in args and not any(a.endswith(b"setsid") for a in args)
 
 
 def _cmdline(pid: int) -> bytes:

@@ -12,7 +12,7 @@ many calls as in a run without faults and their p50 does not move by a tenth of
 the delay (the +3 ms target is measured by benchmarks/locust_throughput.py, with
 the generator on a core of its own: here other tests share the cores). The two
 runs of a pair run at the same time (separate Locust processes), so the machine's
-noise hits both alike; the medians of two pairs are compared. The control blocks
+noise hits both alike; the medians of three pairs are compared. The control blocks
 the hub for each call's whole duration (`DRILL_LOCUST_WAIT=block-hub`), the way a
 synchronous wait would, and must fail the same check. (A blocked hub delays the
 *sending* of organic calls, so it shows up in how many are sent: measured 20
@@ -82,8 +82,14 @@ def organic_unmoved(base: list[tuple[float, int]], faulted: list[tuple[float, in
     return p50 and sent
 
 
+#: Twin runs share the machine's noise only on average: beside two CPU hogs and the suite, a starvation burst
+#: once hit one twin alone (organic p50 5 ms in the quiet twin, 160 ms in the delayed one, while the other pair
+#: read 28 and 42 ms), and the median of two pairs is their mean. Three pairs: one such pair is outvoted.
+PAIRS = 3
+
+
 def test_drill_delay_does_not_move_organic_traffic(tmp_path, drill_server):
-    base, faulted = _organic(tmp_path, drill_server.host, 2)
+    base, faulted = _organic(tmp_path, drill_server.host, PAIRS)
     assert organic_unmoved(base, faulted), (base, faulted)
 
 
