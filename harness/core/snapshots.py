@@ -94,11 +94,15 @@ class EdgeCounts(Collector):
         self, config: str, method: str, traffic: str, status: str, mode: str, injected: bool, latency_s: float,
         ended: float | None = None,
     ) -> None:  # fmt: skip
-        """File one finished call under the second it ended in (now, unless `ended` is given)."""
-        second = second_of(time.time() if ended is None else ended)
+        """File one finished call under the second it ended in (now, unless `ended` is given).
+
+        "Now" is read while the lock is held, as `collect` reads its second: a thread paused between reading
+        the clock and taking the lock could otherwise file a call under a second a reader had already
+        exported without it (the read-back then disagrees with the runner by a second)."""
         b = next((i for i, le in enumerate(self.buckets) if latency_s <= le), len(self.buckets))
         lat_key = (config, method, traffic, mode)
         with self._lock:
+            second = second_of(time.time() if ended is None else ended)
             if second <= self._base_second:  # later than the horizon: cannot happen for a live load
                 second = self._base_second + 1
             self._calls.setdefault(second, Counter())[
@@ -111,9 +115,8 @@ class EdgeCounts(Collector):
     def start(self, config: str, method: str, traffic: str, at: float | None = None) -> None:
         """File one call the load started under the second it started in (now, unless `at` is given): the
         offered load counted where it happens, not estimated from latencies after the calls end."""
-        second = second_of(time.time() if at is None else at)
-        with self._lock:
-            second = max(second, self._base_second + 1)
+        with self._lock:  # the clock under the lock: see record()
+            second = max(second_of(time.time() if at is None else at), self._base_second + 1)
             self._started.setdefault(second, Counter())[(config, method, traffic)] += 1
 
     def _fold(self, upto: int) -> None:
@@ -129,35 +132,41 @@ class EdgeCounts(Collector):
     # -- reading ---------------------------------------------------------------------------------
     def cumulative(self, second: int) -> tuple[Counter, Counter, Counter]:
         """(calls, latency-bucket counts, latency sums) of every call that ended by `second`, exactly."""
+        return self._snapshot(second)[1:4]
+
+    def _snapshot(self, second: int | None) -> tuple[int, Counter, Counter, Counter, Counter]:
+        """(second, calls, latency buckets, latency sums, starts) up to `second` — the last whole second that
+        has ended when None, read on the clock under the same lock as the counts (see record())."""
         with self._lock:
+            if second is None:
+                second = math.floor(time.time())
             calls, lat, sums = Counter(self._base_calls), Counter(self._base_lat), Counter(self._base_sum)
+            started = Counter(self._base_started)
             for s, inc in self._calls.items():
                 if s <= second:
                     calls.update(inc)
                     lat.update(self._lat.get(s, Counter()))
                     sums.update(self._lat_sum.get(s, Counter()))
+            for s, inc in self._started.items():
+                if s <= second:
+                    started.update(inc)
             declared, declared_lat = set(self._declared), set(self._declared_lat)
         for key in declared:
             calls.setdefault(key, 0)
         for key in declared_lat:
             sums.setdefault(key, 0.0)
-        return calls, lat, sums
+        return second, calls, lat, sums, started
 
     def started(self, second: int) -> Counter:
         """Calls started by `second`, exactly (every declared key, 0 included)."""
-        with self._lock:
-            out = Counter(self._base_started)
-            for s, inc in self._started.items():
-                if s <= second:
-                    out.update(inc)
-        return out
+        return self._snapshot(second)[4]
 
-    def families(self, second: int) -> list[Metric]:
+    def families(self, second: int | None = None) -> list[Metric]:
         """`drill_client_calls_total`, `drill_client_latency_seconds` and `drill_client_started_total` as of
-        `second`, stamped with it."""
-        calls, lat, sums = self.cumulative(second)
+        `second` (None: the last whole second that has ended), stamped with it."""
+        second, calls, lat, sums, started = self._snapshot(second)
         st = Metric(STARTED_NAME, m.CLIENT_STARTED.describe()[0].documentation, "counter")
-        for (config, method, traffic), v in sorted(self.started(second).items()):
+        for (config, method, traffic), v in sorted(started.items()):
             labels = {"service": self.service, "grpc_method": method, "traffic": traffic, "config": config}
             st.add_sample(STARTED_NAME + "_total", labels, float(v), timestamp=float(second))
         c = Metric(CALLS_NAME, m.CLIENT_CALLS.describe()[0].documentation, "counter")
@@ -184,7 +193,7 @@ class EdgeCounts(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The counts up to the last whole second that has ended, stamped with it."""
-        yield from self.families(math.floor(time.time()))
+        yield from self.families(None)
 
 
 def _le(bound: float) -> str:
