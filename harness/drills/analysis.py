@@ -369,10 +369,18 @@ def offered_load(series: RunSeries) -> tuple[dict[str, dict], bool | None]:
     return out, any(c["fell_behind"] for c in out.values())
 
 
-def uncertainty(series: RunSeries, rec: Recovery, found: Sequence[Breach]) -> dict[str, float]:
+def uncertainty(series: RunSeries, rec: Recovery, found: Sequence[Breach], slo: Slo | None = None) -> dict[str, float]:
     """± in seconds of every time the trial reports, read back from a source coarser than the runner's grid:
-    a duration is as uncertain as its two edges together (`RunSeries.edge_error_at`, `fault_error`)."""
-    e = series.edge_error_at
+    a duration is as uncertain as its two edges together (`RunSeries.edge_error_at`, `fault_error`).
+
+    An edge at second i rests on the error rates of the `window_s` seconds before it and the `hold_s` seconds
+    it is held: a misread anywhere there can move it (a read-back once found a restore 1 s later than the
+    runner with the gap two seconds away and ± 0 stated), so each edge takes the widest error within reach."""
+    reach = 0 if slo is None else slo.window_s + slo.hold_s - 1
+
+    def e(i: int | None) -> float:
+        return series.edge_error_at(i, reach)
+
     on_err, off_err = series.fault_error or (0.0, 0.0)
 
     def span(b: Breach) -> float:
@@ -446,7 +454,7 @@ def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) 
         "fd_peaks": fd_peaks(series),
     }
     if series.edge_error is not None or series.fault_error is not None or series.resolution_s is not None:
-        out["uncertainty_s"] = uncertainty(series, rec, found)
+        out["uncertainty_s"] = uncertainty(series, rec, found, slo)
         out["resolution_s"] = series.resolution_s
     return out
 

@@ -120,11 +120,13 @@ class RunSeries:
     #: the largest gap between consecutive samples of the series used (None: the runner's own 1-s grid)
     resolution_s: float | None = None
 
-    def edge_error_at(self, i: int | None) -> float:
-        """± of an edge found at sample i (0 when exact, or no such sample)."""
+    def edge_error_at(self, i: int | None, reach: int = 0) -> float:
+        """± of an edge found at sample i (0 when exact, or no such sample): the widest read error of the
+        samples within `reach` of it, since an SLO state is judged over a window and held over seconds, so a
+        misread second that near moves the edge as surely as one at it."""
         if self.edge_error is None or i is None or not 0 <= i < len(self.edge_error):
             return 0.0
-        return self.edge_error[i]
+        return max(self.edge_error[max(0, i - reach) : i + reach + 1])
 
     def select(self, kind: str, **match: str) -> list[SeriesKey]:
         """Keys of one kind whose fields equal `match`, sorted."""

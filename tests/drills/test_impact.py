@@ -141,3 +141,15 @@ def test_a_never_restored_breach_has_only_its_start_uncertain():
     s = read_back(make_series(rates({(12, 40): 0.5})), 0.5)
     u = a.analyze_run(s, SLO)["uncertainty_s"]
     assert "mttr_s" not in u and u["bad_s"] == 0.5 and u["ttd_s"] == 0.5
+
+
+def test_a_misread_second_near_an_edge_makes_that_edge_uncertain():
+    """A restore point rests on the hold's seconds after it and the window's before it: a second misread
+    there (its calls spread over a scrape gap) moves the edge as surely as one at it. A live read-back once
+    found a restore 1 s later than the runner with its gap next to the edge and stated ± 0."""
+    edge = [0.0] * 40
+    edge[25] = 1.0  # one second after the restored point (index 24), inside its 3-s hold
+    s = read_back(make_series(rates({(11, 24): 0.4})), edge, resolution=2.0)
+    res = a.analyze_run(s, SLO)
+    assert res["ttr_s"] == 5.0
+    assert res["uncertainty_s"]["ttr_s"] == 1.0 and res["uncertainty_s"]["mttr_s"] == 1.0
