@@ -130,10 +130,6 @@ class EdgeCounts(Collector):
         self._base_second = max(self._base_second, upto)
 
     # -- reading ---------------------------------------------------------------------------------
-    def cumulative(self, second: int) -> tuple[Counter, Counter, Counter]:
-        """(calls, latency-bucket counts, latency sums) of every call that ended by `second`, exactly."""
-        return self._snapshot(second)[1:4]
-
     def _snapshot(self, second: int | None) -> tuple[int, Counter, Counter, Counter, Counter]:
         """(second, calls, latency buckets, latency sums, starts) up to `second` — the last whole second that
         has ended when None, read on the clock under the same lock as the counts (see record())."""
@@ -156,10 +152,6 @@ class EdgeCounts(Collector):
         for key in declared_lat:
             sums.setdefault(key, 0.0)
         return second, calls, lat, sums, started
-
-    def started(self, second: int) -> Counter:
-        """Calls started by `second`, exactly (every declared key, 0 included)."""
-        return self._snapshot(second)[4]
 
     def families(self, second: int | None = None) -> list[Metric]:
         """`drill_client_calls_total`, `drill_client_latency_seconds` and `drill_client_started_total` as of

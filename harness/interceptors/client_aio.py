@@ -92,10 +92,11 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
         start = time.perf_counter()
         call = await continuation(details, request)
         timer = None
-        fired: list[bool] = []  # set by our cancel-after timer: grpc.aio also cancels a call whose task was
-        if self.cancel_after_ms is not None:
+        fired: list[bool] | tuple = ()  # our cancel-after timer fired: grpc.aio also cancels the call of a task
+        if self.cancel_after_ms is not None:  # that was cancelled, so `call.cancelled()` cannot tell them apart
+            fired = []
 
-            def cancel_after() -> None:  # cancelled, so `call.cancelled()` cannot tell the two apart
+            def cancel_after() -> None:
                 fired.append(True)
                 call.cancel()
 
