@@ -39,7 +39,9 @@ def test_configuration_ladder_adds_mechanisms():
     assert resilient.outcomes == {"relayed_give_ups": "ignore"}
     assert resilient.deadline.propagate and resilient.deadline.total_s == 2.0  # methodConfig timeout
     assert resilient.retry.max_attempts == 3 and resilient.backoff["cap_s"] == 0.5
-    assert resilient.timeouts["methods"]["Call"]["kind"] == "p99"
+    # a fixed per-attempt timeout: a stall shorter than it only delays calls (test_stall.py)
+    assert resilient.timeouts["default"] == {"kind": "fixed", "seconds": 1.0} and not resilient.timeouts.get("methods")
+    assert p2c.timeouts["methods"]["Call"]["kind"] == "p99"
     assert p2c.balancer["kind"] == "p2c" and p2c.balancer["ejection"]["latency_factor"] == 5.0
     assert throttled.breaker is None and throttled.budget is None
     assert throttled.adaptive == {"k": 2.0, "window_s": 10.0}
