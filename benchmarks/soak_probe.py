@@ -57,6 +57,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 2**20
 FAST_S = 1.0
+#: how often the loop-lag meter asks to be woken (s): its lateness is how late the loop runs anything
+LAG_TICK_S = 0.05
 
 #: Type names (`module.qualname`) whose live instances every sample counts.
 WATCHED = (
@@ -217,6 +219,9 @@ class Probe:
         self._rss_max = 0
         self._inflight_max = 0
         self._tasks_max = 0
+        #: the event loop's longest lateness since the last sample (s): a call the loop is late to
+        #: cancel stays in its handler past its deadline by that much
+        self.lag_max = 0.0
         self._fast: list[list] = []
         self._snaps = 0
 
@@ -237,6 +242,7 @@ class Probe:
         rec["inflight_max"] = max(self._inflight_max, rec["inflight"])
         rec["tasks"] = self.tasks()
         rec["tasks_max"] = max(self._tasks_max, rec["tasks"])
+        rec["loop_lag_max_s"], self.lag_max = round(self.lag_max, 3), 0.0
         self._rss_max = self._inflight_max = self._tasks_max = 0
         rec["fast"], self._fast = self._fast, []
         rec["gc"] = [st["collections"] for st in gc.get_stats()]
@@ -313,10 +319,20 @@ def main(argv: list[str] | None = None) -> int:
     ns = build_parser(only="serve").parse_args(serve_argv)
     original = serve._serve
 
+    async def lag_meter(loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            due = loop.time() + LAG_TICK_S
+            await asyncio.sleep(LAG_TICK_S)
+            probe.lag_max = max(probe.lag_max, loop.time() - due)
+
     async def with_probe(a):
         probe.loop = asyncio.get_running_loop()
         threading.Thread(target=probe.run, name="soak-probe", daemon=True).start()
-        return await original(a)
+        meter = asyncio.ensure_future(lag_meter(probe.loop))
+        try:
+            return await original(a)
+        finally:
+            meter.cancel()
 
     serve._serve = with_probe
     return serve.run(ns)

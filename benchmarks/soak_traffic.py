@@ -71,6 +71,9 @@ class Books:
     skipped_overload: int = 0
     #: most calls the generator had in flight at once
     in_flight_max: int = 0
+    #: how late the generator sent its latest arrival (s): an open-loop schedule sends what it owes
+    #: at once after a lag, so any window of its arrivals holds at most rate x (window + this)
+    late_max_s: float = 0.0
     other_errors: dict = dataclasses.field(default_factory=dict)
     #: request id -> predicted ledger hits, for tagged drill calls
     expected: dict = dataclasses.field(default_factory=dict)
@@ -171,6 +174,7 @@ async def drive(
         elapsed = time.monotonic() - start
         if due - start >= seconds or elapsed > seconds + 5:  # time bound even if the loop fell behind
             break
+        books.late_max_s = max(books.late_max_s, elapsed - (due - start))  # this arrival's lateness
         due += 1.0 / rate_at(due - start)
         if at is not None and elapsed >= at[0]:
             at[1]()
