@@ -193,7 +193,10 @@ async def soak(plan: Plan, workdir: pathlib.Path) -> dict:
                 rss_warm.update({k: topo_mod.rss_bytes(p) for k, p in pids.items()})
 
             peak_share = max(LOAD_SHARE, plan.overload)
-            max_in_flight = int(cap0 * peak_share * (tr.CALL_TIMEOUT_S + 1.0)) + 100
+
+            def max_in_flight() -> int:  # follows the calibrated capacity
+                return int(cap.value * peak_share * (tr.CALL_TIMEOUT_S + 1.0)) + 100
+
             calibrating = asyncio.ensure_future(cap.calibrate(plan.calibrate_s))
             await tr.drive(
                 stub,

@@ -154,12 +154,12 @@ async def drive(
     seconds: float,
     switch_s: float,
     on_window: Callable[[int], None],
-    max_in_flight: int,
+    max_in_flight: Callable[[], int],
     at: tuple[float, Callable[[], None]] | None = None,
 ) -> None:
     """Open-loop arrivals at `rate_at(elapsed)`/s for `seconds`; the fault is on in odd windows of `switch_s`.
 
-    `on_window(n)` is called as window n starts. Arrivals beyond `max_in_flight` calls in flight
+    `on_window(n)` is called as window n starts. Arrivals beyond `max_in_flight()` calls in flight
     are not sent (counted in `books.skipped_overload`). `at=(t, f)` calls `f()` once, `t` seconds in."""
     rng = random.Random(SEED)
     tasks: set[asyncio.Task] = set()
@@ -184,7 +184,7 @@ async def drive(
             current = window
             on_window(window)
         seq += 1
-        if len(tasks) >= max_in_flight:
+        if len(tasks) >= max_in_flight():
             books.skipped_overload += 1
             continue
         drill = rng.random() < DRILL_SHARE
