@@ -61,7 +61,8 @@ async def balancing(requests: int) -> None:
     print("## balancing: 4 replicas, 2 delay drill traffic by 300 ms; picks after 40 warm-up calls")
     p2c = rconfig.load("resilient-p2c")
     variants = [
-        bench.with_overrides(rconfig.load("resilient"), name="round-robin"),
+        # the three differ only in the balancer (resilient-p2c's p99-derived per-attempt timeout in all)
+        bench.with_overrides(p2c, name="round-robin", balancer={"kind": "round_robin"}),
         bench.with_overrides(p2c, name="p2c-no-ejection", balancer={"kind": "p2c", "decay_s": 10.0}),
         p2c,
     ]
