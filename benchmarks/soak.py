@@ -350,7 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tracemalloc", type=int, default=0, metavar="N", help="diagnostic: trace N frames deep")
     ap.add_argument("--server-env", action="append", default=[], metavar="K=V", help="e.g. MALLOC_ARENA_MAX=2")
     ap.add_argument("--out", default=None, help="work directory for server logs and probes (default: a temp dir)")
+    ap.add_argument("--judge", metavar="FILE", help="judge a saved run (its printed JSON) by these rules")
     args = ap.parse_args(argv)
+    if args.judge:
+        return judge(pathlib.Path(args.judge))
     if not 0 < args.minutes <= 120:
         ap.error("--minutes must be in (0, 120]")
     if args.overload and not 1.0 < args.overload <= 4.0:
@@ -369,13 +372,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if not bad else 1
 
 
+def judge(path: pathlib.Path) -> int:
+    """The verdict of a saved run (the JSON this script printed) under the current rules."""
+    text = path.read_text()
+    start = text.index("\n{") + 1
+    result = json.loads(text[start : text.index("\n}\n", start) + 2])
+    bad = check(result)
+    for line in summary(result):
+        print(line)
+    print("soak: PASS" if not bad else "soak: FAIL " + "; ".join(bad))
+    return 0 if not bad else 1
+
+
 def summary(r: dict) -> list[str]:
     b = r["books"]
+    calibration = r.get("calibration", {})  # runs saved before the calibration have none
     lines = [
         f"soak: {r['mode']}, {r['seconds']} s at {r['rate_per_s']}/s"
         + (f" and {r['overload_rate_per_s']}/s in overload" if r["plan"]["overload"] else "")
-        + f" (capacity {r['capacity_per_s']}/s: closed loop {r['capacity_closed_loop_per_s']}/s, servers' core"
-        f" {r['calibration'].get('server_core_busy')} busy at {r['calibration'].get('offered_per_s')}/s;"
+        + f" (capacity {r['capacity_per_s']}/s: closed loop {r.get('capacity_closed_loop_per_s')}/s, servers' core"
+        f" {calibration.get('server_core_busy')} busy at {calibration.get('offered_per_s')}/s;"
         f" pinned={r['pinned']}, load average {r['load_average']}): "
         f"{r['calls']} calls, {b['organic']} organic ({b['organic_failed']} failed, {b['organic_injected']} "
         f"injected), {b['drill']} drill ({b['drill_tagged']} tagged, {b['drill_failed']} failed, "

@@ -13,7 +13,8 @@ MB = 1024 * 1024
 
 
 def _result(*, expired: int = 0, timed_out: int = 0, gateway_peak: int = 10, ledger_peak: int = 4,
-            gateway_used_end: float = 7.5, ledger_rss_end: float = 55.0, late_s: float = 0.0) -> dict:  # fmt: skip
+            gateway_used_end: float = 7.5, ledger_rss_end: float = 55.0, late_s: float = 0.0,
+            gateway_rss_end: float = 56.0) -> dict:  # fmt: skip
     def server(peak: int, used_end: float) -> dict:
         warm = {"glibc_used_mb": 7.3, "py_used_mb": 14.0, "objects": {}}
         return {"warm": warm, "after_collect": {"glibc_used_mb": used_end, "py_used_mb": 14.0},
@@ -24,7 +25,7 @@ def _result(*, expired: int = 0, timed_out: int = 0, gateway_peak: int = 10, led
         "gateway_attempts_timed_out": timed_out,
         "overload_rate_per_s": 100.0,
         "rss_warm_mb": {"gateway": 55.0, "ledger": 54.0},
-        "rss_end_mb": {"gateway": 56.0, "ledger": ledger_rss_end},
+        "rss_end_mb": {"gateway": gateway_rss_end, "ledger": ledger_rss_end},
         "memory": {"gateway": server(gateway_peak, gateway_used_end), "ledger": server(ledger_peak, 7.3)},
     }
 
@@ -36,6 +37,13 @@ def test_native_memory_kept_by_grpc_for_callers_that_left_is_allowed_per_such_ca
     assert any("glibc_used_mb" in b for b in mem.check_rss(_result(gateway_used_end=grown)))
     assert any("glibc_used_mb" in b for b in mem.check_rss(_result(gateway_used_end=grown, expired=calls // 2)))
     assert not mem.check_rss(_result(gateway_used_end=grown, expired=calls))
+
+
+def test_resident_memory_kept_by_grpc_for_callers_that_left_is_allowed_per_such_call_only():
+    # 55 MB warm, 10 calls held: 10 % allows 60.5 MB; 40 MB more needs that many calls' worth of grpc's leak
+    calls = int(40.0 * MB / mem.DEPENDENCY_LEAK_PER_LEFT_CALL) + 1
+    assert any("RSS of gateway" in b for b in mem.check_rss(_result(gateway_rss_end=100.0, expired=calls // 2)))
+    assert not mem.check_rss(_result(gateway_rss_end=100.0, expired=calls))
 
 
 def test_the_ledger_is_allowed_what_the_gateway_can_have_out_towards_it():
