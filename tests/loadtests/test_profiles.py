@@ -11,7 +11,7 @@ KNOWN_DRILL = {
     "drill-tenant", "drill-directive", "drill-ratio", "drill-target", "drill-instances", "drill-config",
     "drill-plan", "drill-phases", "drill-users", "drill-weights", "drill-rate", "drill-timeout",
     "drill-cancel-ms", "drill-cancel-share", "drill-metrics-port", "drill-metrics-host",
-    "drill-metrics-fixed", "drill-threadpool",
+    "drill-metrics-fixed", "drill-threadpool", "drill-organic-rate",
 }  # fmt: skip
 
 
@@ -34,6 +34,19 @@ def test_every_profile_points_at_the_locustfile_and_uses_known_drill_options():
         assert keys.get("locustfile") == "loadtests/locustfile.py", path
         unknown = {k for k in keys if k.startswith("drill-")} - KNOWN_DRILL
         assert not unknown, f"{path.name}: unknown options {unknown}"
+
+
+def test_the_retry_storm_profile_offers_the_plans_load():
+    """The compose and Kubernetes stacks run the plan through this profile: the same users and rates."""
+    import yaml
+
+    plan = yaml.safe_load((ROOT / "harness" / "plans" / "retry-storm.yaml").read_text())["traffic"]
+    keys = _keys(PROFILES / "retry-storm.conf")
+    assert float(keys["drill-rate"]) == plan["drill_rate"]
+    assert float(keys["drill-organic-rate"]) == plan["organic_rate"]
+    assert int(keys["drill-users"]) == plan["organic_users"] + plan["drill_users"]
+    assert keys["drill-weights"] == f"organic={plan['organic_users']},drill={plan['drill_users']}"
+    assert float(keys["drill-timeout"]) == plan["timeout_s"]
 
 
 def test_smoke_profile_has_no_shape_and_a_partial_ratio():

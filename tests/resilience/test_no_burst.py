@@ -1,7 +1,7 @@
 """No burst from saved retries: the first 2 s after fault-on cost what the steady state allows, no more.
 
-Issue 22's arithmetic, at account→ledger in the retry-storm plan: 40 organic + 10 drill first
-attempts/s; once the fault is on the 10 drill calls fail on every attempt. A 10 % budget allows
+Issue 22's arithmetic, at account→ledger in the retry-storm plan as the issue measured it (the plan
+now sends 20 drill calls/s; the rule is the same at any mix): 40 organic + 10 drill first attempts/s; once the fault is on the 10 drill calls fail on every attempt. A 10 % budget allows
 5 retries/s, so a drill call costs at most (10 + 5) / 10 = 1.5 attempts. On the old budget a quiet
 10-s warm-up banked 50 retries and the first failing second spent them: 3 attempts per drill call.
 
@@ -21,7 +21,7 @@ from harness.resilience import config as rconfig
 from .test_references import METHOD, run, unavailable
 from .test_strategies import FakeClock
 
-RATE = 50  # first attempts per second at account→ledger: 40 organic + 10 drill
+RATE = 50  # first attempts per second at account→ledger: 40 organic + 10 drill (the issue's mix)
 WARMUP_S, FAULT_ON = 10.0, 1010.0  # the fake clock starts at 1000
 #: steady state a 10 % budget allows: (drill calls + 10 % of all first attempts) ÷ drill calls
 STEADY = (10 + 0.1 * RATE) / 10

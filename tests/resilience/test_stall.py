@@ -27,7 +27,7 @@ REQ = drill_pb2.CallRequest(payload="p")
 #: Calls the caller makes before the stall: enough for a latency window to learn the backend's p99
 #: (the p99 rule answers its cap until `minSamples`, 20 in the shipped configurations).
 WARM_CALLS = 40
-#: Calls in flight during the stall (~0.6 s of the retry-storm drill's organic 40/s + drill 10/s).
+#: Calls in flight during the stall (~0.5 s of the retry-storm drill's organic 40/s + drill 20/s).
 STALLED_CALLS = 30
 #: The stall: longer than the old 250-ms floor; the shipped per-attempt timeout (1 s) leaves
 #: 0.6 s for the test process itself to be late (it is one asyncio loop; two CPU hogs beside it
