@@ -79,7 +79,9 @@ def main() -> int:
     ns = p.parse_args()
     with open(ns.series) as fh:
         results, trials = read_series_document(json.load(fh))
-    with open(os.path.join(os.path.dirname(ns.series), "results.json")) as fh:
+    # OUT/results.json beside OUT/series.json, or NAME.results.json beside a saved NAME.series.json
+    saved = ns.series[: -len(".series.json")] + ".results.json" if ns.series.endswith(".series.json") else ""
+    with open(saved if saved and os.path.exists(saved) else os.path.join(os.path.dirname(ns.series), "results.json")) as fh:
         configs = json.load(fh)["configs"]
     started = {name: [t.get("started_unix") for t in c.get("trials", [])] for name, c in configs.items()}
     hops = results.get("hops") or []
