@@ -81,7 +81,8 @@ def main() -> int:
         results, trials = read_series_document(json.load(fh))
     # OUT/results.json beside OUT/series.json, or NAME.results.json beside a saved NAME.series.json
     saved = ns.series[: -len(".series.json")] + ".results.json" if ns.series.endswith(".series.json") else ""
-    with open(saved if saved and os.path.exists(saved) else os.path.join(os.path.dirname(ns.series), "results.json")) as fh:
+    beside = os.path.join(os.path.dirname(ns.series), "results.json")
+    with open(saved if saved and os.path.exists(saved) else beside) as fh:
         configs = json.load(fh)["configs"]
     started = {name: [t.get("started_unix") for t in c.get("trials", [])] for name, c in configs.items()}
     hops = results.get("hops") or []

@@ -7,10 +7,20 @@ and gap series are created at 0 at first sight of the method (so `rate()` sees
 their first increment; organic calls carry no fault), the latency and duration
 children when first used. Label values come from bounded sets (methods are
 bounded by `MethodLabels`), so these tables are bounded too.
+
+The end of an organic call (most calls, no exemplar, no deadline gap) is not
+written at once: it is queued as (status, seconds) and a batch is written with one
+increment per (status, bucket) instead of three locked writes and two bucket
+searches per call. The batch is written before any of its series is read (a
+scrape, `get_sample_value`, a direct `collect()`: `metrics.PENDING`) and every
+`FLUSH_AT` calls, so a reader never misses a call that has ended.
 """
 
 from __future__ import annotations
 
+import bisect
+import collections
+import math
 import threading
 
 from harness.core import metrics as m
@@ -21,6 +31,35 @@ from harness.core.status import STATUS_NAMES
 TRAFFIC_MODES = (("organic", Mode.NONE.value), *(("drill", mode.value) for mode in Mode))
 _GAP_MODES = tuple(dict.fromkeys(mode for _, mode in TRAFFIC_MODES))
 _NONE = Mode.NONE.value
+#: Organic call ends queued before the caller that reaches this many writes the batch itself.
+FLUSH_AT = 512
+_BOUNDS = m.LATENCY_BUCKETS
+_N_BUCKETS = len(_BOUNDS) + 1  # and +Inf
+
+
+def _batchable(histogram) -> bool:
+    """Whether prometheus-client's histogram child keeps the parts a batch adds to (its per-bucket
+    values and its sum, buckets in our order): if a release changes them, calls are written one by one."""
+    probe = histogram.labels(*(["probe"] * len(histogram._labelnames)))
+    try:
+        ok = list(probe._upper_bounds) == [*_BOUNDS, math.inf] and len(probe._buckets) == _N_BUCKETS
+        ok = ok and callable(probe._sum.inc) and all(callable(b.inc) for b in probe._buckets)
+    except AttributeError:
+        ok = False
+    histogram.remove(*(["probe"] * len(histogram._labelnames)))
+    return ok
+
+
+BATCHED = _batchable(m.SERVER_LATENCY) and _batchable(m.GRPC_SERVER_CALL_DURATION)
+
+
+def _add(child, counts: list[int], total: float) -> None:
+    """`observe` for a batch: `counts[i]` observations in bucket i, `total` seconds in all."""
+    child._sum.inc(total)
+    buckets = child._buckets
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
 
 
 class MethodMetrics:
@@ -28,7 +67,7 @@ class MethodMetrics:
 
     __slots__ = (
         "started", "_service", "_method", "_calls", "_organic_calls", "_organic_latency", "_gap", "_latency",
-        "_duration", "_lock",
+        "_duration", "_lock", "_pending", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, service: str, method: str) -> None:
@@ -47,6 +86,10 @@ class MethodMetrics:
         self._latency: dict[tuple[str, str], object] = {}
         self._duration: dict[str, object] = {}
         self._lock = threading.Lock()
+        #: Organic call ends not written yet: (status, seconds). A deque: appends and pops are atomic.
+        self._pending: collections.deque = collections.deque()
+        if BATCHED:
+            m.PENDING.add(self)
 
     def _latency_child(self, mode: str, traffic: str):
         key = (mode, traffic)
@@ -64,7 +107,14 @@ class MethodMetrics:
         return child
 
     def finished_organic(self, status: str, elapsed: float, exemplar: dict | None, gap: float | None) -> None:
-        """`finished` for an organic call (traffic organic, no fault), with fewer lookups."""
+        """`finished` for an organic call (traffic organic, no fault): queued for the next batch unless it
+        carries an exemplar or a deadline gap."""
+        if BATCHED and exemplar is None and gap is None:
+            pending = self._pending
+            pending.append((status, elapsed))
+            if len(pending) >= FLUSH_AT:
+                self.flush()
+            return
         latency = self._organic_latency
         if latency is None:
             latency = self._organic_latency = self._latency_child(_NONE, "organic")
@@ -76,6 +126,37 @@ class MethodMetrics:
         calls.inc()
         if gap is not None:
             self._gap[_NONE].observe(gap)
+
+    def flush(self) -> None:
+        """Write the queued organic call ends: per status, its calls, and both histograms by bucket."""
+        pending = self._pending
+        if not pending:
+            return
+        counts: dict[str, list[int]] = {}
+        totals: dict[str, float] = {}
+        bisect_left, pop = bisect.bisect_left, pending.popleft
+        while True:
+            try:
+                status, elapsed = pop()
+            except IndexError:
+                break
+            per_bucket = counts.get(status)
+            if per_bucket is None:
+                per_bucket = counts[status] = [0] * _N_BUCKETS
+                totals[status] = 0.0
+            per_bucket[bisect_left(_BOUNDS, elapsed)] += 1  # the first bucket with elapsed <= its bound
+            totals[status] += elapsed
+        latency = self._organic_latency
+        if latency is None:
+            latency = self._organic_latency = self._latency_child(_NONE, "organic")
+        for status, per_bucket in counts.items():
+            total = totals[status]
+            _add(latency, per_bucket, total)
+            _add(self._duration_child(status), per_bucket, total)
+            calls = self._organic_calls.get(status)
+            if calls is None:
+                calls = self._calls_child(status, "organic", _NONE)
+            calls.inc(sum(per_bucket))
 
     def expired(self, status: str, traffic: str) -> None:
         """A call answered without its handler because its caller had left (`where="handler"`): started and

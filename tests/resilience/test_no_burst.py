@@ -1,7 +1,8 @@
 """No burst from saved retries: the first 2 s after fault-on cost what the steady state allows, no more.
 
-Issue 22's arithmetic, at account→ledger in the retry-storm plan as the issue measured it (the plan
-now sends 20 drill calls/s; the rule is the same at any mix): 40 organic + 10 drill first attempts/s; once the fault is on the 10 drill calls fail on every attempt. A 10 % budget allows
+Issue 22's arithmetic, at account→ledger in the retry-storm plan as the issue measured it (the
+plan now sends 20 drill calls/s; the rule is the same at any mix): 40 organic + 10 drill first
+attempts/s; once the fault is on the 10 drill calls fail on every attempt. A 10 % budget allows
 5 retries/s, so a drill call costs at most (10 + 5) / 10 = 1.5 attempts. On the old budget a quiet
 10-s warm-up banked 50 retries and the first failing second spent them: 3 attempts per drill call.
 

@@ -1,0 +1,133 @@
+"""Organic call ends written in batches read exactly as calls written one by one, whenever they are read.
+
+The server queues the end of an organic call and writes a batch later
+(`harness.interceptors._server_metrics`); these tests hold the batch to what the
+one-by-one writes give: the same buckets, sums and counts, seen by every kind of
+reader as soon as the call has ended, with no call lost to a concurrent reader.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+from prometheus_client import REGISTRY
+
+from harness.core import metrics as m
+from harness.interceptors import _server_metrics as sm
+
+STATUSES = ("OK", "OK", "OK", "UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def _series(service: str, method: str) -> dict[tuple, float]:
+    """Every sample of the batched drill_* metrics for one (service, method), keyed without the service
+    (the A66 duration has no service label: `test_duration_histogram_counts_every_call_once`)."""
+    out = {}
+    for metric in (m.SERVER_CALLS, m.SERVER_LATENCY):
+        for family in metric.collect():
+            for s in family.samples:
+                labels = dict(s.labels)
+                if labels.get("grpc_method") != method or labels.pop("service") != service:
+                    continue
+                out[(s.name, tuple(sorted(labels.items())))] = s.value
+    return out
+
+
+def _values(n: int, seed: int) -> list[tuple[str, float]]:
+    rnd = random.Random(seed)
+    # bucket bounds themselves included: a value equal to a bound belongs to that bucket (le)
+    picks = [*m.LATENCY_BUCKETS, 0.0, 45.0]
+    return [
+        (rnd.choice(STATUSES), rnd.choice(picks) if rnd.random() < 0.3 else rnd.uniform(0, 3.5)) for _ in range(n)
+    ]
+
+
+def test_the_batch_writes_what_one_by_one_writes_would():
+    assert sm.BATCHED, "prometheus-client's histogram changed: calls are written one by one (still correct)"
+    values = _values(3 * sm.FLUSH_AT + 17, seed=1)  # crosses the self-flush threshold three times
+    batched = sm.ServerMetrics("batch-a")("pkg.S/BatchOne")
+    for status, elapsed in values:
+        batched.finished_organic(status, elapsed, None, None)
+    one_by_one = sm.ServerMetrics("batch-b")("pkg.S/BatchOne")
+    for status, elapsed in values:  # what the pipeline wrote before batching: one write per series per call
+        one_by_one._latency_child("none", "organic").observe(elapsed)
+        one_by_one._duration_child(status).observe(elapsed)
+        one_by_one._organic_calls[status].inc()
+    a, b = _series("batch-a", "pkg.S/BatchOne"), _series("batch-b", "pkg.S/BatchOne")
+    assert a.keys() == b.keys() and len(a) > 3 * len(m.LATENCY_BUCKETS)
+    for key, value in a.items():
+        assert abs(value - b[key]) < 1e-9 * max(1.0, abs(value)), key
+
+
+def test_duration_histogram_counts_every_call_once():
+    values = _values(700, seed=2)
+    metrics = sm.ServerMetrics("batch-c")("pkg.S/DurationOnly")
+    for status, elapsed in values:
+        metrics.finished_organic(status, elapsed, None, None)
+    for status in set(STATUSES):
+        want = [e for s, e in values if s == status]
+        labels = {"grpc_method": "pkg.S/DurationOnly", "grpc_status": status}
+        assert REGISTRY.get_sample_value("grpc_server_call_duration_seconds_count", labels) == len(want)
+        assert abs(REGISTRY.get_sample_value("grpc_server_call_duration_seconds_sum", labels) - sum(want)) < 1e-6
+        for bound in m.LATENCY_BUCKETS:
+            le = {**labels, "le": repr(float(bound))}
+            assert REGISTRY.get_sample_value("grpc_server_call_duration_seconds_bucket", le) == sum(
+                1 for e in want if e <= bound
+            ), bound
+
+
+def test_every_reader_sees_a_call_as_soon_as_it_ended():
+    metrics = sm.ServerMetrics("batch-d")("pkg.S/Seen")
+    labels = {"service": "batch-d", "grpc_method": "pkg.S/Seen", "grpc_status": "OK", "traffic": "organic",
+              "fault_mode": "none"}  # fmt: skip
+    for _ in range(3):
+        metrics.finished_organic("OK", 0.004, None, None)
+    assert REGISTRY.get_sample_value("drill_server_calls_total", labels) == 3  # the registry's reader
+    metrics.finished_organic("OK", 0.004, None, None)
+    direct = sum(s.value for f in m.SERVER_CALLS.collect() for s in f.samples if s.labels == labels)
+    assert direct == 4  # a direct collect() of the metric (benchmarks/soak_probe.py reads it so)
+    metrics.finished_organic("OK", 0.004, None, None)
+    restricted = REGISTRY.restricted_registry(["drill_server_latency_seconds_count"])  # /metrics?name[]=...
+    count = [
+        s.value
+        for f in restricted.collect()
+        for s in f.samples
+        if s.name.endswith("_count") and s.labels.get("service") == "batch-d"
+    ]
+    assert count == [5]
+
+
+def test_no_call_is_lost_to_readers_running_beside_the_writers():
+    metrics = sm.ServerMetrics("batch-e")("pkg.S/Threads")
+    labels = {"service": "batch-e", "grpc_method": "pkg.S/Threads", "grpc_status": "OK", "traffic": "organic",
+              "fault_mode": "none"}  # fmt: skip
+    per_thread, threads = 5_000, 4
+    stop = threading.Event()
+
+    def write() -> None:
+        for _ in range(per_thread):
+            metrics.finished_organic("OK", 0.002, None, None)
+
+    def read() -> None:
+        while not stop.is_set():
+            REGISTRY.get_sample_value("drill_server_calls_total", labels)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    writers = [threading.Thread(target=write) for _ in range(threads)]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    reader.join()
+    assert REGISTRY.get_sample_value("drill_server_calls_total", labels) == per_thread * threads
+    latency = {k: v for k, v in labels.items() if k != "grpc_status"}
+    assert REGISTRY.get_sample_value("drill_server_latency_seconds_count", latency) == per_thread * threads
+
+
+def test_a_call_with_an_exemplar_or_a_gap_is_written_at_once():
+    metrics = sm.ServerMetrics("batch-f")("pkg.S/Now")
+    metrics.finished_organic("OK", 0.01, {"trace_id": "ab" * 16}, None)
+    metrics.finished_organic("OK", 0.01, None, 0.5)
+    assert not metrics._pending  # nothing queued: the exemplar and the gap need their call's write
