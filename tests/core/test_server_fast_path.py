@@ -1,4 +1,5 @@
-"""Organic call ends written in batches read exactly as calls written one by one, whenever they are read.
+"""The per-call server path made cheaper, held to what it replaced: organic call ends written in batches
+read exactly as calls written one by one, whenever they are read; wrapped handlers are grpc's own.
 
 The server queues the end of an organic call and writes a batch later
 (`harness.interceptors._server_metrics`); these tests hold the batch to what the
@@ -131,3 +132,23 @@ def test_a_call_with_an_exemplar_or_a_gap_is_written_at_once():
     metrics.finished_organic("OK", 0.01, {"trace_id": "ab" * 16}, None)
     metrics.finished_organic("OK", 0.01, None, 0.5)
     assert not metrics._pending  # nothing queued: the exemplar and the gap need their call's write
+
+
+def test_the_wrapped_handlers_are_what_grpcs_public_constructors_build():
+    """The pipeline builds grpc's RpcMethodHandler positionally (grpc's function imports a module per
+    call); the result must be exactly what the public constructors give, for both shapes it wraps."""
+    import grpc
+
+    from harness.interceptors import _server_pipeline as sp
+
+    def behavior(request, context):
+        return request
+
+    like = grpc.unary_unary_rpc_method_handler(behavior, request_deserializer=bytes, response_serializer=str)
+    assert sp.unary_unary_handler(behavior, like) == grpc.unary_unary_rpc_method_handler(
+        behavior, request_deserializer=bytes, response_serializer=str
+    )
+    assert sp.unary_stream_handler(behavior, like) == grpc.unary_stream_rpc_method_handler(
+        behavior, request_deserializer=bytes, response_serializer=str
+    )
+    assert sp._HANDLER is not None, "grpc's handler changed shape: the public constructors are used (still correct)"
