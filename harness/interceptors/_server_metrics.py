@@ -10,10 +10,11 @@ bounded by `MethodLabels`), so these tables are bounded too.
 
 The end of an organic call (most calls, no exemplar, no deadline gap) is not
 written at once: it is queued as (status, seconds) and a batch is written with one
-increment per (status, bucket) instead of three locked writes and two bucket
+increment per (status, bucket) instead of five locked writes and two bucket
 searches per call. The batch is written before any of its series is read (a
 scrape, `get_sample_value`, a direct `collect()`: `metrics.PENDING`) and every
-`FLUSH_AT` calls, so a reader never misses a call that has ended.
+`FLUSH_AT` calls; one batch at a time per method, so a reader that flushes while
+another thread is writing a batch waits for it and never misses a call that has ended.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import bisect
 import collections
 import math
 import threading
+
+from prometheus_client import Histogram
 
 from harness.core import metrics as m
 from harness.core.faults import Mode
@@ -37,20 +40,19 @@ _BOUNDS = m.LATENCY_BUCKETS
 _N_BUCKETS = len(_BOUNDS) + 1  # and +Inf
 
 
-def _batchable(histogram) -> bool:
-    """Whether prometheus-client's histogram child keeps the parts a batch adds to (its per-bucket
-    values and its sum, buckets in our order): if a release changes them, calls are written one by one."""
-    probe = histogram.labels(*(["probe"] * len(histogram._labelnames)))
+def _batchable() -> bool:
+    """Whether prometheus-client's histogram keeps the parts a batch adds to (its per-bucket values and
+    its sum, buckets in our order): if a release changes them, calls are written one by one. Probed on
+    an unregistered histogram of our buckets, so no series of ours is touched."""
+    probe = Histogram("drill_probe_seconds", "probe", buckets=_BOUNDS, registry=None)
     try:
         ok = list(probe._upper_bounds) == [*_BOUNDS, math.inf] and len(probe._buckets) == _N_BUCKETS
-        ok = ok and callable(probe._sum.inc) and all(callable(b.inc) for b in probe._buckets)
+        return ok and callable(probe._sum.inc) and all(callable(b.inc) for b in probe._buckets)
     except AttributeError:
-        ok = False
-    histogram.remove(*(["probe"] * len(histogram._labelnames)))
-    return ok
+        return False
 
 
-BATCHED = _batchable(m.SERVER_LATENCY) and _batchable(m.GRPC_SERVER_CALL_DURATION)
+BATCHED = _batchable()
 
 
 def _add(child, counts: list[int], total: float) -> None:
@@ -67,7 +69,7 @@ class MethodMetrics:
 
     __slots__ = (
         "started", "_service", "_method", "_calls", "_organic_calls", "_organic_latency", "_gap", "_latency",
-        "_duration", "_lock", "_pending", "__weakref__",
+        "_duration", "_lock", "_pending", "_flushing", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, service: str, method: str) -> None:
@@ -88,6 +90,8 @@ class MethodMetrics:
         self._lock = threading.Lock()
         #: Organic call ends not written yet: (status, seconds). A deque: appends and pops are atomic.
         self._pending: collections.deque = collections.deque()
+        #: Held while a batch is taken off `_pending` and written (not `_lock`: writing takes that one).
+        self._flushing = threading.Lock()
         if BATCHED:
             m.PENDING.add(self)
 
@@ -98,6 +102,12 @@ class MethodMetrics:
             with self._lock:
                 child = self._latency[key] = m.SERVER_LATENCY.labels(self._service, self._method, mode, traffic)
         return child
+
+    def _organic_latency_child(self):
+        latency = self._organic_latency
+        if latency is None:
+            latency = self._organic_latency = self._latency_child(_NONE, "organic")
+        return latency
 
     def _duration_child(self, status: str):
         child = self._duration.get(status)
@@ -115,10 +125,7 @@ class MethodMetrics:
             if len(pending) >= FLUSH_AT:
                 self.flush()
             return
-        latency = self._organic_latency
-        if latency is None:
-            latency = self._organic_latency = self._latency_child(_NONE, "organic")
-        latency.observe(elapsed, exemplar)
+        self._organic_latency_child().observe(elapsed, exemplar)
         self._duration_child(status).observe(elapsed)
         calls = self._organic_calls.get(status)
         if calls is None:
@@ -129,9 +136,13 @@ class MethodMetrics:
 
     def flush(self) -> None:
         """Write the queued organic call ends: per status, its calls, and both histograms by bucket."""
-        pending = self._pending
-        if not pending:
+        if not self._pending and not self._flushing.locked():
             return
+        with self._flushing:
+            self._write_batch()
+
+    def _write_batch(self) -> None:
+        pending = self._pending
         counts: dict[str, list[int]] = {}
         totals: dict[str, float] = {}
         bisect_left, pop = bisect.bisect_left, pending.popleft
@@ -146,9 +157,9 @@ class MethodMetrics:
                 totals[status] = 0.0
             per_bucket[bisect_left(_BOUNDS, elapsed)] += 1  # the first bucket with elapsed <= its bound
             totals[status] += elapsed
-        latency = self._organic_latency
-        if latency is None:
-            latency = self._organic_latency = self._latency_child(_NONE, "organic")
+        if not counts:
+            return
+        latency = self._organic_latency_child()
         for status, per_bucket in counts.items():
             total = totals[status]
             _add(latency, per_bucket, total)

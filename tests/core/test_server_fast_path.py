@@ -127,11 +127,59 @@ def test_no_call_is_lost_to_readers_running_beside_the_writers():
     assert REGISTRY.get_sample_value("drill_server_latency_seconds_count", latency) == per_thread * threads
 
 
+def test_a_reader_waits_for_a_batch_another_thread_is_writing():
+    """A batch taken off the queue but not yet written must not be invisible to a scrape that comes
+    in between: the reader's flush waits for the writer's (one batch at a time per method)."""
+    metrics = sm.ServerMetrics("batch-g")("pkg.S/Race")
+    labels = {"service": "batch-g", "grpc_method": "pkg.S/Race", "grpc_status": "OK", "traffic": "organic",
+              "fault_mode": "none"}  # fmt: skip
+    for _ in range(7):
+        metrics.finished_organic("OK", 0.004, None, None)
+    popped, release = threading.Event(), threading.Event()
+    real_add = sm._add
+
+    def slow_add(child, counts, total):  # the writer, between taking the batch and writing it
+        popped.set()
+        release.wait(10)
+        real_add(child, counts, total)
+
+    seen: list[float] = []
+    sm._add = slow_add
+    try:
+        writer = threading.Thread(target=metrics.flush)
+        writer.start()
+        assert popped.wait(10) and not metrics._pending  # the batch is off the queue, not written
+        sm._add = real_add  # the reader's own flush writes normally
+        def read() -> None:
+            seen.append(REGISTRY.get_sample_value("drill_server_calls_total", labels))
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        # A registry read takes a few ms here; unblocked (the old code) it is done well within 2 s even
+        # a thousand times slower, so a reader still running then is one waiting for the batch.
+        reader.join(2.0)
+        assert reader.is_alive(), f"the reader did not wait for the batch being written (read {seen})"
+        release.set()
+        writer.join(10)
+        reader.join(10)
+    finally:
+        sm._add = real_add
+        release.set()
+    assert seen == [7.0]
+
+
 def test_a_call_with_an_exemplar_or_a_gap_is_written_at_once():
     metrics = sm.ServerMetrics("batch-f")("pkg.S/Now")
-    metrics.finished_organic("OK", 0.01, {"trace_id": "ab" * 16}, None)
+    trace_id = "ab" * 16
+    metrics.finished_organic("OK", 0.01, {"trace_id": trace_id}, None)
     metrics.finished_organic("OK", 0.01, None, 0.5)
     assert not metrics._pending  # nothing queued: the exemplar and the gap need their call's write
+    # written at once, with the exemplar on its bucket and the gap in the deadline-gap histogram
+    # (read straight from the children: a registry read would flush and prove nothing)
+    assert metrics._organic_calls["OK"]._value.get() == 2
+    exemplars = [b._exemplar for b in metrics._organic_latency._buckets if b._exemplar is not None]
+    assert [e.labels for e in exemplars] == [{"trace_id": trace_id}]
+    assert metrics._gap["none"]._sum.get() == 0.5
 
 
 def test_the_wrapped_handlers_are_what_grpcs_public_constructors_build():
