@@ -65,7 +65,7 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 
 # --- gRFC A66 standard RPC metrics, as Prometheus renders them ---------------------------
-GRPC_SERVER_CALL_STARTED = Counter(
+GRPC_SERVER_CALL_STARTED = _FlushingCounter(
     "grpc_server_call_started", "Server calls started (gRFC A66).", ["grpc_method"]
 )
 GRPC_SERVER_CALL_DURATION = _FlushingHistogram(

@@ -130,6 +130,24 @@ class UnexportedSpan(trace.Span):
         return self._name
 
 
+#: Descriptions of the SDK's samplers whose answer for a root span is fixed: (sampled, recording).
+_STATIC = {"AlwaysOnSampler": (True, True), "AlwaysOffSampler": (False, False)}
+
+
+def _root_decision(sampler) -> tuple[bool, bool] | None:
+    """What the SDK's `always_on`/`always_off` sampler, alone or as a `ParentBased` root (the default,
+    `parentbased_always_on`), answers for a root span: the same every time (attributes kept, no trace
+    state), so a root span needs no call to it. None for any other sampler: it is asked every time."""
+    from opentelemetry.sdk.trace.sampling import ParentBased, StaticSampler
+
+    description = sampler.get_description()
+    if type(sampler) is StaticSampler:
+        return _STATIC.get(description)
+    if type(sampler) is ParentBased and description.startswith("ParentBased{root:"):
+        return _STATIC.get(description[len("ParentBased{root:") :].split(",", 1)[0])
+    return None
+
+
 class HarnessTracer(trace.Tracer):
     """The SDK tracer, with `UnexportedSpan`s for sampled spans while its provider has no span processor."""
 
@@ -141,6 +159,8 @@ class HarnessTracer(trace.Tracer):
         self._processor = getattr(tracer, "span_processor", None)
         self._fast = self._sampler is not None and self._ids is not None and self._processors is not None
         self._random_ids = bool(self._ids.is_trace_id_random()) if self._fast else False
+        #: (sampled, recording) of a root span when the sampler's answer for one is fixed, else None.
+        self._root = _root_decision(self._sampler) if self._fast else None
 
     def _unexported(self) -> bool:
         # the provider's processors may be added later: looked at on every span (one attribute read)
@@ -161,6 +181,14 @@ class HarnessTracer(trace.Tracer):
             return self._tracer.start_span(
                 name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception
             )
+        if context is _NO_PARENT and self._root is not None:  # a root span of a fixed-answer sampler
+            sampled, recording = self._root
+            span_context = trace.SpanContext(
+                self._ids.generate_trace_id(), self._ids.generate_span_id(), False, _FLAGS[(sampled, self._random_ids)]
+            )
+            if not recording:
+                return trace.NonRecordingSpan(span_context)
+            return UnexportedSpan(name, span_context, None, kind, attributes, start_time)
         # what the SDK's own start_span decides: the parent, the ids, the sampler's word
         parent = None if context is _NO_PARENT else trace.get_current_span(context).get_span_context()
         if parent is None or not parent.is_valid:  # a root span

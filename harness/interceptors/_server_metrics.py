@@ -8,13 +8,18 @@ their first increment; organic calls carry no fault), the latency and duration
 children when first used. Label values come from bounded sets (methods are
 bounded by `MethodLabels`), so these tables are bounded too.
 
-The end of an organic call (most calls, no exemplar, no deadline gap) is not
-written at once: it is queued as (status, seconds) and a batch is written with one
-increment per (status, bucket) instead of five locked writes and two bucket
-searches per call. The batch is written before any of its series is read (a
-scrape, `get_sample_value`, a direct `collect()`: `metrics.PENDING`) and every
-`FLUSH_AT` calls; one batch at a time per method, so a reader that flushes while
-another thread is writing a batch waits for it and never misses a call that has ended.
+The end of an organic call (most calls, no deadline gap) is not written at once:
+it is queued as (status, seconds[, span, wall time]) and a batch is written with
+one increment per (status, bucket) instead of five locked writes and two bucket
+searches per call; a call's start (A66 started) is queued as a mark. A call with a
+sampled span leaves its trace id as the exemplar of its latency bucket unless a
+later call of the batch in the same bucket does (what one-by-one writes leave:
+a bucket keeps its newest exemplar), with the call's own end time and value; the
+trace id is formatted only for that one. The batch is written before any of its
+series is read (a scrape, `get_sample_value`, a direct `collect()`:
+`metrics.PENDING`) and every `FLUSH_AT` calls; one batch at a time per method, so a
+reader that flushes while another thread is writing a batch waits for it and never
+misses a call that has started or ended.
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ import bisect
 import collections
 import math
 import threading
+import time
 
 from prometheus_client import Histogram
+from prometheus_client.samples import Exemplar
 
 from harness.core import metrics as m
 from harness.core.faults import Mode
 from harness.core.status import STATUS_NAMES
+from harness.core.tracing import trace_id_hex
 
 #: (traffic, fault_mode) pairs a call can carry: organic calls never carry a fault.
 TRAFFIC_MODES = (("organic", Mode.NONE.value), *(("drill", mode.value) for mode in Mode))
@@ -47,12 +55,22 @@ def _batchable() -> bool:
     probe = Histogram("drill_probe_seconds", "probe", buckets=_BOUNDS, registry=None)
     try:
         ok = list(probe._upper_bounds) == [*_BOUNDS, math.inf] and len(probe._buckets) == _N_BUCKETS
-        return ok and callable(probe._sum.inc) and all(callable(b.inc) for b in probe._buckets)
+        return (
+            ok
+            and callable(probe._sum.inc)
+            and all(callable(b.inc) and callable(b.set_exemplar) for b in probe._buckets)
+        )
     except AttributeError:
         return False
 
 
 BATCHED = _batchable()
+
+
+def _exemplar(span) -> dict | None:
+    """The latency exemplar of a call: its trace id when its span is sampled."""
+    tid = trace_id_hex(span)
+    return {"trace_id": tid} if tid else None
 
 
 def _add(child, counts: list[int], total: float) -> None:
@@ -68,8 +86,8 @@ class MethodMetrics:
     """The children one method records into on the server."""
 
     __slots__ = (
-        "started", "_service", "_method", "_calls", "_organic_calls", "_organic_latency", "_gap", "_latency",
-        "_duration", "_lock", "_pending", "_flushing", "__weakref__",
+        "started", "call_started", "_service", "_method", "_calls", "_organic_calls", "_organic_latency", "_gap",
+        "_latency", "_duration", "_lock", "_pending", "_starts", "_flushing", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, service: str, method: str) -> None:
@@ -90,6 +108,10 @@ class MethodMetrics:
         self._lock = threading.Lock()
         #: Organic call ends not written yet: (status, seconds). A deque: appends and pops are atomic.
         self._pending: collections.deque = collections.deque()
+        #: Calls started and not counted yet, a mark each (an append is atomic; a batch deletes what it counted).
+        self._starts: list[None] = []
+        #: Count one call started (A66): a mark for the next batch, or at once when calls are not batched.
+        self.call_started = self._mark_start if BATCHED else self.started.inc
         #: Held while a batch is taken off `_pending` and written (not `_lock`: writing takes that one).
         self._flushing = threading.Lock()
         if BATCHED:
@@ -116,16 +138,19 @@ class MethodMetrics:
                 child = self._duration[status] = m.GRPC_SERVER_CALL_DURATION.labels(self._method, status)
         return child
 
-    def finished_organic(self, status: str, elapsed: float, exemplar: dict | None, gap: float | None) -> None:
+    def _mark_start(self) -> None:
+        self._starts.append(None)
+
+    def finished_organic(self, status: str, elapsed: float, span, gap: float | None) -> None:
         """`finished` for an organic call (traffic organic, no fault): queued for the next batch unless it
-        carries an exemplar or a deadline gap."""
-        if BATCHED and exemplar is None and gap is None:
+        carries a deadline gap. `span`: the call's span (its trace id is the latency exemplar), or None."""
+        if BATCHED and gap is None:
             pending = self._pending
-            pending.append((status, elapsed))
+            pending.append((status, elapsed) if span is None else (status, elapsed, span, time.time()))
             if len(pending) >= FLUSH_AT:
                 self.flush()
             return
-        self._organic_latency_child().observe(elapsed, exemplar)
+        self._organic_latency_child().observe(elapsed, _exemplar(span))
         self._duration_child(status).observe(elapsed)
         calls = self._organic_calls.get(status)
         if calls is None:
@@ -135,28 +160,38 @@ class MethodMetrics:
             self._gap[_NONE].observe(gap)
 
     def flush(self) -> None:
-        """Write the queued organic call ends: per status, its calls, and both histograms by bucket."""
-        if not self._pending and not self._flushing.locked():
+        """Write the queued starts and organic call ends: per status, its calls, and both histograms by bucket."""
+        if not self._pending and not self._starts and not self._flushing.locked():
             return
         with self._flushing:
             self._write_batch()
 
     def _write_batch(self) -> None:
+        starts = self._starts
+        started = len(starts)
+        if started:
+            del starts[:started]  # marks appended meanwhile stay for the next batch
+            self.started.inc(started)
         pending = self._pending
         counts: dict[str, list[int]] = {}
         totals: dict[str, float] = {}
+        traced: dict[int, list[tuple]] = {}  # bucket -> its calls with a span, oldest first
         bisect_left, pop = bisect.bisect_left, pending.popleft
         while True:
             try:
-                status, elapsed = pop()
+                entry = pop()
             except IndexError:
                 break
+            status, elapsed = entry[0], entry[1]
             per_bucket = counts.get(status)
             if per_bucket is None:
                 per_bucket = counts[status] = [0] * _N_BUCKETS
                 totals[status] = 0.0
-            per_bucket[bisect_left(_BOUNDS, elapsed)] += 1  # the first bucket with elapsed <= its bound
+            i = bisect_left(_BOUNDS, elapsed)  # the first bucket with elapsed <= its bound
+            per_bucket[i] += 1
             totals[status] += elapsed
+            if len(entry) > 2:
+                traced.setdefault(i, []).append(entry)
         if not counts:
             return
         latency = self._organic_latency_child()
@@ -168,12 +203,18 @@ class MethodMetrics:
             if calls is None:
                 calls = self._calls_child(status, "organic", _NONE)
             calls.inc(sum(per_bucket))
+        for i, entries in traced.items():
+            for _, elapsed, span, wall in reversed(entries):  # the newest sampled one, as one-by-one writes
+                tid = trace_id_hex(span)
+                if tid:
+                    latency._buckets[i].set_exemplar(Exemplar({"trace_id": tid}, elapsed, wall))
+                    break
 
     def expired(self, status: str, traffic: str) -> None:
         """A call answered without its handler because its caller had left (`where="handler"`): started and
         finished at once, with no fault."""
         m.SERVER_EXPIRED.labels(self._service, self._method, "handler").inc()
-        self.started.inc()
+        self.call_started()
         self._duration_child(status).observe(0.0)
         calls = self._calls.get((status, traffic, _NONE))
         if calls is None:
@@ -184,11 +225,10 @@ class MethodMetrics:
         # a status outside the known names: created on the fly, like any label value
         return m.SERVER_CALLS.labels(self._service, self._method, status, traffic, mode)
 
-    def finished(
-        self, status: str, traffic: str, mode: str, elapsed: float, exemplar: dict | None, gap: float | None
-    ) -> None:
-        """Record one finished call; `gap`: seconds past the caller's deadline (None: none, or not past)."""
-        self._latency_child(mode, traffic).observe(elapsed, exemplar)
+    def finished(self, status: str, traffic: str, mode: str, elapsed: float, span, gap: float | None) -> None:
+        """Record one finished call; `span`: its span or None; `gap`: seconds past the caller's deadline (None:
+        none, or not past)."""
+        self._latency_child(mode, traffic).observe(elapsed, _exemplar(span))
         self._duration_child(status).observe(elapsed)
         calls = self._calls.get((status, traffic, mode))
         if calls is None:

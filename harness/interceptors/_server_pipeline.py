@@ -37,6 +37,8 @@ from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span, trace_id_hex
 from harness.interceptors._server_metrics import MethodMetrics, ServerMetrics
 
+#: Methods whose lookups `ServerCore.method` keeps (a server's methods are a bounded set).
+_KNOWN_METHODS = 10_000
 #: A trusted origin deadline is clamped to [now - PAST, now + AHEAD] (seconds).
 ORIGIN_DEADLINE_MAX_PAST_S = 600.0
 ORIGIN_DEADLINE_MAX_AHEAD_S = 3600.0
@@ -133,6 +135,8 @@ class ServerCore:
         self._rejected = m.ChildCache(m.FAULT_REJECTED)
         self._metrics = ServerMetrics(self.service)
         self._methods = MethodLabels(settings.methods, settings.max_methods)
+        #: full method -> `method()`'s answer (a method's label never changes once given).
+        self._known: dict[str, tuple[str, str, MethodMetrics | None]] = {}
         self._refusals = audit.RefusalLimiter()
         #: The one-way emergency stop (the process's unless a private one is given, e.g. in tests).
         self.stop = safety.PROCESS_STOP if stop is None else stop
@@ -151,10 +155,19 @@ class ServerCore:
             )
 
     # -- 1. plan: once per call, when grpc hands us the handler ------------------------------
+    def method(self, full_method: str) -> tuple[str, str, MethodMetrics | None]:
+        """(called method, its metric label, its metric children or None): looked up once per method."""
+        known = self._known.get(full_method)
+        if known is None:
+            real = method_label(full_method)
+            method = self._methods(real)
+            known = (real, method, self._metrics(method) if self.metrics else None)
+            if len(self._known) < _KNOWN_METHODS:  # grpc asks only for methods it has a handler for
+                self._known[full_method] = known
+        return known
+
     def plan(self, full_method: str, metadata) -> CallPlan:
-        real = method_label(full_method)
-        method = self._methods(real)
-        metrics = self._metrics(method) if self.metrics else None
+        real, method, metrics = self.method(full_method)
         request_id, gated = _scan(metadata)
         if not gated:  # no drill key: organic, untouched (what the gate decides, without a dict copy)
             sc = scope.CallScope(self.service, real, request_id[: h.MAX_VALUE_LEN])
@@ -230,7 +243,7 @@ class ServerCore:
             if plan.deadline is None:
                 plan.deadline = deadline
         if plan.metrics is not None:
-            plan.metrics.started.inc()
+            plan.metrics.call_started()
         d = plan.decision
         if d.outcome is Outcome.HIT:
             d = self._admit(plan)
@@ -285,15 +298,11 @@ class ServerCore:
                         end = max(end, plan.planned_end)
                     if end >= plan.deadline:
                         gap = end - plan.deadline
-                exemplar = None
-                if span is not None:
-                    tid = trace_id_hex(span)
-                    exemplar = {"trace_id": tid} if tid else None
                 d = plan.decision
                 if d is _ORGANIC:
-                    plan.metrics.finished_organic(status, elapsed, exemplar, gap)
+                    plan.metrics.finished_organic(status, elapsed, span, gap)
                 else:
-                    plan.metrics.finished(status, d.traffic, d.mode.value, elapsed, exemplar, gap)
+                    plan.metrics.finished(status, d.traffic, d.mode.value, elapsed, span, gap)
             if span is not None:
                 end_server_span(span, status)
         except Exception:  # noqa: BLE001 - observability must never fail a call

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
+from opentelemetry import trace
 from prometheus_client import REGISTRY
 
 from harness.core import metrics as m
@@ -168,18 +170,58 @@ def test_a_reader_waits_for_a_batch_another_thread_is_writing():
     assert seen == [7.0]
 
 
-def test_a_call_with_an_exemplar_or_a_gap_is_written_at_once():
+def test_a_call_with_a_deadline_gap_is_written_at_once():
     metrics = sm.ServerMetrics("batch-f")("pkg.S/Now")
-    trace_id = "ab" * 16
-    metrics.finished_organic("OK", 0.01, {"trace_id": trace_id}, None)
     metrics.finished_organic("OK", 0.01, None, 0.5)
-    assert not metrics._pending  # nothing queued: the exemplar and the gap need their call's write
-    # written at once, with the exemplar on its bucket and the gap in the deadline-gap histogram
+    assert not metrics._pending  # nothing queued: the gap needs its call's write
+    # written at once, with the gap in the deadline-gap histogram
     # (read straight from the children: a registry read would flush and prove nothing)
-    assert metrics._organic_calls["OK"]._value.get() == 2
-    exemplars = [b._exemplar for b in metrics._organic_latency._buckets if b._exemplar is not None]
-    assert [e.labels for e in exemplars] == [{"trace_id": trace_id}]
+    assert metrics._organic_calls["OK"]._value.get() == 1
     assert metrics._gap["none"]._sum.get() == 0.5
+
+
+def _span(trace_id: int, sampled: bool) -> trace.Span:
+    flags = trace.TraceFlags(trace.TraceFlags.SAMPLED if sampled else trace.TraceFlags.DEFAULT)
+    return trace.NonRecordingSpan(trace.SpanContext(trace_id, 1, is_remote=False, trace_flags=flags))
+
+
+def _exemplars(metrics) -> list:
+    return [b._exemplar for b in metrics._organic_latency_child()._buckets]
+
+
+def test_a_batch_leaves_each_bucket_the_exemplar_one_by_one_writes_leave():
+    """A bucket keeps its newest exemplar: the newest call of the batch in that bucket whose span is
+    sampled, with that call's value and end time; an unsampled or absent span never replaces it."""
+    calls = [  # (seconds, trace id, sampled), in the buckets le=0.005, 0.05 and 0.3 s
+        (0.004, 0x11, True), (0.0045, 0x12, True), (0.003, 0x13, False), (0.004, None, None),  # keeps 0x12
+        (0.04, 0x21, False),  # only unsampled: no exemplar
+        (0.25, 0x31, True), (0.21, None, None), (0.22, 0x33, True),  # keeps 0x33
+    ]  # fmt: skip
+    batched = sm.ServerMetrics("batch-g")("pkg.S/Ex")
+    one_by_one = sm.ServerMetrics("batch-h")("pkg.S/Ex")
+    before = time.time()
+    for elapsed, tid, sampled in calls:
+        span = None if tid is None else _span(tid, sampled)
+        batched.finished_organic("OK", elapsed, span, None)
+        exemplar = {"trace_id": format(tid, "032x")} if sampled else None
+        one_by_one._organic_latency_child().observe(elapsed, exemplar)
+    after = time.time()
+    assert len(batched._pending) == len(calls)  # queued, not written: the batch carries the exemplars
+    batched.flush()
+    got, want = _exemplars(batched), _exemplars(one_by_one)
+    assert [(e.labels, e.value) if e else None for e in got] == [(e.labels, e.value) if e else None for e in want]
+    assert sum(e is not None for e in got) == 2
+    assert all(before <= e.timestamp <= after for e in got if e)  # the call's own end time
+
+
+def test_call_starts_are_counted_before_any_read():
+    metrics = sm.ServerMetrics("batch-i")("pkg.S/Started")
+    before = REGISTRY.get_sample_value("grpc_server_call_started_total", {"grpc_method": "pkg.S/Started"}) or 0.0
+    for _ in range(5):
+        metrics.call_started()
+    assert len(metrics._starts) == 5  # marks, not written yet
+    after = REGISTRY.get_sample_value("grpc_server_call_started_total", {"grpc_method": "pkg.S/Started"})
+    assert after - before == 5 and not metrics._starts
 
 
 def test_the_wrapped_handlers_are_what_grpcs_public_constructors_build():
