@@ -38,8 +38,9 @@ STATUS_NAMES: frozenset[str] = frozenset(
     {"OK", "CANCELLED", *SERVER_FAULT_CODES, *CLIENT_FAULT_CODES}
 )
 
-#: grpc.StatusCode member -> name, filled on first sight (17 members at most).
-_NAMES: dict[object, str] = {}
+#: id of a grpc.StatusCode member -> name, filled on first sight (17 members at most). Keyed by id: an
+#: enum's own hash is a Python-level call, and members live as long as the process (ids never reused).
+_NAMES: dict[int, str] = {}
 
 
 class StatusClass(str, enum.Enum):
@@ -52,7 +53,7 @@ class StatusClass(str, enum.Enum):
 def status_name(code) -> str:
     """Upper-case status name as metrics carry it (`OK`, `CANCELLED`, ...), from a
     `grpc.StatusCode`, a name or None (= OK)."""
-    name = _NAMES.get(code)  # hot path: a dict hit instead of enum attribute machinery
+    name = _NAMES.get(id(code))  # hot path: a dict hit instead of enum attribute machinery
     if name is not None:
         return name
     if code is None:
@@ -61,7 +62,8 @@ def status_name(code) -> str:
         return code.upper()
     name = getattr(code, "name", None)
     if isinstance(name, str) and name in STATUS_NAMES:
-        _NAMES[code] = name
+        if isinstance(code, enum.Enum):  # a member: lives as long as the process, so may be keyed by id
+            _NAMES[id(code)] = name
         return name
     return str(code).upper()
 

@@ -63,6 +63,7 @@ def _origin_deadline(md: dict[str, str], now: float) -> float | None:
 #: Keys whose presence sends a call through the gate (without them the gate passes it as organic).
 _GATE_KEYS = frozenset({h.TENANT, h.FAULT})
 _ORGANIC = Decision(Outcome.PASS, "organic", "", "")
+_NONE_MODE = Mode.NONE.value
 
 
 def _scan(metadata) -> tuple[str, bool]:
@@ -167,11 +168,10 @@ class ServerCore:
         return known
 
     def plan(self, full_method: str, metadata) -> CallPlan:
-        real, method, metrics = self.method(full_method)
         request_id, gated = _scan(metadata)
         if not gated:  # no drill key: organic, untouched (what the gate decides, without a dict copy)
-            sc = scope.CallScope(self.service, real, request_id[: h.MAX_VALUE_LEN])
-            return CallPlan(method, _ORGANIC, sc, metrics, real_method=real)
+            return self.organic_plan(self.method(full_method), request_id)
+        real, method, metrics = self.method(full_method)
         md = h.metadata_dict(metadata)
         decision = self.gate.decide(md, real)
         # Only (authenticated) drill traffic may say when the edge caller gives up; organic
@@ -191,6 +191,15 @@ class ServerCore:
         if decision.outcome is not Outcome.PASS:
             self._count_decision(plan)
         return plan
+
+    def organic_scope(self, known: tuple[str, str, MethodMetrics | None], request_id: str) -> scope.CallScope:
+        """The scope of an organic call (`known`: `method()`'s answer)."""
+        return scope.CallScope(self.service, known[0], request_id[: h.MAX_VALUE_LEN])
+
+    def organic_plan(self, known: tuple[str, str, MethodMetrics | None], request_id: str) -> CallPlan:
+        """The plan of an organic call: nothing to inject."""
+        real, method, metrics = known
+        return CallPlan(method, _ORGANIC, self.organic_scope(known, request_id), metrics, real_method=real)
 
     @staticmethod
     def steps(plan: CallPlan, *, streaming: bool = False) -> tuple[Step, ...]:
@@ -237,6 +246,9 @@ class ServerCore:
 
     def begin(self, plan: CallPlan, time_remaining: float | None, metadata) -> tuple[float, object]:
         """Deadline bookkeeping, span, started counter, audit line of a hit, scope. Returns (t0, token)."""
+        if plan.decision is _ORGANIC:
+            t0, token, plan.span = self.begin_organic(plan.scope, plan.method, plan.metrics, time_remaining, metadata)
+            return t0, token
         t0 = time.perf_counter()
         if time_remaining is not None:
             deadline = plan.scope.deadline_monotonic = time.monotonic() + time_remaining
@@ -255,6 +267,39 @@ class ServerCore:
         if d.outcome is Outcome.HIT:
             self._audit_hit(plan)  # here, not in plan(): the line carries the span's trace id
         return t0, scope.enter(plan.scope)
+
+    def begin_organic(
+        self, sc: scope.CallScope, method: str, metrics: MethodMetrics | None, time_remaining: float | None, metadata
+    ) -> tuple[float, object, object]:
+        """`begin` of an organic call, without a plan: (t0, scope token, span or None)."""
+        if time_remaining is not None:
+            sc.deadline_monotonic = time.monotonic() + time_remaining
+        if metrics is not None:
+            metrics.call_started()
+        span = None
+        if self.tracer is not None:
+            span = start_server_span(self.tracer, method, metadata, "", _NONE_MODE, False, "")
+        return time.perf_counter(), scope.enter(sc), span
+
+    def end_organic(self, sc: scope.CallScope, metrics: MethodMetrics | None, span, token, code, t0: float) -> None:
+        """`end` of an organic call: the gap is measured against the call's own deadline. Never raises."""
+        sc.ended = True
+        scope.leave(token)
+        elapsed = time.perf_counter() - t0
+        try:
+            status = status_name(code)
+            if metrics is not None:
+                gap = None
+                deadline = sc.deadline_monotonic
+                if deadline is not None:
+                    end = time.monotonic()
+                    if end >= deadline:
+                        gap = end - deadline
+                metrics.finished_organic(status, elapsed, span, gap)
+            if span is not None:
+                end_server_span(span, status)
+        except Exception:  # noqa: BLE001 - observability must never fail a call
+            pass
 
     def _admit(self, plan: CallPlan) -> Decision:
         """A hit is injected only while the stop has not tripped and a DRILL_FAULT_MAX_ACTIVE slot is free.
@@ -281,6 +326,9 @@ class ServerCore:
     # -- 3. end: at handler exit, whatever happened --------------------------------------------
     def end(self, plan: CallPlan, token, code, t0: float) -> None:
         """End and leave the scope, record the call. Never raises."""
+        if plan.decision is _ORGANIC:
+            self.end_organic(plan.scope, plan.metrics, plan.span, token, code, t0)
+            return
         if plan.slot:
             plan.slot = False
             self.active.release()
@@ -299,10 +347,7 @@ class ServerCore:
                     if end >= plan.deadline:
                         gap = end - plan.deadline
                 d = plan.decision
-                if d is _ORGANIC:
-                    plan.metrics.finished_organic(status, elapsed, span, gap)
-                else:
-                    plan.metrics.finished(status, d.traffic, d.mode.value, elapsed, span, gap)
+                plan.metrics.finished(status, d.traffic, d.mode.value, elapsed, span, gap)
             if span is not None:
                 end_server_span(span, status)
         except Exception:  # noqa: BLE001 - observability must never fail a call
@@ -422,12 +467,13 @@ def _handler_type():
 
 
 _HANDLER = _handler_type()
+_new = tuple.__new__
 
 
 def unary_unary_handler(behavior, like):
     """`grpc.unary_unary_rpc_method_handler(behavior, ...)` with `like`'s (de)serializers."""
-    if _HANDLER is not None:
-        return _HANDLER(False, False, like.request_deserializer, like.response_serializer, behavior, None, None, None)
+    if _HANDLER is not None:  # tuple.__new__: what the namedtuple's own __new__ does, without its Python frame
+        return _new(_HANDLER, (False, False, like.request_deserializer, like.response_serializer, behavior, None, None, None))
     return grpc.unary_unary_rpc_method_handler(
         behavior, request_deserializer=like.request_deserializer, response_serializer=like.response_serializer
     )
@@ -436,7 +482,7 @@ def unary_unary_handler(behavior, like):
 def unary_stream_handler(behavior, like):
     """`grpc.unary_stream_rpc_method_handler(behavior, ...)` with `like`'s (de)serializers."""
     if _HANDLER is not None:
-        return _HANDLER(False, True, like.request_deserializer, like.response_serializer, None, behavior, None, None)
+        return _new(_HANDLER, (False, True, like.request_deserializer, like.response_serializer, None, behavior, None, None))
     return grpc.unary_stream_rpc_method_handler(
         behavior, request_deserializer=like.request_deserializer, response_serializer=like.response_serializer
     )
@@ -469,6 +515,10 @@ class ServerInterceptorBase:
         if not self._can_wrap(handler.unary_stream if handler.response_streaming else handler.unary_unary):
             return handler
         md = handler_call_details.invocation_metadata
+        if not handler.response_streaming:
+            request_id, gated = _scan(md)
+            if not gated:  # most calls: organic, nothing to inject
+                return self._organic_unary(handler, self.core.method(handler_call_details.method), request_id, md)
         plan = self.core.plan(handler_call_details.method, md)
         if handler.response_streaming:
             return unary_stream_handler(self._wrap_stream(handler.unary_stream, plan, md), handler)
@@ -477,6 +527,12 @@ class ServerInterceptorBase:
     def _can_wrap(self, behavior) -> bool:
         """Whether this flavour can wrap the handler without changing where it runs."""
         return True
+
+    def _organic_unary(self, handler, known: tuple[str, str, MethodMetrics | None], request_id: str, metadata):
+        """The handler of an organic unary call (`known`: `ServerCore.method()`); a flavour may build it
+        without a plan."""
+        plan = self.core.organic_plan(known, request_id)
+        return unary_unary_handler(self._wrap_unary(handler.unary_unary, plan, metadata), handler)
 
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):  # pragma: no cover - abstract
         raise NotImplementedError

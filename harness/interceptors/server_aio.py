@@ -35,6 +35,7 @@ from harness.interceptors._server_pipeline import (
     ended_by_deadline,
     mark,
     marker,
+    unary_unary_handler,
 )
 
 try:  # grpc's adapter that gives a sync handler the sync context API on an aio server
@@ -167,11 +168,11 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             await context.abort(grpc.StatusCode[code], details)
 
     @staticmethod
-    def _end_code(plan: CallPlan, context, exc: BaseException | None):
+    def _end_code(sc: scope.CallScope, context, exc: BaseException | None):
         if exc is None:
             return context.code() or _OK
         if isinstance(exc, asyncio.CancelledError):
-            return grpc.StatusCode.DEADLINE_EXCEEDED if ended_by_deadline(plan.scope.time_remaining()) else (
+            return grpc.StatusCode.DEADLINE_EXCEEDED if ended_by_deadline(sc.time_remaining()) else (
                 grpc.StatusCode.CANCELLED
             )
         if isinstance(exc, aio.AbortError):
@@ -236,7 +237,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
-                core.end(plan, token, self._end_code(plan, context, exc), t0)
+                core.end(plan, token, self._end_code(plan.scope, context, exc), t0)
 
         return unary
 
@@ -258,9 +259,35 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
-                core.end(plan, token, end_code(plan, context, exc), t0)
+                core.end(plan, token, end_code(plan.scope, context, exc), t0)
 
         return unary
+
+    def _organic_unary(self, handler, known, request_id: str, metadata):
+        """An organic call (most calls): `_pass_unary` without a plan, the scope and its parts held by the closure."""
+        core = self.core
+        behavior = handler.unary_unary
+        on_loop = self._on_loop(behavior)
+        sc = core.organic_scope(known, request_id)
+        _, method, metrics = known
+        end_code = self._end_code
+
+        async def unary(request, context):
+            t0, token, span = core.begin_organic(sc, method, metrics, context.time_remaining(), metadata)
+            exc: BaseException | None = None
+            try:
+                if on_loop:
+                    return await behavior(request, context)
+                return await asyncio.get_running_loop().run_in_executor(
+                    None, scope.run_bound, sc, behavior, request, _SyncServicerContext(context)
+                )
+            except BaseException as e:
+                exc = e
+                raise
+            finally:
+                core.end_organic(sc, metrics, span, token, end_code(sc, context, exc), t0)
+
+        return unary_unary_handler(unary, handler)
 
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
         core = self.core
@@ -304,6 +331,6 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
-                core.end(plan, token, self._end_code(plan, context, exc), t0)
+                core.end(plan, token, self._end_code(plan.scope, context, exc), t0)
 
         return stream
