@@ -473,7 +473,8 @@ _new = tuple.__new__
 def unary_unary_handler(behavior, like):
     """`grpc.unary_unary_rpc_method_handler(behavior, ...)` with `like`'s (de)serializers."""
     if _HANDLER is not None:  # tuple.__new__: what the namedtuple's own __new__ does, without its Python frame
-        return _new(_HANDLER, (False, False, like.request_deserializer, like.response_serializer, behavior, None, None, None))
+        fields = (False, False, like.request_deserializer, like.response_serializer, behavior, None, None, None)
+        return _new(_HANDLER, fields)
     return grpc.unary_unary_rpc_method_handler(
         behavior, request_deserializer=like.request_deserializer, response_serializer=like.response_serializer
     )
@@ -482,7 +483,8 @@ def unary_unary_handler(behavior, like):
 def unary_stream_handler(behavior, like):
     """`grpc.unary_stream_rpc_method_handler(behavior, ...)` with `like`'s (de)serializers."""
     if _HANDLER is not None:
-        return _new(_HANDLER, (False, True, like.request_deserializer, like.response_serializer, None, behavior, None, None))
+        fields = (False, True, like.request_deserializer, like.response_serializer, None, behavior, None, None)
+        return _new(_HANDLER, fields)
     return grpc.unary_stream_rpc_method_handler(
         behavior, request_deserializer=like.request_deserializer, response_serializer=like.response_serializer
     )
