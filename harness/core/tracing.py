@@ -130,6 +130,29 @@ class UnexportedSpan(trace.Span):
         return self._name
 
 
+def _checked_layout() -> bool:
+    """Whether `SpanContext` is the tuple its own `__new__` builds: (trace id, span id, remote, flags,
+    state, valid). Then a local span context of generated (valid) ids is built without that `__new__`."""
+    try:
+        flags = _FLAGS[(True, True)]
+        made = trace.SpanContext(0x1F, 0x2F, False, flags)
+        fast = tuple.__new__(trace.SpanContext, (0x1F, 0x2F, False, flags, trace.DEFAULT_TRACE_STATE, True))
+        read = (fast.trace_id, fast.span_id, fast.is_remote, fast.is_valid, fast.trace_flags)
+        return made == fast and read == (0x1F, 0x2F, False, True, flags)
+    except Exception:  # noqa: BLE001 - another layout: the public constructor
+        return False
+
+
+_FAST_CONTEXT = _checked_layout()
+
+
+def _span_context(trace_id: int, span_id: int, flags: trace.TraceFlags) -> trace.SpanContext:
+    """A local span context for generated ids (never 0, within range: the SDK's id generators' promise)."""
+    if _FAST_CONTEXT and trace_id and span_id:
+        return tuple.__new__(trace.SpanContext, (trace_id, span_id, False, flags, trace.DEFAULT_TRACE_STATE, True))
+    return trace.SpanContext(trace_id, span_id, False, flags)
+
+
 #: Descriptions of the SDK's samplers whose answer for a root span is fixed: (sampled, recording).
 _STATIC = {"AlwaysOnSampler": (True, True), "AlwaysOffSampler": (False, False)}
 
@@ -183,8 +206,8 @@ class HarnessTracer(trace.Tracer):
             )
         if context is _NO_PARENT and self._root is not None:  # a root span of a fixed-answer sampler
             sampled, recording = self._root
-            span_context = trace.SpanContext(
-                self._ids.generate_trace_id(), self._ids.generate_span_id(), False, _FLAGS[(sampled, self._random_ids)]
+            span_context = _span_context(
+                self._ids.generate_trace_id(), self._ids.generate_span_id(), _FLAGS[(sampled, self._random_ids)]
             )
             if not recording:
                 return trace.NonRecordingSpan(span_context)
@@ -210,13 +233,19 @@ class HarnessTracer(trace.Tracer):
         return self._tracer.start_as_current_span(*args, **kwargs)
 
 
+def sampled_trace_id(span: trace.Span | None) -> int:
+    """The trace id of a sampled span, or 0 (an int: what a batch keeps instead of the span itself)."""
+    if span is None:
+        return 0
+    ctx = span.get_span_context()
+    return ctx.trace_id if ctx.is_valid and ctx.trace_flags.sampled else 0
+
+
 def trace_id_hex(span: trace.Span | None) -> str:
     """32-hex trace id of a sampled span, or '' (for audit lines and exemplars: an unsampled trace is
     never recorded, so nothing could be found under its id)."""
-    if span is None:
-        return ""
-    ctx = span.get_span_context()
-    return format(ctx.trace_id, "032x") if ctx.is_valid and ctx.trace_flags.sampled else ""
+    tid = sampled_trace_id(span)
+    return format(tid, "032x") if tid else ""
 
 
 def extract_context(metadata) -> object:

@@ -9,7 +9,7 @@ children when first used. Label values come from bounded sets (methods are
 bounded by `MethodLabels`), so these tables are bounded too.
 
 The end of an organic call (most calls, no deadline gap) is not written at once:
-it is queued as (status, seconds[, span, wall time]) and a batch is written with
+it is queued as (status, seconds[, trace id, wall time]) and a batch is written with
 one increment per (status, bucket) instead of five locked writes and two bucket
 searches per call; a call's start (A66 started) is queued as a mark. A call with a
 sampled span leaves its trace id as the exemplar of its latency bucket unless a
@@ -36,7 +36,7 @@ from prometheus_client.samples import Exemplar
 from harness.core import metrics as m
 from harness.core.faults import Mode
 from harness.core.status import STATUS_NAMES
-from harness.core.tracing import trace_id_hex
+from harness.core.tracing import sampled_trace_id, trace_id_hex
 
 #: (traffic, fault_mode) pairs a call can carry: organic calls never carry a fault.
 TRAFFIC_MODES = (("organic", Mode.NONE.value), *(("drill", mode.value) for mode in Mode))
@@ -146,7 +146,8 @@ class MethodMetrics:
         carries a deadline gap. `span`: the call's span (its trace id is the latency exemplar), or None."""
         if BATCHED and gap is None:
             pending = self._pending
-            pending.append((status, elapsed) if span is None else (status, elapsed, span, time.time()))
+            tid = sampled_trace_id(span)  # the id, not the span: a queued span would outlive its call
+            pending.append((status, elapsed, tid, time.time()) if tid else (status, elapsed))
             if len(pending) >= FLUSH_AT:
                 self.flush()
             return
@@ -175,7 +176,7 @@ class MethodMetrics:
         pending = self._pending
         counts: dict[str, list[int]] = {}
         totals: dict[str, float] = {}
-        traced: dict[int, list[tuple]] = {}  # bucket -> its calls with a span, oldest first
+        traced: dict[int, tuple] = {}  # bucket -> its newest call with a sampled span
         bisect_left, pop = bisect.bisect_left, pending.popleft
         while True:
             try:
@@ -191,7 +192,7 @@ class MethodMetrics:
             per_bucket[i] += 1
             totals[status] += elapsed
             if len(entry) > 2:
-                traced.setdefault(i, []).append(entry)
+                traced[i] = entry  # the newest call with a sampled span in this bucket, as one-by-one writes
         if not counts:
             return
         latency = self._organic_latency_child()
@@ -203,12 +204,8 @@ class MethodMetrics:
             if calls is None:
                 calls = self._calls_child(status, "organic", _NONE)
             calls.inc(sum(per_bucket))
-        for i, entries in traced.items():
-            for _, elapsed, span, wall in reversed(entries):  # the newest sampled one, as one-by-one writes
-                tid = trace_id_hex(span)
-                if tid:
-                    latency._buckets[i].set_exemplar(Exemplar({"trace_id": tid}, elapsed, wall))
-                    break
+        for i, (_, elapsed, tid, wall) in traced.items():
+            latency._buckets[i].set_exemplar(Exemplar({"trace_id": format(tid, "032x")}, elapsed, wall))
 
     def expired(self, status: str, traffic: str) -> None:
         """A call answered without its handler because its caller had left (`where="handler"`): started and

@@ -285,7 +285,8 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
-                core.end_organic(sc, metrics, span, token, end_code(sc, context, exc), t0)
+                code = (context.code() or _OK) if exc is None else end_code(sc, context, exc)
+                core.end_organic(sc, metrics, span, token, code, t0)
 
         return unary_unary_handler(unary, handler)
 
