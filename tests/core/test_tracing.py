@@ -104,3 +104,33 @@ def test_a_hit_served_with_unexported_spans_carries_the_callers_trace_to_audit_l
         x.startswith("drill_server_latency_seconds_bucket") and 'service="fast-traced"' in x and trace_hex in x
         for x in lines
     )
+
+
+def _as_sdk_decides(t: HarnessTracer) -> HarnessTracer:
+    """The same tracer with the root-span shortcut off: every span asks the sampler, as the SDK does."""
+    t._root = None
+    return t
+
+
+def test_a_root_span_without_the_sampler_call_is_what_the_sampler_would_give():
+    """For the SDK's always_on/always_off samplers, alone or as a ParentBased root, a root span skips the
+    sampler call (its answer is fixed); the span must be the one the sampler's answer gives: same
+    flags, recording or not, attributes, and a context equal to SpanContext's own constructor's."""
+    attributes = {"drill.tenant": "", "drill.fault.mode": "none", "drill.fault.hit": False, "drill.request_id": ""}
+    for sampler in (s.ParentBased(s.ALWAYS_ON), s.ParentBased(s.ALWAYS_OFF), s.ALWAYS_ON, s.ALWAYS_OFF):
+        fast, _ = tracer(sampler)
+        slow = _as_sdk_decides(tracer(sampler)[0])
+        assert fast._root is not None, sampler.get_description()  # the shortcut is taken for these samplers
+        a = start_server_span(fast, "pkg.S/M", (("user-agent", "x"),), "", "none", False, "")
+        b = start_server_span(slow, "pkg.S/M", (("user-agent", "x"),), "", "none", False, "")
+        ca, cb = a.get_span_context(), b.get_span_context()
+        assert type(a) is type(b) and a.is_recording() == b.is_recording(), sampler.get_description()
+        assert (ca.trace_flags, ca.is_remote, ca.is_valid, ca.trace_state) == (
+            cb.trace_flags, cb.is_remote, cb.is_valid, cb.trace_state
+        )  # fmt: skip
+        assert ca == trace.SpanContext(ca.trace_id, ca.span_id, False, ca.trace_flags)
+        assert ca.trace_id != cb.trace_id and ca.span_id != cb.span_id  # fresh ids each
+        if a.is_recording():
+            assert a.attributes == b.attributes == attributes
+    ratio, _ = tracer(s.ParentBased(s.TraceIdRatioBased(0.5)))
+    assert ratio._root is None  # any other sampler is asked for every span
