@@ -10,10 +10,13 @@ overloaded server does no work, and injects no fault, for callers that are gone.
 `server_sync`) only say how to wait, how to abort and how to tell the final
 status; they walk the same `steps`.
 
-Most calls carry no drill key: for them `plan` reads the request id in one pass
-over the metadata (no dict, no gate), the metric children are the method's own
-(`_server_metrics`), deadlines are kept on the monotonic clock, and with no
-tracer there is no span.
+Most calls carry no drill key: for them the request id is read in one pass over
+the metadata (no dict, no gate), the method's label and metric children are
+looked up once per method (`ServerCore.method`, `_server_metrics`), and
+`begin_organic`/`end_organic` do what `begin`/`end` do for a call with nothing to
+inject, without a plan (the aio flavour serves such a call from one closure; the
+plan path calls the same two methods). Deadlines are kept on the monotonic clock,
+and with no tracer there is no span.
 """
 
 from __future__ import annotations
