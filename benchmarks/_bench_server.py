@@ -1,6 +1,6 @@
 """A demo server in one of the benchmark modes; prints its port, serves until killed.
 
-    python benchmarks/_bench_server.py aio|sync MODE [--workers N]   (DRILL_BENCH_TREE=DIR: another checkout's harness)
+    python benchmarks/_bench_server.py aio|sync MODE [--workers N] [--gc-freeze]   (DRILL_BENCH_TREE=DIR: other tree)
 
 Modes: baseline (no interceptor), off (interceptor installed, switch off), on
 (switch on, organic traffic, metrics), on-trace (switch on, metrics and an
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import pathlib
 import sys
@@ -73,20 +74,31 @@ def interceptors(mode: str, sync: bool) -> list:
     return [cls(FaultSettings(enabled=True, seed=1, service="bench", max_active=100_000), tracer=tracer)]
 
 
-async def serve_aio(mode: str) -> None:
+def freeze_heap() -> None:
+    """What a long-running server may do once started: collect, then move every object alive now out of
+    the collector's reach (`gc.freeze`), so a full collection scans only what came after."""
+    gc.collect()
+    gc.freeze()
+
+
+async def serve_aio(mode: str, freeze: bool = False) -> None:
     server = aio.server(interceptors=interceptors(mode, sync=False))
     drill_pb2_grpc.add_DemoServicer_to_server(Aio(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
+    if freeze:
+        freeze_heap()
     print(port, flush=True)
     await server.wait_for_termination()
 
 
-def serve_sync(mode: str, workers: int) -> None:
+def serve_sync(mode: str, workers: int, freeze: bool = False) -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), interceptors=interceptors(mode, sync=True))
     drill_pb2_grpc.add_DemoServicer_to_server(Sync(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    if freeze:
+        freeze_heap()
     print(port, flush=True)
     server.wait_for_termination()
 
@@ -96,11 +108,12 @@ def main() -> None:
     ap.add_argument("flavour", choices=("aio", "sync"))
     ap.add_argument("mode", choices=MODES)
     ap.add_argument("--workers", type=int, default=64, help="sync server threads")
+    ap.add_argument("--gc-freeze", action="store_true", help="gc.collect() and gc.freeze() once started")
     args = ap.parse_args()
     if args.flavour == "aio":
-        asyncio.run(serve_aio(args.mode))
+        asyncio.run(serve_aio(args.mode, args.gc_freeze))
     else:
-        serve_sync(args.mode, args.workers)
+        serve_sync(args.mode, args.workers, args.gc_freeze)
 
 
 if __name__ == "__main__":
