@@ -16,8 +16,8 @@ The aio server runs twice: as it starts, and with its heap frozen once started
 (`gc.collect(); gc.freeze()`). A call held 100 ms keeps its objects (grpc's and
 ours) alive through the collector's young generations, so at 500 calls/s they
 reach the oldest one fast and trigger full collections every few seconds; each
-scans the whole heap (~15 ms on a 2-core VM) and every delayed call whose wake-up
-falls in it is late by up to that much. Frozen, a full collection skips the
+scans the whole heap, and every delayed call whose wake-up falls in it is late by
+up to that pause. Frozen, a full collection skips the
 startup objects and the pause shrinks to what the drill itself allocated.
 
 The last line is machine-readable:
