@@ -9,8 +9,10 @@ children when first used. Label values come from bounded sets (methods are
 bounded by `MethodLabels`), so these tables are bounded too.
 
 The end of an organic call (most calls, no deadline gap) is not written at once:
-it is queued as (status, seconds[, trace id, wall time]) and a batch is written with
-one increment per (status, bucket) instead of five locked writes and two bucket
+it is queued as (status, seconds[, trace id, wall time]) — an OK call with no
+exemplar, most calls, as its seconds alone, which a batch sorts and counts per
+bucket with one binary search per bucket — and a batch is written with one
+increment per (status, bucket) instead of five locked writes and two bucket
 searches per call; a call's start (A66 started) is queued as a mark. A call with a
 sampled span leaves its trace id as the exemplar of its latency bucket unless a
 later call of the batch in the same bucket does (what one-by-one writes leave:
@@ -87,7 +89,7 @@ class MethodMetrics:
 
     __slots__ = (
         "started", "call_started", "_service", "_method", "_calls", "_organic_calls", "_organic_latency", "_gap",
-        "_latency", "_duration", "_lock", "_pending", "_starts", "_flushing", "__weakref__",
+        "_latency", "_duration", "_lock", "_pending", "_ok", "_starts", "_flushing", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, service: str, method: str) -> None:
@@ -108,6 +110,8 @@ class MethodMetrics:
         self._lock = threading.Lock()
         #: Organic call ends not written yet: (status, seconds). A deque: appends and pops are atomic.
         self._pending: collections.deque = collections.deque()
+        #: Seconds of OK organic call ends with no exemplar (most calls), not written yet.
+        self._ok: collections.deque = collections.deque()
         #: Calls started and not counted yet, a mark each (an append is atomic; a batch deletes what it counted).
         self._starts: list[None] = []
         #: Count one call started (A66): a mark for the next batch, or at once when calls are not batched.
@@ -145,10 +149,15 @@ class MethodMetrics:
         """`finished` for an organic call (traffic organic, no fault): queued for the next batch unless it
         carries a deadline gap. `span`: the call's span (its trace id is the latency exemplar), or None."""
         if BATCHED and gap is None:
-            pending = self._pending
-            tid = sampled_trace_id(span)  # the id, not the span: a queued span would outlive its call
-            pending.append((status, elapsed, tid, time.time()) if tid else (status, elapsed))
-            if len(pending) >= FLUSH_AT:
+            pending, ok = self._pending, self._ok
+            tid = sampled_trace_id(span) if span is not None else 0  # the id: a queued span would outlive its call
+            if tid:
+                pending.append((status, elapsed, tid, time.time()))
+            elif status == "OK":
+                ok.append(elapsed)
+            else:
+                pending.append((status, elapsed))
+            if len(ok) + len(pending) >= FLUSH_AT:
                 self.flush()
             return
         self._organic_latency_child().observe(elapsed, _exemplar(span))
@@ -162,7 +171,7 @@ class MethodMetrics:
 
     def flush(self) -> None:
         """Write the queued starts and organic call ends: per status, its calls, and both histograms by bucket."""
-        if not self._pending and not self._starts and not self._flushing.locked():
+        if not self._ok and not self._pending and not self._starts and not self._flushing.locked():
             return
         with self._flushing:
             self._write_batch()
@@ -173,9 +182,22 @@ class MethodMetrics:
         if started:
             del starts[:started]  # marks appended meanwhile stay for the next batch
             self.started.inc(started)
-        pending = self._pending
         counts: dict[str, list[int]] = {}
         totals: dict[str, float] = {}
+        ok = self._ok
+        n = len(ok)  # ends appended meanwhile stay for the next batch
+        if n:  # OK calls without an exemplar, their seconds only: sorted, then counted per bucket in C
+            popleft = ok.popleft
+            values = sorted([popleft() for _ in range(n)])
+            per_bucket = counts["OK"] = [0] * _N_BUCKETS
+            below = 0
+            for i, bound in enumerate(_BOUNDS):
+                upto = bisect.bisect_right(values, bound, below)  # values <= bound: this bucket and those before
+                per_bucket[i] = upto - below
+                below = upto
+            per_bucket[-1] = n - below
+            totals["OK"] = math.fsum(values)
+        pending = self._pending
         traced: dict[int, tuple] = {}  # bucket -> its newest call with a sampled span
         bisect_left, pop = bisect.bisect_left, pending.popleft
         while True:

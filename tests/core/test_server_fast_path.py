@@ -150,7 +150,7 @@ def test_a_reader_waits_for_a_batch_another_thread_is_writing():
     try:
         writer = threading.Thread(target=metrics.flush)
         writer.start()
-        assert popped.wait(10) and not metrics._pending  # the batch is off the queue, not written
+        assert popped.wait(10) and not metrics._pending and not metrics._ok  # off the queue, not written
         sm._add = real_add  # the reader's own flush writes normally
         def read() -> None:
             seen.append(REGISTRY.get_sample_value("drill_server_calls_total", labels))
@@ -197,8 +197,8 @@ def test_a_batch_leaves_each_bucket_the_exemplar_one_by_one_writes_leave():
         (0.04, 0x21, False),  # only unsampled: no exemplar
         (0.25, 0x31, True), (0.21, None, None), (0.22, 0x33, True),  # keeps 0x33
     ]  # fmt: skip
-    batched = sm.ServerMetrics("batch-g")("pkg.S/Ex")
-    one_by_one = sm.ServerMetrics("batch-h")("pkg.S/Ex")
+    batched = sm.ServerMetrics("batch-j")("pkg.S/Ex")
+    one_by_one = sm.ServerMetrics("batch-k")("pkg.S/Ex")
     before = time.time()
     for elapsed, tid, sampled in calls:
         span = None if tid is None else _span(tid, sampled)
@@ -206,8 +206,10 @@ def test_a_batch_leaves_each_bucket_the_exemplar_one_by_one_writes_leave():
         exemplar = {"trace_id": format(tid, "032x")} if sampled else None
         one_by_one._organic_latency_child().observe(elapsed, exemplar)
     after = time.time()
-    assert len(batched._pending) == len(calls)  # queued, not written: the batch carries the exemplars
+    assert len(batched._pending) + len(batched._ok) == len(calls)  # queued, not written
     batched.flush()
+    counts = [[b.get() for b in m._organic_latency_child()._buckets] for m in (batched, one_by_one)]
+    assert counts[0] == counts[1]  # calls with and without a span, in the same buckets
     got, want = _exemplars(batched), _exemplars(one_by_one)
     assert [(e.labels, e.value) if e else None for e in got] == [(e.labels, e.value) if e else None for e in want]
     assert sum(e is not None for e in got) == 2
