@@ -9,17 +9,17 @@ children when first used. Label values come from bounded sets (methods are
 bounded by `MethodLabels`), so these tables are bounded too.
 
 The end of an organic call (most calls, no deadline gap) is not written at once:
-it is queued as (status, seconds[, trace id, wall time]) — an OK call with no
-exemplar, most calls, as its seconds alone, which a batch sorts and counts per
-bucket with one binary search per bucket — and a batch is written with one
-increment per (status, bucket) instead of five locked writes and two bucket
-searches per call; a call's start (A66 started) is queued as a mark. A call with a
+it is queued (an OK call with no exemplar, most calls, as its seconds alone; others as
+(status, seconds[, trace id, wall time])), and a batch sorts each status's seconds,
+counts each bucket with one binary search, and writes one increment per (status,
+bucket) instead of five locked writes and two bucket searches per call. A call's
+start (A66 started) is queued as a mark. A call with a
 sampled span leaves its trace id as the exemplar of its latency bucket unless a
 later call of the batch in the same bucket does (what one-by-one writes leave:
 a bucket keeps its newest exemplar), with the call's own end time and value; the
 trace id is formatted only for that one. The batch is written before any of its
 series is read (a scrape, `get_sample_value`, a direct `collect()`:
-`metrics.PENDING`) and every `FLUSH_AT` calls; one batch at a time per method, so a
+`metrics.PENDING`) and every `FLUSH_AT` queued ends or starts; one batch at a time per method, so a
 reader that flushes while another thread is writing a batch waits for it and never
 misses a call that has started or ended.
 """
@@ -75,6 +75,20 @@ def _exemplar(span) -> dict | None:
     return {"trace_id": tid} if tid else None
 
 
+def _per_bucket(values: list[float]) -> list[int]:
+    """How many of `values` fall in each bucket (le: a value equal to a bound is in that bound's bucket):
+    sorted once, then one binary search per bound instead of one per value."""
+    values = sorted(values)
+    counts = [0] * _N_BUCKETS
+    below = 0
+    for i, bound in enumerate(_BOUNDS):
+        upto = bisect.bisect_right(values, bound, below)  # values <= bound: this bucket and those before it
+        counts[i] = upto - below
+        below = upto
+    counts[-1] = len(values) - below
+    return counts
+
+
 def _add(child, counts: list[int], total: float) -> None:
     """`observe` for a batch: `counts[i]` observations in bucket i, `total` seconds in all."""
     child._sum.inc(total)
@@ -108,7 +122,8 @@ class MethodMetrics:
         self._latency: dict[tuple[str, str], object] = {}
         self._duration: dict[str, object] = {}
         self._lock = threading.Lock()
-        #: Organic call ends not written yet: (status, seconds). A deque: appends and pops are atomic.
+        #: Organic call ends not written yet that are not in `_ok`: (status, seconds[, trace id, wall time]).
+        #: Deques: appends and pops are atomic.
         self._pending: collections.deque = collections.deque()
         #: Seconds of OK organic call ends with no exemplar (most calls), not written yet.
         self._ok: collections.deque = collections.deque()
@@ -116,7 +131,7 @@ class MethodMetrics:
         self._starts: list[None] = []
         #: Count one call started (A66): a mark for the next batch, or at once when calls are not batched.
         self.call_started = self._mark_start if BATCHED else self.started.inc
-        #: Held while a batch is taken off `_pending` and written (not `_lock`: writing takes that one).
+        #: Held while a batch is taken off the queues and written (not `_lock`: writing takes that one).
         self._flushing = threading.Lock()
         if BATCHED:
             m.PENDING.add(self)
@@ -143,7 +158,10 @@ class MethodMetrics:
         return child
 
     def _mark_start(self) -> None:
-        self._starts.append(None)
+        starts = self._starts
+        starts.append(None)
+        if len(starts) >= FLUSH_AT:  # bounded without a reader too (drill calls' ends never trigger a batch)
+            self.flush()
 
     def finished_organic(self, status: str, elapsed: float, span, gap: float | None) -> None:
         """`finished` for an organic call (traffic organic, no fault): queued for the next batch unless it
@@ -182,50 +200,28 @@ class MethodMetrics:
         if started:
             del starts[:started]  # marks appended meanwhile stay for the next batch
             self.started.inc(started)
-        counts: dict[str, list[int]] = {}
-        totals: dict[str, float] = {}
-        ok = self._ok
-        n = len(ok)  # ends appended meanwhile stay for the next batch
-        if n:  # OK calls without an exemplar, their seconds only: sorted, then counted per bucket in C
-            popleft = ok.popleft
-            values = sorted([popleft() for _ in range(n)])
-            per_bucket = counts["OK"] = [0] * _N_BUCKETS
-            below = 0
-            for i, bound in enumerate(_BOUNDS):
-                upto = bisect.bisect_right(values, bound, below)  # values <= bound: this bucket and those before
-                per_bucket[i] = upto - below
-                below = upto
-            per_bucket[-1] = n - below
-            totals["OK"] = math.fsum(values)
-        pending = self._pending
-        traced: dict[int, tuple] = {}  # bucket -> its newest call with a sampled span
-        bisect_left, pop = bisect.bisect_left, pending.popleft
-        while True:
-            try:
-                entry = pop()
-            except IndexError:
-                break
-            status, elapsed = entry[0], entry[1]
-            per_bucket = counts.get(status)
-            if per_bucket is None:
-                per_bucket = counts[status] = [0] * _N_BUCKETS
-                totals[status] = 0.0
-            i = bisect_left(_BOUNDS, elapsed)  # the first bucket with elapsed <= its bound
-            per_bucket[i] += 1
-            totals[status] += elapsed
+        ok, pending = self._ok, self._pending
+        # Take what is queued now (ends queued meanwhile stay for the next batch): seconds per status,
+        # and per bucket the newest call with a sampled span (a bucket keeps its newest exemplar).
+        popleft = ok.popleft
+        seconds: dict[str, list[float]] = {"OK": [popleft() for _ in range(len(ok))]}
+        traced: dict[int, tuple] = {}
+        popleft = pending.popleft
+        for entry in [popleft() for _ in range(len(pending))]:
+            seconds.setdefault(entry[0], []).append(entry[1])
             if len(entry) > 2:
-                traced[i] = entry  # the newest call with a sampled span in this bucket, as one-by-one writes
-        if not counts:
-            return
+                traced[bisect.bisect_left(_BOUNDS, entry[1])] = entry  # its bucket: the first bound >= it
         latency = self._organic_latency_child()
-        for status, per_bucket in counts.items():
-            total = totals[status]
+        for status, values in seconds.items():
+            if not values:
+                continue
+            per_bucket, total = _per_bucket(values), math.fsum(values)
             _add(latency, per_bucket, total)
             _add(self._duration_child(status), per_bucket, total)
             calls = self._organic_calls.get(status)
             if calls is None:
                 calls = self._calls_child(status, "organic", _NONE)
-            calls.inc(sum(per_bucket))
+            calls.inc(len(values))
         for i, (_, elapsed, tid, wall) in traced.items():
             latency._buckets[i].set_exemplar(Exemplar({"trace_id": format(tid, "032x")}, elapsed, wall))
 

@@ -216,6 +216,18 @@ def test_a_batch_leaves_each_bucket_the_exemplar_one_by_one_writes_leave():
     assert all(before <= e.timestamp <= after for e in got if e)  # the call's own end time
 
 
+def test_call_starts_are_written_in_batches_even_with_no_reader():
+    """Only organic ends fill a batch, so a server serving drill calls alone and never scraped must
+    still write its start marks every FLUSH_AT starts, not keep them forever."""
+    metrics = sm.ServerMetrics("batch-l")("pkg.S/Unread")
+    n = 3 * sm.FLUSH_AT + 5
+    for _ in range(n):
+        metrics.call_started()
+    assert len(metrics._starts) < sm.FLUSH_AT
+    # read straight from the child: a registry read would flush and prove nothing
+    assert metrics.started._value.get() + len(metrics._starts) == n
+
+
 def test_call_starts_are_counted_before_any_read():
     metrics = sm.ServerMetrics("batch-i")("pkg.S/Started")
     before = REGISTRY.get_sample_value("grpc_server_call_started_total", {"grpc_method": "pkg.S/Started"}) or 0.0
