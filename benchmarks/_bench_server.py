@@ -75,10 +75,15 @@ def interceptors(mode: str, sync: bool) -> list:
 
 
 def freeze_heap() -> None:
-    """What a long-running server may do once started: collect, then move every object alive now out of
-    the collector's reach (`gc.freeze`), so a full collection scans only what came after."""
-    gc.collect()
-    gc.freeze()
+    """What `drill serve` does once serving (`harness.demo.serve.freeze_startup_heap`); the same two calls
+    here when the tree under test (DRILL_BENCH_TREE) predates it."""
+    try:
+        from harness.demo.serve import freeze_startup_heap
+    except ImportError:
+        gc.collect()
+        gc.freeze()
+    else:
+        freeze_startup_heap()
 
 
 async def serve_aio(mode: str, freeze: bool = False) -> None:

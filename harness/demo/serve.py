@@ -249,8 +249,8 @@ def freeze_startup_heap() -> None:
     Calls held by a delay keep their objects alive through the collector's young
     generations, so a drill of delayed calls brings full collections every few
     seconds; each would scan the whole startup heap (grpc, protobuf, OpenTelemetry)
-    while every delayed call due meanwhile waits. Frozen, a
-    full collection scans only what came after (benchmarks/delay_accuracy.py).
+    while every delayed call due meanwhile waits. Frozen, a full collection scans
+    only what came after (benchmarks/delay_accuracy.py).
     """
     gc.collect()
     gc.freeze()

@@ -25,7 +25,6 @@ import grpc
 from grpc import aio
 
 from harness.core import scope
-from harness.core.gate import Outcome
 from harness.core.safety import EmergencyStop
 from harness.interceptors._server_pipeline import (
     CallPlan,
@@ -182,8 +181,6 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
         core = self.core
         on_loop = self._on_loop(behavior)
-        if plan.decision.outcome is not Outcome.HIT:  # nothing to inject (begin never adds one): steps (RUN,)
-            return self._pass_unary(behavior, plan, metadata, on_loop)
 
         async def run(request, context, held: list[bool], hold_errors: bool):
             pair = marker(plan.decision)
@@ -241,30 +238,10 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
 
         return unary
 
-    def _pass_unary(self, behavior, plan: CallPlan, metadata, on_loop: bool):
-        """A call with nothing to inject: begin, the handler where grpc would run it, end."""
-        core = self.core
-        end_code = self._end_code
-
-        async def unary(request, context):
-            t0, token = core.begin(plan, context.time_remaining(), metadata)
-            exc: BaseException | None = None
-            try:
-                if on_loop:
-                    return await behavior(request, context)
-                return await asyncio.get_running_loop().run_in_executor(
-                    None, scope.run_bound, plan.scope, behavior, request, _SyncServicerContext(context)
-                )
-            except BaseException as e:
-                exc = e
-                raise
-            finally:
-                core.end(plan, token, end_code(plan.scope, context, exc), t0)
-
-        return unary
-
     def _organic_unary(self, handler, known, request_id: str, metadata):
-        """An organic call (most calls): `_pass_unary` without a plan, the scope and its parts held by the closure."""
+        """An organic call (most calls): begin, the handler where grpc would run it, end — without a plan, the
+        scope and the method's parts held by the closure. (A drill call with nothing to inject takes
+        `_wrap_unary`'s path: its steps are just RUN.)"""
         core = self.core
         behavior = handler.unary_unary
         on_loop = self._on_loop(behavior)
@@ -285,8 +262,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
-                code = (context.code() or _OK) if exc is None else end_code(sc, context, exc)
-                core.end_organic(sc, metrics, span, token, code, t0)
+                core.end_organic(sc, metrics, span, token, end_code(sc, context, exc), t0)
 
         return unary_unary_handler(unary, handler)
 
