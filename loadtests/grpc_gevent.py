@@ -65,20 +65,23 @@ def wait_mode() -> str:
     return mode
 
 
+_Condition = threading.Condition
+
+
+def _native_condition(lock=None):
+    """`threading.Condition()` on a native reentrant lock (gevent's patched RLock is Python code)."""
+    return _Condition(_native_rlock() if lock is None else lock)
+
+
 def _channel_with_native_locks(target: str) -> grpc.Channel:
     """`grpc.insecure_channel(target)` whose channel-level locks and conditions are native.
 
     grpc takes them from the `threading` module when the channel is built; gevent has
     patched that module, so they are swapped for the moment of construction (no greenlet
-    switch can happen in between). Per-call state keeps gevent's locks (hub thread only).
+    switch can happen in between).
     """
     patched = (threading.Condition, threading.Lock)
-    condition = patched[0]
-
-    def native_condition(lock=None):
-        return condition(_native_rlock() if lock is None else lock)
-
-    threading.Condition, threading.Lock = native_condition, _native_lock
+    threading.Condition, threading.Lock = _native_condition, _native_lock
     try:
         return grpc.insecure_channel(target)
     finally:
@@ -234,6 +237,27 @@ class Completions:
                 ch = grpc.insecure_channel(target)
             self._channels[key] = ch
         return ch
+
+    def start(self, multicallable, request, timeout: float | None, metadata) -> grpc.Future:
+        """`multicallable.future(...)`; on a natively polled channel, the call's own condition is native too.
+
+        grpc guards each call's state with a `threading.Condition` built when the call
+        starts; under gevent that is a Python-level RLock over a gevent lock, taken some
+        seven times per call (start, event, done-callback, status, trailers, reply). Here
+        only the hub thread ever touches a call's state (the polling thread only queues
+        events), so a native lock guards it as well at a fraction of the cost: no
+        greenlet switch happens while grpc holds it, and a wait on it (a blocking
+        `result()` before the end) still yields, since `Condition.wait` parks on a lock
+        from the patched module. Swapped for the moment the call is built, as
+        `_channel_with_native_locks` does (no greenlet switch in between).
+        """
+        if not self.native:
+            return multicallable.future(request, timeout=timeout, metadata=metadata)
+        threading.Condition = _native_condition
+        try:
+            return multicallable.future(request, timeout=timeout, metadata=metadata)
+        finally:
+            threading.Condition = _Condition
 
     def wait(self, future: grpc.Future) -> None:
         """Return once `future` is done; only this greenlet waits (the hub keeps running)."""

@@ -185,8 +185,8 @@ class GrpcUser(User):
         metadata = tags.metadata(request_id or str(uuid.uuid4()), timeout)  # the interceptor's default id
         rec.attempt_started(label)
         start = time.perf_counter()
-        future = self._multicallables[method].future(request, timeout=timeout, metadata=metadata)
         done = self.completions
+        future = done.start(self._multicallables[method], request, timeout, metadata)
         if cancel_after_ms is not None:
             timer = done.cancel_after(future, cancel_after_ms / 1000.0)
             done.wait(future)
