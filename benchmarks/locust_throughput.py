@@ -185,6 +185,8 @@ def main() -> int:
     ap.add_argument("--skip-variants", action="store_true", help="only the Locust figures")
     ap.add_argument("--json", default=None, help="also write the figures here")
     args = ap.parse_args()
+    if args.pairs < 1 or args.rounds < 1:
+        ap.error("--rounds and --pairs take 1 or more (the last line reports a median of each)")
     tree = pathlib.Path(args.tree).resolve()
     print(header("locust_throughput"), flush=True)
     server_core, client_core = cores()
