@@ -14,8 +14,10 @@ Most calls carry no drill key: for them the request id is read in one pass over
 the metadata (no dict, no gate), the method's label and metric children are
 looked up once per method (`ServerCore.method`, `_server_metrics`), and
 `begin_organic`/`end_organic` do what `begin`/`end` do for a call with nothing to
-inject, without a plan (the aio flavour serves such a call from one closure; the
-plan path calls the same two methods). Deadlines are kept on the monotonic clock,
+inject, without a plan: `start_organic` and `record_organic` say what such a call
+records. The aio flavour serves such a call from one closure that writes those two
+out (it runs for nearly every call; a test holds it to them), looked up per method
+after the first call. Deadlines are kept on the monotonic clock,
 and with no tracer there is no span.
 """
 
@@ -275,20 +277,32 @@ class ServerCore:
         self, sc: scope.CallScope, method: str, metrics: MethodMetrics | None, time_remaining: float | None, metadata
     ) -> tuple[float, object, object]:
         """`begin` of an organic call, without a plan: (t0, scope token, span or None)."""
+        span = self.start_organic(sc, method, metrics, time_remaining, metadata)
+        return time.perf_counter(), scope.enter(sc), span
+
+    def start_organic(
+        self, sc: scope.CallScope, method: str, metrics: MethodMetrics | None, time_remaining: float | None, metadata
+    ):
+        """What the start of an organic call records: its deadline, A66 started, its span (returned, or None).
+        The caller enters the scope. (The aio flavour's closure for organic calls writes this out.)"""
         if time_remaining is not None:
             sc.deadline_monotonic = time.monotonic() + time_remaining
         if metrics is not None:
             metrics.call_started()
-        span = None
-        if self.tracer is not None:
-            span = start_server_span(self.tracer, method, metadata, "", _NONE_MODE, False, "")
-        return time.perf_counter(), scope.enter(sc), span
+        if self.tracer is None:
+            return None
+        return start_server_span(self.tracer, method, metadata, "", _NONE_MODE, False, "")
 
     def end_organic(self, sc: scope.CallScope, metrics: MethodMetrics | None, span, token, code, t0: float) -> None:
-        """`end` of an organic call: the gap is measured against the call's own deadline. Never raises."""
+        """`end` of an organic call: its scope over and left, the call recorded. Never raises."""
         sc.ended = True
         scope.leave(token)
-        elapsed = time.perf_counter() - t0
+        self.record_organic(sc, metrics, span, code, time.perf_counter() - t0)
+
+    @staticmethod
+    def record_organic(sc: scope.CallScope, metrics: MethodMetrics | None, span, code, elapsed: float) -> None:
+        """What the end of an organic call records (its scope already over); the gap is measured against the
+        call's own deadline. Never raises. (The aio flavour's closure for organic calls writes this out.)"""
         try:
             status = status_name(code)
             if metrics is not None:
@@ -523,7 +537,8 @@ class ServerInterceptorBase:
         if not handler.response_streaming:
             request_id, gated = _scan(md)
             if not gated:  # most calls: organic, nothing to inject
-                return self._organic_unary(handler, self.core.method(handler_call_details.method), request_id, md)
+                full = handler_call_details.method
+                return self._organic_unary(handler, self.core.method(full), request_id, md, full)
         plan = self.core.plan(handler_call_details.method, md)
         if handler.response_streaming:
             return unary_stream_handler(self._wrap_stream(handler.unary_stream, plan, md), handler)
@@ -533,9 +548,11 @@ class ServerInterceptorBase:
         """Whether this flavour can wrap the handler without changing where it runs."""
         return True
 
-    def _organic_unary(self, handler, known: tuple[str, str, MethodMetrics | None], request_id: str, metadata):
-        """The handler of an organic unary call (`known`: `ServerCore.method()`); a flavour may build it
-        without a plan."""
+    def _organic_unary(
+        self, handler, known: tuple[str, str, MethodMetrics | None], request_id: str, metadata, full_method: str = ""
+    ):
+        """The handler of an organic unary call (`known`: `ServerCore.method(full_method)`); a flavour may build
+        it without a plan."""
         plan = self.core.organic_plan(known, request_id)
         return unary_unary_handler(self._wrap_unary(handler.unary_unary, plan, metadata), handler)
 

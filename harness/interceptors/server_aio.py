@@ -20,16 +20,22 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+from time import monotonic, perf_counter
 
 import grpc
 from grpc import aio
 
 from harness.core import scope
+from harness.core.faults import Mode
 from harness.core.safety import EmergencyStop
+from harness.core.status import status_name
+from harness.core.tracing import end_server_span, start_server_span
 from harness.interceptors._server_pipeline import (
+    _KNOWN_METHODS,
     CallPlan,
     ServerInterceptorBase,
     Step,
+    _scan,
     abort_details,
     ended_by_deadline,
     mark,
@@ -43,6 +49,7 @@ except ImportError:  # pragma: no cover - depends on the grpc build
     _SyncServicerContext = None
 
 _OK = grpc.StatusCode.OK
+_NONE = Mode.NONE.value
 _DONE = object()
 
 
@@ -152,9 +159,19 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._on_loop = _OnLoop()
+        #: full method -> what `_serve_organic` needs of it (its handler first), for unary methods this
+        #: interceptor has wrapped: an organic call of one of them skips `_wrapped`'s per-call questions.
+        self._unary: dict[str, tuple] = {}
 
     async def intercept_service(self, continuation, handler_call_details):
-        return self._wrapped(await continuation(handler_call_details), handler_call_details)
+        handler = await continuation(handler_call_details)
+        known = self._unary.get(handler_call_details.method)
+        if known is not None and known[0] is handler:  # a unary method wrapped before, by the same handler
+            md = handler_call_details.invocation_metadata
+            request_id, gated = _scan(md)
+            if not gated:
+                return self._serve_organic(known, request_id, md)
+        return self._wrapped(handler, handler_call_details)
 
     def _can_wrap(self, behavior) -> bool:
         return _SyncServicerContext is not None or self._on_loop(behavior)
@@ -238,19 +255,38 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
 
         return unary
 
-    def _organic_unary(self, handler, known, request_id: str, metadata):
-        """An organic call (most calls): begin, the handler where grpc would run it, end — without a plan, the
-        scope and the method's parts held by the closure. (A drill call with nothing to inject takes
-        `_wrap_unary`'s path: its steps are just RUN.)"""
-        core = self.core
+    def _organic_unary(self, handler, known, request_id: str, metadata, full_method: str = ""):
+        """An organic unary call; remembers what its method's next organic calls need (bounded, like
+        `ServerCore.method`)."""
         behavior = handler.unary_unary
-        on_loop = self._on_loop(behavior)
+        entry = (handler, behavior, self._on_loop(behavior), known)
+        if full_method and len(self._unary) < _KNOWN_METHODS:
+            self._unary[full_method] = entry
+        return self._serve_organic(entry, request_id, metadata)
+
+    def _serve_organic(self, entry: tuple, request_id: str, metadata):
+        """The handler of an organic call (most calls): the servicer's behaviour where grpc would run it,
+        without a plan, between what `ServerCore.start_organic` and `record_organic` record, written out in
+        one closure because it runs for nearly every call a server serves (a test holds it to those two).
+        A drill call with nothing to inject takes `_wrap_unary`'s path: its steps are just RUN."""
+        handler, behavior, on_loop, known = entry
+        core = self.core
         sc = core.organic_scope(known, request_id)
         _, method, metrics = known
+        tracer = core.tracer
+        started = metrics.call_started if metrics is not None else None
+        finished = metrics.finished_organic if metrics is not None else None
         end_code = self._end_code
 
         async def unary(request, context):
-            t0, token, span = core.begin_organic(sc, method, metrics, context.time_remaining(), metadata)
+            remaining = context.time_remaining()  # start_organic
+            if remaining is not None:
+                sc.deadline_monotonic = monotonic() + remaining
+            if started is not None:
+                started()
+            span = None if tracer is None else start_server_span(tracer, method, metadata, "", _NONE, False, "")
+            token = scope.enter(sc)
+            t0 = perf_counter()
             exc: BaseException | None = None
             try:
                 if on_loop:
@@ -262,7 +298,22 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
-                core.end_organic(sc, metrics, span, token, end_code(sc, context, exc), t0)
+                elapsed = perf_counter() - t0
+                sc.ended = True
+                scope.leave(token)  # also frees the task: the scope's entry names it as its owner
+                try:  # record_organic
+                    status = status_name((context.code() or _OK) if exc is None else end_code(sc, context, exc))
+                    if finished is not None:
+                        deadline, gap = sc.deadline_monotonic, None
+                        if deadline is not None:
+                            now = monotonic()
+                            if now >= deadline:
+                                gap = now - deadline
+                        finished(status, elapsed, span, gap)
+                    if span is not None:
+                        end_server_span(span, status)
+                except Exception:  # noqa: BLE001 - observability must never fail a call
+                    pass
 
         return unary_unary_handler(unary, handler)
 
