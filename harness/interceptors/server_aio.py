@@ -159,18 +159,18 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._on_loop = _OnLoop()
-        #: full method -> what `_serve_organic` needs of it (its handler first), for unary methods this
-        #: interceptor has wrapped: an organic call of one of them skips `_wrapped`'s per-call questions.
+        #: full method -> (its handler, what serves its organic calls: `_organic_server`), for unary methods
+        #: this interceptor has wrapped: an organic call of one of them skips `_wrapped`'s per-call questions.
         self._unary: dict[str, tuple] = {}
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
-        known = self._unary.get(handler_call_details.method)
-        if known is not None and known[0] is handler:  # a unary method wrapped before, by the same handler
+        entry = self._unary.get(handler_call_details.method)
+        if entry is not None and entry[0] is handler:  # a unary method wrapped before, by the same handler
             md = handler_call_details.invocation_metadata
             request_id, gated = _scan(md)
             if not gated:
-                return self._serve_organic(known, request_id, md)
+                return entry[1](request_id, md)
         return self._wrapped(handler, handler_call_details)
 
     def _can_wrap(self, behavior) -> bool:
@@ -256,66 +256,74 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         return unary
 
     def _organic_unary(self, handler, known, request_id: str, metadata, full_method: str = ""):
-        """An organic unary call; remembers what its method's next organic calls need (bounded, like
+        """An organic unary call; remembers what serves its method's next organic calls (bounded, like
         `ServerCore.method`)."""
-        behavior = handler.unary_unary
-        entry = (handler, behavior, self._on_loop(behavior), known)
+        entry = (handler, self._organic_server(handler, known))
         if full_method and len(self._unary) < _KNOWN_METHODS:
             self._unary[full_method] = entry
-        return self._serve_organic(entry, request_id, metadata)
+        return entry[1](request_id, metadata)
 
-    def _serve_organic(self, entry: tuple, request_id: str, metadata):
-        """The handler of an organic call (most calls): the servicer's behaviour where grpc would run it,
-        without a plan, between what `ServerCore.start_organic` and `record_organic` record, written out in
-        one closure because it runs for nearly every call a server serves (a test holds it to those two).
-        A drill call with nothing to inject takes `_wrap_unary`'s path: its steps are just RUN."""
-        handler, behavior, on_loop, known = entry
+    def _organic_server(self, handler, known):
+        """Once per method: `serve(request_id, metadata)`, the handler of one organic call (most calls).
+
+        That handler runs the servicer's behaviour where grpc would run it, without a plan, between what
+        `ServerCore.start_organic` and `record_organic` record, written out in one closure because it runs
+        for nearly every call a server serves (a test holds it to those two). What is the same for every
+        call of the method is bound here once; a call adds only its scope and metadata. A drill call with
+        nothing to inject takes `_wrap_unary`'s path: its steps are just RUN."""
+        behavior = handler.unary_unary
+        on_loop = self._on_loop(behavior)
         core = self.core
-        sc = core.organic_scope(known, request_id)
+        organic_scope = core.organic_scope
         _, method, metrics = known
         tracer = core.tracer
         started = metrics.call_started if metrics is not None else None
         finished = metrics.finished_organic if metrics is not None else None
         end_code = self._end_code
 
-        async def unary(request, context):
-            remaining = context.time_remaining()  # start_organic
-            if remaining is not None:
-                sc.deadline_monotonic = monotonic() + remaining
-            if started is not None:
-                started()
-            span = None if tracer is None else start_server_span(tracer, method, metadata, "", _NONE, False, "")
-            token = scope.enter(sc)
-            t0 = perf_counter()
-            exc: BaseException | None = None
-            try:
-                if on_loop:
-                    return await behavior(request, context)
-                return await asyncio.get_running_loop().run_in_executor(
-                    None, scope.run_bound, sc, behavior, request, _SyncServicerContext(context)
-                )
-            except BaseException as e:
-                exc = e
-                raise
-            finally:
-                elapsed = perf_counter() - t0
-                sc.ended = True
-                scope.leave(token)  # also frees the task: the scope's entry names it as its owner
-                try:  # record_organic
-                    status = status_name((context.code() or _OK) if exc is None else end_code(sc, context, exc))
-                    if finished is not None:
-                        deadline, gap = sc.deadline_monotonic, None
-                        if deadline is not None:
-                            now = monotonic()
-                            if now >= deadline:
-                                gap = now - deadline
-                        finished(status, elapsed, span, gap)
-                    if span is not None:
-                        end_server_span(span, status)
-                except Exception:  # noqa: BLE001 - observability must never fail a call
-                    pass
+        def serve(request_id: str, metadata):
+            sc = organic_scope(known, request_id)
 
-        return unary_unary_handler(unary, handler)
+            async def unary(request, context):
+                remaining = context.time_remaining()  # start_organic
+                if remaining is not None:
+                    sc.deadline_monotonic = monotonic() + remaining
+                if started is not None:
+                    started()
+                span = None if tracer is None else start_server_span(tracer, method, metadata, "", _NONE, False, "")
+                token = scope.enter(sc)
+                t0 = perf_counter()
+                exc: BaseException | None = None
+                try:
+                    if on_loop:
+                        return await behavior(request, context)
+                    return await asyncio.get_running_loop().run_in_executor(
+                        None, scope.run_bound, sc, behavior, request, _SyncServicerContext(context)
+                    )
+                except BaseException as e:
+                    exc = e
+                    raise
+                finally:
+                    elapsed = perf_counter() - t0
+                    sc.ended = True
+                    scope.leave(token)  # also frees the task: the scope's entry names it as its owner
+                    try:  # record_organic
+                        status = status_name((context.code() or _OK) if exc is None else end_code(sc, context, exc))
+                        if finished is not None:
+                            deadline, gap = sc.deadline_monotonic, None
+                            if deadline is not None:
+                                now = monotonic()
+                                if now >= deadline:
+                                    gap = now - deadline
+                            finished(status, elapsed, span, gap)
+                        if span is not None:
+                            end_server_span(span, status)
+                    except Exception:  # noqa: BLE001 - observability must never fail a call
+                        pass
+
+            return unary_unary_handler(unary, handler)
+
+        return serve
 
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
         core = self.core

@@ -1,7 +1,7 @@
 """The aio flavour's closure for organic calls, held to the general path it stands in for.
 
 Most calls a server serves are organic; on a grpc.aio server they are served by one
-closure (`FaultServerInterceptor._serve_organic`) that writes out what
+closure (`FaultServerInterceptor._organic_server`) that writes out what
 `ServerCore.start_organic` and `record_organic` record, instead of the plan path
 (`begin`/`end`), for speed. These tests drive the same calls both ways and compare
 what each records and what the handler sees, and check the closure leaves the
