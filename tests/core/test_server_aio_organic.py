@@ -20,8 +20,8 @@ from grpc import aio
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from prometheus_client import REGISTRY
 
+from harness.core import metrics as m
 from harness.core import scope
 from harness.core.settings import FaultSettings
 from harness.core.tracing import HarnessTracer
@@ -68,7 +68,16 @@ CASES = (
 def _series(service: str, method: str) -> dict[tuple, float]:
     """Every count the call changed, keyed without the service and method (they differ between the paths)."""
     out: dict[tuple, float] = {}
-    get = REGISTRY.get_sample_value
+    samples = {}  # the five metrics read once each (a reader's collect flushes their batches), not the registry
+    for metric in (m.SERVER_CALLS, m.SERVER_LATENCY, m.GRPC_SERVER_CALL_STARTED, m.GRPC_SERVER_CALL_DURATION,
+                   m.DEADLINE_GAP):  # fmt: skip
+        for family in metric.collect():
+            for sample in family.samples:
+                samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+
+    def get(name: str, labels: dict[str, str]) -> float | None:
+        return samples.get((name, frozenset(labels.items())))
+
     for status in ("OK", "NOT_FOUND", "UNKNOWN", "CANCELLED"):
         labels = {"service": service, "grpc_method": method, "grpc_status": status}
         out[("calls", status)] = get("drill_server_calls_total", {**labels, "traffic": "organic", "fault_mode": "none"})
