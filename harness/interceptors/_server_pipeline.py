@@ -172,8 +172,9 @@ class ServerCore:
                 self._known[full_method] = known
         return known
 
-    def plan(self, full_method: str, metadata) -> CallPlan:
-        request_id, gated = _scan(metadata)
+    def plan(self, full_method: str, metadata, scanned: tuple[str, bool] | None = None) -> CallPlan:
+        """The call's plan; `scanned`: `_scan(metadata)` when the caller has read it already."""
+        request_id, gated = _scan(metadata) if scanned is None else scanned
         if not gated:  # no drill key: organic, untouched (what the gate decides, without a dict copy)
             return self.organic_plan(self.method(full_method), request_id)
         real, method, metrics = self.method(full_method)
@@ -528,18 +529,21 @@ class ServerInterceptorBase:
         self.core = ServerCore(self.settings, metrics=metrics, tracer=tracer, stop=stop)
         self._active = self.settings.enabled or metrics or tracer is not None
 
-    def _wrapped(self, handler, handler_call_details):
+    def _wrapped(self, handler, handler_call_details, scanned: tuple[str, bool] | None = None):
+        """`scanned`: `_scan` of the call's metadata, when the flavour has read it already."""
         if not self._active or handler is None or handler.request_streaming:
             return handler  # request-streaming methods pass through untouched
         if not self._can_wrap(handler.unary_stream if handler.response_streaming else handler.unary_unary):
             return handler
         md = handler_call_details.invocation_metadata
+        if scanned is None:
+            scanned = _scan(md)
         if not handler.response_streaming:
-            request_id, gated = _scan(md)
+            request_id, gated = scanned
             if not gated:  # most calls: organic, nothing to inject
                 full = handler_call_details.method
                 return self._organic_unary(handler, self.core.method(full), request_id, md, full)
-        plan = self.core.plan(handler_call_details.method, md)
+        plan = self.core.plan(handler_call_details.method, md, scanned)
         if handler.response_streaming:
             return unary_stream_handler(self._wrap_stream(handler.unary_stream, plan, md), handler)
         return unary_unary_handler(self._wrap_unary(handler.unary_unary, plan, md), handler)

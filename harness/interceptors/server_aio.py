@@ -168,9 +168,10 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         entry = self._unary.get(handler_call_details.method)
         if entry is not None and entry[0] is handler:  # a unary method wrapped before, by the same handler
             md = handler_call_details.invocation_metadata
-            request_id, gated = _scan(md)
-            if not gated:
-                return entry[1](request_id, md)
+            scanned = _scan(md)
+            if not scanned[1]:  # no drill key: organic
+                return entry[1](scanned[0], md)
+            return self._wrapped(handler, handler_call_details, scanned)
         return self._wrapped(handler, handler_call_details)
 
     def _can_wrap(self, behavior) -> bool:
