@@ -25,36 +25,23 @@ import asyncio
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
-import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._cpu import cores, cpu_seconds, header, load_average, popen_pinned  # noqa: E402
-from benchmarks.interceptor_overhead import drive  # noqa: E402
-from benchmarks.locust_throughput import throughput  # noqa: E402
-from harness.procs.spawn import start_serve  # noqa: E402
-
-
-def _server(tree: pathlib.Path, mode: str, core: int) -> tuple[subprocess.Popen, int]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DRILL_BENCH_TREE": str(tree)}
-    env.pop("OTEL_TRACES_SAMPLER", None)
-    proc = popen_pinned(
-        [sys.executable, str(ROOT / "benchmarks" / "_bench_server.py"), "aio", mode],
-        core, stdout=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-    return proc, int(proc.stdout.readline())
+from benchmarks._cpu import cores, cpu_seconds, header, load_average  # noqa: E402
+from benchmarks.interceptor_overhead import drive, start  # noqa: E402
+from benchmarks.locust_throughput import start_pinned_serve, throughput  # noqa: E402
 
 
 def ab_server(trees: dict[str, pathlib.Path], mode: str, rounds: int) -> None:
     server_core, client_core = cores()
     os.sched_setaffinity(0, {client_core})
-    procs = {"baseline": _server(trees["A"], "baseline", server_core)}
+    procs = {"baseline": start("aio", "baseline", server_core, str(trees["A"]))}
     try:
         for key, tree in trees.items():
-            procs[key] = _server(tree, mode, server_core)
+            procs[key] = start("aio", mode, server_core, str(tree))
         ratio: dict[str, list[float]] = {"A": [], "B": []}
         cpu: dict[str, list[float]] = {"A": [], "B": []}
 
@@ -88,15 +75,7 @@ def ab_server(trees: dict[str, pathlib.Path], mode: str, rounds: int) -> None:
 
 
 def ab_locust(trees: dict[str, pathlib.Path], rounds: int, seconds: float) -> None:
-    server_core, _ = cores()
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="drill-ab-"))
-    saved = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {server_core})  # the server inherits the core
-    try:
-        serve_args = ["--port", "0", "--metrics-port", "-1", "--enable-faults", "--seed", "7", "--service", "bench"]
-        server = start_serve("bench", serve_args, workdir)
-    finally:
-        os.sched_setaffinity(0, saved)
+    server = start_pinned_serve()
     got: dict[str, list[dict]] = {"A": [], "B": []}
     try:
         for r in range(rounds):

@@ -43,8 +43,9 @@ from harness.demo.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
 TREE = [str(ROOT)]
 
 
-def start(flavour: str, mode: str, core: int) -> tuple[subprocess.Popen, int]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DRILL_BENCH_TREE": TREE[0]}
+def start(flavour: str, mode: str, core: int, tree: str | None = None) -> tuple[subprocess.Popen, int]:
+    """A `_bench_server.py` pinned to `core`, serving the interceptors of `tree` (default: `--tree`)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DRILL_BENCH_TREE": tree or TREE[0]}
     env.pop("OTEL_TRACES_SAMPLER", None)  # each tracing mode sets its own
     proc = popen_pinned(
         [sys.executable, str(ROOT / "benchmarks" / "_bench_server.py"), flavour, mode],

@@ -175,6 +175,19 @@ def variants(host: str, users: int, seconds: float, rounds: int) -> dict[str, di
     }
 
 
+def start_pinned_serve():
+    """`drill serve` (faults on, seed 7) pinned to the server core: it inherits the core, every thread it starts."""
+    server_core, _ = cores()
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="drill-bench-"))
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {server_core})
+    try:
+        serve_args = ["--port", "0", "--metrics-port", "-1", "--enable-faults", "--seed", "7", "--service", "bench"]
+        return start_serve("bench", serve_args, workdir)
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=8.0, help="measurement window per Locust run")
@@ -189,16 +202,8 @@ def main() -> int:
         ap.error("--rounds and --pairs take 1 or more (the last line reports a median of each)")
     tree = pathlib.Path(args.tree).resolve()
     print(header("locust_throughput"), flush=True)
-    server_core, client_core = cores()
     results: dict = {"load_average_start": load_average(), "users": args.users, "tree": str(tree)}
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="drill-bench-"))
-    saved = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {server_core})  # the server inherits the core (every thread it starts)
-    try:
-        serve_args = ["--port", "0", "--metrics-port", "-1", "--enable-faults", "--seed", "7", "--service", "bench"]
-        server = start_serve("bench", serve_args, workdir)
-    finally:
-        os.sched_setaffinity(0, saved)
+    server = start_pinned_serve()
     try:
         host = server.address
         modes = WAIT_MODES if tree == ROOT else ("default",)
