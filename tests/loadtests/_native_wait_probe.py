@@ -5,8 +5,8 @@
 Starts one drill call with `delay:300` through `Completions.start` (a natively polled
 channel: the call's condition is a native lock) and waits for it with a blocking
 `future.result()`, while another greenlet ticks every 10 ms. Prints one JSON object:
-the call's status, whether the channel was polled natively, and how many ticks ran
-during the wait.
+the call's status, whether the channel was polled natively, whether the call's
+condition sits on a native lock, and how many ticks ran during the wait.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import gevent  # noqa: E402
 
 from harness.demo.proto import drill_pb2, drill_pb2_grpc  # noqa: E402
 from harness.interceptors import CallTags, Tagging  # noqa: E402
-from loadtests.grpc_gevent import Completions  # noqa: E402
+from loadtests.grpc_gevent import Completions, _native_rlock  # noqa: E402
 
 
 def main() -> None:
@@ -35,6 +35,9 @@ def main() -> None:
     stub = drill_pb2_grpc.DemoStub(done.channel(sys.argv[1], "drill"))
     tags = CallTags(Tagging(tenant="tenant-drill", directive="delay:300"), "drill.v1.Demo/Call", frozenset())
     future = done.start(stub.Call, drill_pb2.CallRequest(), 5.0, tags.metadata("probe-1", 5.0))
+    # grpc's per-call state (`_RPCState`) keeps its condition; the lock under it is what `start` chose
+    lock = getattr(getattr(getattr(future, "_state", None), "condition", None), "_lock", None)
+    native_lock = type(lock) is type(_native_rlock())
     ticks: list[float] = []
 
     def tick() -> None:
@@ -48,7 +51,9 @@ def main() -> None:
     future.result()  # blocks this greenlet until the call ends (a 300-ms delay)
     during = len(ticks) - before
     ticker.kill()
-    print(json.dumps({"code": future.code().name, "native": done.native, "ticks_during_wait": during}))
+    print(json.dumps({
+        "code": future.code().name, "native": done.native, "native_lock": native_lock, "ticks_during_wait": during,
+    }))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ def test_a_blocking_result_on_a_natively_guarded_call_lets_other_greenlets_run(d
         [sys.executable, str(PROBE), drill_server.host], capture_output=True, text=True, timeout=30, check=True
     )
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["native"] is True  # the channel is polled natively, so the call's condition is native
+    assert got["native"] is True  # the channel is polled natively
+    assert got["native_lock"] is True  # so the call's condition sits on a native lock (not gevent's RLock)
     assert got["code"] == "OK"  # the delayed call ended, with its events handled in the hub
     # A 300-ms delay gives ~30 ticks of 10 ms; a blocked hub gives none (the ticker never runs before
     # `result()` returns). A starved machine stretches each tick, never to a tenth of the wait.
