@@ -284,6 +284,22 @@ def method_label(full_method: str) -> str:
     return label
 
 
+#: Services that answer probes, not users: the standard health check (compose, Kubernetes and `drill run` call it
+#: every few seconds) and server reflection. Their calls are not traffic: the server interceptors pass them
+#: through untouched (no fault, no series), so a probe every 2 s never moves a drill's call counts.
+INFRASTRUCTURE_SERVICES = (
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1alpha.ServerReflection",
+    "grpc.reflection.v1.ServerReflection",
+)
+_INFRASTRUCTURE_PREFIXES = tuple(f"/{s}/" for s in INFRASTRUCTURE_SERVICES)
+
+
+def is_infrastructure(full_method: str) -> bool:
+    """Whether `/pkg.Service/Method` is a health or reflection call (see INFRASTRUCTURE_SERVICES)."""
+    return full_method.startswith(_INFRASTRUCTURE_PREFIXES)
+
+
 #: The `grpc_method` value of methods outside the registered (or first N) set, as gRFC A66.
 OTHER_METHOD = "other"
 

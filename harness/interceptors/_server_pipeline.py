@@ -36,7 +36,7 @@ from harness.core import headers as h
 from harness.core import metrics as m
 from harness.core.faults import Mode
 from harness.core.gate import Decision, FaultGate, Outcome, SkipReason
-from harness.core.metrics import MethodLabels, method_label
+from harness.core.metrics import MethodLabels, is_infrastructure, method_label
 from harness.core.settings import FaultSettings
 from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span, trace_id_hex
@@ -533,6 +533,8 @@ class ServerInterceptorBase:
         """`scanned`: `_scan` of the call's metadata, when the flavour has read it already."""
         if not self._active or handler is None or handler.request_streaming:
             return handler  # request-streaming methods pass through untouched
+        if is_infrastructure(handler_call_details.method):
+            return handler  # health checks and reflection are probes, not traffic: no fault, no series
         if not self._can_wrap(handler.unary_stream if handler.response_streaming else handler.unary_unary):
             return handler
         md = handler_call_details.invocation_metadata
