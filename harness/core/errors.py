@@ -7,6 +7,9 @@ with its code (contracts §11): 2 bad input or usage, 1 the run failed, 3 a
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 
 class DrillError(Exception):
     """An expected failure with a one-line message for the user."""
@@ -30,3 +33,15 @@ class ConditionFailed(DrillError):
     """A `--fail-on` condition held (exit 3)."""
 
     exit_code = 3
+
+
+def need_extra(module: str, extra: str, feature: str) -> ModuleType:
+    """Import `module` for `feature`, or refuse with one line naming the extra that brings it.
+
+    The core install (`pip install drill-harness`) runs every drill; optional extras (`dashboards`, `load`) are
+    imported only where a feature uses them, through this function, so a missing one is a clear line, not a crash.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise BadInput(f"{feature} needs the {extra!r} extra: pip install 'drill-harness[{extra}]'") from None

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.dashboards._common import ANNOTATION_EXTRAS, DATASOURCE_UID
+from harness.core.errors import need_extra
+from harness.dashboards.names import DATASOURCE_UID
 from harness.dashboards.queries import PanelQuery, default_values, iter_queries, substitute
 
 __all__ = ["DATASOURCE_UID", "PanelQuery", "build_all", "default_values", "iter_queries", "render", "substitute"]
@@ -19,6 +20,8 @@ __all__ = ["DATASOURCE_UID", "PanelQuery", "build_all", "default_values", "iter_
 
 def _finish(model: dict[str, Any]) -> dict[str, Any]:
     """Fixed panel ids in layout order, and the annotation fields the SDK model lacks."""
+    from harness.dashboards._common import ANNOTATION_EXTRAS
+
     next_id = 1
     for panel in model.get("panels", []):
         panel["id"] = next_id
@@ -35,7 +38,9 @@ def _finish(model: dict[str, Any]) -> dict[str, Any]:
 
 def build_all() -> dict[str, dict[str, Any]]:
     """File name -> classic dashboard JSON model (not a v2 resource/manifest)."""
-    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    JSONEncoder = need_extra(  # noqa: N806
+        "grafana_foundation_sdk.cog.encoder", "dashboards", "building the Grafana dashboards"
+    ).JSONEncoder
 
     from harness.dashboards import mttr, overview
 

@@ -21,11 +21,10 @@ from grafana_foundation_sdk.models.dashboard import (
     VariableRefresh,
 )
 
+from harness.dashboards.names import DATASOURCE_UID, DRILL_TAG
 from harness.dashboards.plan_defaults import EDGE_SERVICES, load
 from harness.dashboards.rules import WINDOW
 
-#: Fixed uid of the provisioned Prometheus datasource (compose/grafana/provisioning/datasources/).
-DATASOURCE_UID = "drill-prometheus"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid=DATASOURCE_UID)
 
 #: The plan the defaults come from (SLO budget, window, traffic).
@@ -170,9 +169,6 @@ def window_variable() -> db.CustomVariable:
 
 #: Grafana's own annotation store (where `harness.dashboards.annotations` posts drill events).
 GRAFANA_DATASOURCE = DataSourceRef(type_val="grafana", uid="-- Grafana --")
-#: Tag every drill annotation carries, so every dashboard shows them.
-DRILL_TAG = "drill"
-
 
 def fault_annotations() -> list[db.AnnotationQuery]:
     """Built-in annotations, drill events posted by the runner (tag `drill`),

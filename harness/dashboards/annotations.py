@@ -19,7 +19,8 @@ import os
 import time
 from typing import Any
 
-from harness.dashboards._common import DRILL_TAG
+from harness.core.errors import need_extra
+from harness.dashboards.names import DRILL_TAG
 
 log = logging.getLogger("drill.annotations")
 
@@ -31,7 +32,7 @@ ENV_PASSWORD = "DRILL_GRAFANA_PASSWORD"
 
 def grafana_api(url: str, *, token: str | None = None, user: str | None = None, password: str | None = None):
     """A grafana-client `GrafanaApi` for `url` with a token or basic auth (credentials may sit in the URL)."""
-    from grafana_client import GrafanaApi
+    GrafanaApi = need_extra("grafana_client", "dashboards", "Grafana (--grafana, dashboards push)").GrafanaApi  # noqa: N806
 
     if token:
         return GrafanaApi.from_url(url, credential=token)

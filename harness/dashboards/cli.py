@@ -117,11 +117,10 @@ def push(api, models: dict[str, dict], folder_title: str = "Drill") -> list[str]
 def _push(args: argparse.Namespace) -> int:
     if not args.grafana:
         raise BadInput("dashboards push: --grafana URL (or DRILL_GRAFANA_URL) is required")
-    from grafana_client.client import GrafanaClientError
-
     from harness.dashboards.annotations import grafana_api
 
-    api = grafana_api(args.grafana, token=args.token, user=args.user, password=args.password)
+    api = grafana_api(args.grafana, token=args.token, user=args.user, password=args.password)  # the extra, or one line
+    from grafana_client.client import GrafanaClientError
     try:
         urls = push(api, _models(args.dir), args.folder)
     except GrafanaClientError as exc:

@@ -145,13 +145,11 @@ def _annotator(args: argparse.Namespace):
         return None
     if not url.startswith(("http://", "https://")):
         raise BadInput(f"--grafana: an http:// URL, got {url!r}")
-    import os
+    # the submodule itself: the package's own `annotations` name is its `from __future__ import annotations`
+    from harness.dashboards.annotations import ENV_PASSWORD, ENV_TOKEN, ENV_USER, DrillAnnotator
 
-    from harness.dashboards import annotations as a
-
-    return a.DrillAnnotator.from_url(
-        url, token=os.environ.get(a.ENV_TOKEN), user=os.environ.get(a.ENV_USER),
-        password=os.environ.get(a.ENV_PASSWORD),
+    return DrillAnnotator.from_url(
+        url, token=os.environ.get(ENV_TOKEN), user=os.environ.get(ENV_USER), password=os.environ.get(ENV_PASSWORD),
     )  # fmt: skip
 
 

@@ -17,11 +17,11 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from harness.core import metrics as m
 from harness.core.errors import RunFailed
 from harness.core.snapshots import EdgeCounts, LoadExport
-from harness.dashboards.annotations import DrillAnnotator
 from harness.drills import analysis, report
 from harness.drills.load import AioLoad, CommandLoad, LocustLoad, ids_digest, planned_rps
 from harness.drills.model import Plan, Probe, Results, Variant
@@ -32,6 +32,9 @@ from harness.drills.scraper import Scraper
 from harness.drills.series import RunSeries, build_series, reduce_families
 from harness.drills.stacks import target_for
 from harness.procs.spawn import python_env, spawn, stop_processes
+
+if TYPE_CHECKING:  # the dashboards package is imported only when --grafana asks for it
+    from harness.dashboards.annotations import DrillAnnotator
 
 
 class DrillError(RunFailed):
