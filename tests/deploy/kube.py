@@ -29,15 +29,17 @@ OPERATOR_GROUP = "monitoring.coreos.com"
 
 
 def tool(name: str, hint: str) -> str:
+    """The tool's path; a missing one fails the test (never a skip: CI must prove these checks ran).
+    `scripts/system-deps` (run by `make test`, as root) installs every one of them from Debian."""
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} not found: {hint}")
+        pytest.fail(f"{name} not found: {hint}; `sudo scripts/system-deps` installs it")
     return path
 
 
 @functools.cache
 def _render_text(directory: str) -> str:
-    kubectl = tool("kubectl", "install kubectl (it embeds kustomize)")
+    kubectl = tool("kubectl", "kubectl (it embeds kustomize; Debian trixie's package)")
     proc = subprocess.run([kubectl, "kustomize", directory], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"kubectl kustomize {directory}: {proc.stderr}"
     return proc.stdout
@@ -102,10 +104,10 @@ def _lock_digest() -> str:
 
 def crd_validator() -> list[str]:
     """The node command that checks operator objects; installs the pinned packages when missing."""
-    node = tool("node", "install Node.js (Debian: nodejs, npm)")
+    node = tool("node", "Node.js (Debian: nodejs)")
     stamp = CRD_DIR / "node_modules" / ".drill-lock-sha256"
     if not stamp.exists() or stamp.read_text() != _lock_digest():
-        npm = tool("npm", "install npm (Debian: npm)")
+        npm = tool("npm", "npm (Debian: npm)")
         proc = subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
             cwd=CRD_DIR,

@@ -1,0 +1,47 @@
+"""Every program the tests run that pip does not install, `scripts/system-deps` installs (from Debian).
+
+A test that needs a program fails without it (tests/deploy/kube.py `tool`: never a silent skip, so CI proves
+the check ran); `make test` runs scripts/system-deps first, so on a fresh Debian the project's own files
+install all of them. This reads the tests for the programs they look up and the script for what it checks.
+"""
+
+from __future__ import annotations
+
+import re
+
+from harness.procs.prometheus import PROMETHEUS
+from tests.conftest import ROOT
+
+#: Programs the tests look up that come with pip (the venv's bin) or with every Debian (util-linux).
+NOT_SYSTEM_DEPS = {
+    "locust": "pip (load extra)", "ruff": "pip (dev extra)", "setpriv": "util-linux", "setsid": "util-linux",
+}  # fmt: skip
+#: Program -> the Debian package that provides it, where the names differ.
+PACKAGE = {"promtool": "prometheus", "node": "nodejs"}
+
+
+def looked_up() -> set[str]:
+    found = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        text = path.read_text()
+        found |= set(re.findall(r"""(?:\btool|shutil\.which)\(\s*["']([a-z0-9_.-]+)["']""", text))
+    return found | {PROMETHEUS}
+
+
+def test_the_scan_sees_the_tools_the_deploy_tests_need():
+    assert {"kubectl", "node", "npm", "promtool", "prometheus", "chromium"} <= looked_up()
+
+
+def test_system_deps_installs_every_program_the_tests_run():
+    script = (ROOT / "scripts" / "system-deps").read_text()
+    checked = set(re.findall(r"command -v ([a-z0-9_.-]+)", script))
+    wanted = looked_up() - set(NOT_SYSTEM_DEPS)
+    missing = sorted(p for p in wanted if p not in checked and PACKAGE.get(p) not in checked)
+    assert not missing, f"tests run {missing}, which scripts/system-deps neither checks nor installs"
+
+
+def test_ci_runs_the_readme_test_command_which_runs_system_deps():
+    makefile = (ROOT / "Makefile").read_text()
+    test_recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "scripts/system-deps" in test_recipe
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
