@@ -15,6 +15,7 @@ from tests.conftest import ROOT
 #: Programs the tests look up that come with pip (the venv's bin) or with every Debian (util-linux).
 NOT_SYSTEM_DEPS = {
     "locust": "pip (load extra)", "ruff": "pip (dev extra)", "setpriv": "util-linux", "setsid": "util-linux",
+    "sh": "dash (essential)", "sleep": "coreutils (essential)",
 }  # fmt: skip
 #: Program -> the Debian package that provides it, where the names differ.
 PACKAGE = {"promtool": "prometheus", "node": "nodejs"}
@@ -25,11 +26,13 @@ def looked_up() -> set[str]:
     for path in (ROOT / "tests").rglob("*.py"):
         text = path.read_text()
         found |= set(re.findall(r"""(?:\btool|shutil\.which)\(\s*["']([a-z0-9_.-]+)["']""", text))
+        # programs run directly: subprocess.run(["git", ...])
+        found |= set(re.findall(r"""subprocess\.(?:run|check_output|Popen)\(\s*\[\s*["']([a-z0-9_.-]+)["']""", text))
     return found | {PROMETHEUS}
 
 
 def test_the_scan_sees_the_tools_the_deploy_tests_need():
-    assert {"kubectl", "node", "npm", "promtool", "prometheus", "chromium"} <= looked_up()
+    assert {"kubectl", "node", "npm", "promtool", "prometheus", "chromium", "git"} <= looked_up()
 
 
 def test_system_deps_installs_every_program_the_tests_run():
