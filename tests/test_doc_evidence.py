@@ -2,26 +2,28 @@
 names the commit it ran on, and the docs speak to users.
 
 **Evidence units.** README.md and docs/*.md are cut into units: a paragraph (or one list item), one
-table row, one fenced block. A unit *cites* a saved output when it names a file of benchmarks/results/
-(a link, a path, or the bare file name; `{1,2,3}`, `{4..12}`, `NAME` and `*` expand to the files they
-match). A table, a block quote and a fenced block without a language (quoted output) also carry the
-citations of the paragraph right above them (their caption). A path into benchmarks/results/ that
-matches no file fails.
+table row, one fenced block. A unit *cites* a saved output when it names a file of
+benchmarks/results/ (a link, a path, or the bare file name; `{1,2,3}`, `{4..12}`, `NAME` (a
+benchmark's name) and `*` expand to the files they match). A table, a block quote and a fenced block
+without a language (quoted output) right after a paragraph that ends with a colon (their caption)
+also carry that paragraph's citations. A path into benchmarks/results/ that matches no file fails.
 
 **Figures.** In a unit that cites saved outputs, every number outside code spans, fenced command
 blocks, link targets and the citations themselves is a figure and must *appear* in one of the cited
 files: the file holds a number of the same value. A number is digits with an optional decimal part
-and optional thousands separators (`383,973`), not glued to a letter (`p99`, `h2`, `ef38628` are not
-numbers); its sign (`-`, `−`, `+`) is ignored; "the same value" is decimal equality, so `20` matches
-`20.0` and `0.90` matches `0.9`, but `0.5` does not match `0.52`. No rounding is allowed: a doc quotes
-the file's own digits, or leaves the number out, or cites the file that holds it.
+and optional thousands separators (`383,973`), not glued to a letter (`p99`, `h2` and `ef38628` are
+not numbers, nor is an issue's `#43360`), and not a bound (a number right after ≤, ≥, < or > is a
+target or a limit); its sign (`-`, `−`, `+`) is ignored. "The same value" is decimal equality, so
+`20` matches `20.0` and `0.90` matches `0.9`, but `0.5` does not match `0.52`: no rounding is
+allowed. A doc quotes the file's own digits, or leaves the number out, or cites the file that holds
+it.
 
 **Provenance.** Every saved output names the commit it ran on: one of its first lines holds
 `commit HEX` (a commit of this repository, and no `+uncommitted` anywhere in those lines), or a line
 starting `# rerun:` with the command that would replace it (a run whose commit is not known for
-certain, marked for a rerun on a quiet box). A `.json`/`.jsonl` output is covered by the `.txt` of the
-same run: the longest `.txt` name it starts with. The benchmark scripts stamp the commit themselves
-(`benchmarks/_cpu.py`); a `drill run` output saved here starts with the command line and
+certain, marked for a rerun on a quiet box). A `.json`/`.jsonl` output is covered by the `.txt` of
+the same run: the longest `.txt` name it starts with. The benchmark scripts stamp the commit
+themselves (`benchmarks/_cpu.py`); a `drill run` output saved here starts with the command line and
 `# commit HEX, date, cores, load average`.
 
 **Words for users** (README.md and docs/): no "this stop", "this change" or "this branch", no issue
@@ -33,7 +35,6 @@ or text holds that hash, never as a date ("since 80e31eb").
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import functools
 import re
 import subprocess
@@ -51,7 +52,7 @@ HEADER_LINES = 12
 #: a saved output named in a doc: an optional path into benchmarks/results/, then a file name that may hold
 #: patterns ({1,2,3}, {4..12}, NAME, *); not a file of another folder (OUT/results.json)
 CITATION = re.compile(r"(?<![\w/.-])((?:\.\./)?benchmarks/results/)?([\w{}*][\w.{},*-]*\.(?:txt|json|jsonl))\b")
-NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,]\d)(?!\w)|(?<![\w.,])\d+(?:\.\d+)?(?!\w)(?!\.\d)")
+NUMBER = re.compile(r"(?<![\w.,#])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\w|\.\d|,\d)")
 #: in saved outputs every reading counts: `10,200` is 10200 and 10 and 200
 FILE_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 HASH = re.compile(r"(?<![\w/.:-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w-])")
@@ -89,8 +90,10 @@ def cited(text: str) -> tuple[list[str], list[str]]:
         prefixed, name = m.group(1), m.group(2)
         found = []
         for pattern in _expand(name):
-            pattern = pattern.replace("NAME", "*")
-            found += [f for f in SAVED if fnmatch.fnmatchcase(f, pattern)]
+            # NAME stands for a benchmark's name (delay_accuracy), * for anything
+            rx = "".join("[a-z_]+" if part == "NAME" else ".*" if part == "*" else re.escape(part)
+                         for part in re.split(r"(NAME|\*)", pattern))  # fmt: skip
+            found += [f for f in SAVED if re.fullmatch(rx, f)]
         if not found and prefixed:
             missing.append(prefixed + name)
         files += found
@@ -138,7 +141,8 @@ def units(doc) -> list[Unit]:
         starts_table = unit.kind == "row" and not (previous and previous.kind == "row")
         quoted = unit.kind == "quote" or (unit.kind == "fence" and unit.lang in ("", "text"))
         if starts_table or quoted:
-            caption = previous.cites if previous and previous.kind == "paragraph" else ()
+            captioned = previous and previous.kind == "paragraph" and previous.text.rstrip().endswith(":")
+            caption = previous.cites if captioned else ()
         unit.cites = tuple(sorted(set(own) | set(caption))) if unit.kind == "row" or quoted else own
         previous = unit
     return out
@@ -160,7 +164,9 @@ def prose(unit: Unit) -> str:
 
 
 def figures(text: str) -> list[str]:
-    return [m.group(0) for m in NUMBER.finditer(text)]
+    """The numbers of a text, bounds aside: a number right after ≤, ≥, < or > is a target or a limit
+    ("≤ 400 µs", "< 50 ms"), not a figure read from a run."""
+    return [m.group(0) for m in NUMBER.finditer(text) if not re.search(r"[≤≥<>]\s*[-+−~≈]?\s*$", text[: m.start()])]
 
 
 def value(number: str) -> Decimal:
