@@ -10,12 +10,14 @@ also carry that paragraph's citations. A path into benchmarks/results/ that matc
 
 **Figures.** In a unit that cites saved outputs, every number outside code spans, fenced command
 blocks, link targets and the citations themselves is a figure and must *appear* in one of the cited
-files: the file holds a number of the same value. A number is digits with an optional decimal part
+files (or in the JSON of the same run as a cited `.txt`, see below): the file holds a number of the
+same value. A number is digits with an optional decimal part
 and optional thousands separators (`383,973`), not glued to a letter (`p99`, `h2` and `ef38628` are
 not numbers, nor is an issue's `#43360`), and not a bound (a number right after ≤, ≥, < or > is a
 target or a limit); its sign (`-`, `−`, `+`) is ignored. "The same value" is decimal equality, so
 `20` matches `20.0` and `0.90` matches `0.9`, but `0.5` does not match `0.52`: no rounding is
-allowed. A doc quotes the file's own digits, or leaves the number out, or cites the file that holds
+allowed. A percentage also matches its share (`68.3 %`, or the `68.3` of `68.3–73.9 %`, matches a
+results.json's `0.683`). A doc quotes the file's own digits, or leaves the number out, or cites the file that holds
 it.
 
 **Provenance.** Every saved output names the commit it ran on: one of its first lines holds
@@ -163,10 +165,17 @@ def prose(unit: Unit) -> str:
     return re.sub(r"§\s*\d+", " ", text)
 
 
-def figures(text: str) -> list[str]:
+def figures(text: str, *, shares: bool = False) -> list:
     """The numbers of a text, bounds aside: a number right after ≤, ≥, < or > is a target or a limit
-    ("≤ 400 µs", "< 50 ms"), not a figure read from a run."""
-    return [m.group(0) for m in NUMBER.finditer(text) if not re.search(r"[≤≥<>]\s*[-+−~≈]?\s*$", text[: m.start()])]
+    ("≤ 400 µs", "< 50 ms"), not a figure read from a run. With `shares`, (number, its share): a
+    percentage's value ÷ 100 (68.3 % is the 0.683 a results.json holds), else None."""
+    out = []
+    for m in NUMBER.finditer(text):
+        if re.search(r"[≤≥<>]\s*[-+−~≈]?\s*$", text[: m.start()]):
+            continue
+        percent = re.match(r"\s?%", text[m.end() :]) or re.match(r"(?:\s*[–-]\s*[\d.]+)+\s?%", text[m.end() :])
+        out.append((m.group(0), value(m.group(0)) / 100 if percent else None) if shares else m.group(0))
+    return out
 
 
 def value(number: str) -> Decimal:
@@ -187,8 +196,11 @@ CITING = [u for u in ALL_UNITS if u.cites]
 
 @pytest.mark.parametrize("unit", CITING, ids=[f"{u.doc}:{u.line}" for u in CITING])
 def test_quoted_figures_appear_in_the_outputs_they_cite(unit):
-    held = frozenset().union(*(numbers_in(f) for f in unit.cites))
-    absent = [n for n in figures(prose(unit)) if value(n) not in held]
+    runs = set(unit.cites)
+    runs |= {f for f in SAVED if not f.endswith(".txt") and _run_of(f) in runs}  # the same run's JSON
+    held = frozenset().union(*(numbers_in(f) for f in runs))
+    text = prose(unit)
+    absent = [n for n, share in figures(text, shares=True) if value(n) not in held and share not in held]
     assert not absent, f"{unit.doc}:{unit.line}: {absent} not in {', '.join(unit.cites)}"
 
 
