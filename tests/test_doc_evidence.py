@@ -294,3 +294,26 @@ def test_docs_speak_to_users(doc):
             said += [f"{unit.doc}:{unit.line}: commit {h} is not the provenance of an output cited here"
                      for h in sorted(stray)]  # fmt: skip
     assert not said, "\n".join(said)
+
+
+# --- what the docs say the verdict does -----------------------------------------------------------
+def _trials(outages: list[float]) -> list[dict]:
+    return [{"breached": o > 0, "outage_s": o, "budget_burn": o / 3} for o in outages]
+
+
+def test_the_fewest_trials_that_name_a_winner_are_what_the_docs_say():
+    """README ("Why four trials each") and docs/drills.md ("The rule", "Reading the demo"): breach counts
+    alone need 4 + 4 trials (Fisher, two-sided, 0.05); a bootstrap CI names a winner from 3 + 3 when every
+    trial of one configuration is better than every trial of the other, not when one pair overlaps; two
+    trials each never name one."""
+    from harness.drills import stats, verdict
+
+    assert stats.fisher_p(0, 3, 3, 3) > stats.ALPHA > stats.fisher_p(0, 4, 4, 4)
+    assert round(stats.fisher_p(0, 3, 3, 3), 2) == 0.10 and round(stats.fisher_p(0, 4, 4, 4), 3) == 0.029
+
+    def winner(a: list[float], b: list[float]) -> str | None:
+        return verdict.judge({"a": {"trials": _trials(a)}, "b": {"trials": _trials(b)}}, seed=42)[1]["winner"]
+
+    assert winner([0, 0, 0], [6.0, 6.5, 7.0]) == "a"  # 3 + 3, separated: the outage CI excludes 0
+    assert winner([0, 0, 6.5], [6.0, 6.5, 7.0]) is None  # one overlapping pair: it does not
+    assert winner([0, 0], [6.0, 7.0]) is None  # 2 + 2: too few for the CI, Fisher p = 0.33
