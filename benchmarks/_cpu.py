@@ -4,13 +4,16 @@ Measure the part, not the box: the server and the load generator are pinned to
 different cores (`os.sched_setaffinity` in the child before it starts, so every
 thread it creates inherits the core) and each one's CPU per call is read from
 /proc, so the figure does not depend on what else shares the machine. A run's
-header names the command line, the cores and the load average, so a saved output
-says how it was made and how busy the machine was.
+header names the command line, the commit it ran on, the cores and the load
+average, so a saved output says how it was made, on what code and how busy the
+machine was (tests/test_doc_evidence.py refuses a saved output that ran on
+uncommitted code).
 """
 
 from __future__ import annotations
 
 import os
+import pathlib
 import shlex
 import subprocess
 import sys
@@ -61,14 +64,28 @@ def load_average() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
-def header(name: str) -> str:
-    """The first lines of a run's output: command, cores, load average (1/5/15 min) at the start."""
+def commit() -> str:
+    """This checkout's commit, `+uncommitted` when a tracked file outside benchmarks/results/ differs from it
+    (a run saving its output there must not mark the next run dirty)."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":!benchmarks/results"], cwd=root, capture_output=True, text=True,
+                               check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return sha + ("+uncommitted" if dirty else "")
+
+
+def header(name: str, *, pinned: bool = True) -> str:
+    """The first lines of a run's output: command, commit, cores, load average (1/5/15 min) at the start."""
     server, client = cores()
     cmd = shlex.join([os.path.relpath(sys.executable), *sys.argv])
-    return (
-        f"# {name}\n# command: {cmd}\n# cpus: {os.cpu_count()}, server pinned to cpu {server}, "
-        f"load generator to cpu {client}\n# load average at start: {load_average()}"
-    )
+    cpus = f"# cpus: {os.cpu_count()}"
+    cpus += f", server pinned to cpu {server}, load generator to cpu {client}" if pinned else ""
+    return f"# {name}\n# command: {cmd}\n# commit {commit()}\n{cpus}\n# load average at start: {load_average()}"
 
 
 def popen_pinned(argv: list[str], cpu: int, **kwargs) -> subprocess.Popen:

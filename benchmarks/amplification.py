@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks._cpu import header  # noqa: E402
 from harness.resilience import config as rconfig  # noqa: E402
 from harness.testing import resilience_bench as bench  # noqa: E402
 
@@ -93,6 +94,7 @@ async def deadlines() -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
+    print(header("amplification", pinned=False), flush=True)
     start = time.monotonic()
     single, chain = await amplification(args.requests, args.chain_requests, args.chain_concurrency)
     if not args.skip_extras:

@@ -277,7 +277,7 @@ def add_arguments(parser: Any) -> None:
         default=False,
         help="every process binds the base port (one Locust process per container)",
     )
-    arg("--drill-threadpool", type=int, default=0, help="gevent hub threadpool size (0 = track in-flight calls)")
+    arg("--drill-threadpool", type=int, default=0, help="gevent hub threadpool size (0 = gevent's default, 10)")
     arg("--drill-seed", type=int, default=0, help="seed in the request ids PLAN-SEED-USER-N")
     arg("--drill-ids-dir", default="", help="append the ids sent with the directive to DIR/ids-PID.txt")
     arg("--drill-trial", type=int, default=1, help="trial number, exported with the phase times (1)")

@@ -5,7 +5,7 @@ the warm-up holds the SLO, the latency spike breaks it, and 10 s after the spike
 is still outside its SLO while the ledger keeps working and the gateway keeps retrying — the
 overload is sustained by the system's reaction, not by the trigger or by a dead ledger. That
 budgeted configurations recover from the same trigger is the 5-trial run's claim
-(benchmarks/results/metastable-run.txt, docs/resilience.md), not this test's.
+(benchmarks/results/metastable-5trials.txt, docs/resilience.md), not this test's.
 """
 
 from __future__ import annotations
