@@ -11,15 +11,20 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
+import os
+import pathlib
 import re
 import urllib.parse
 from collections.abc import Callable
 
-from harness.core.limits import MAX_PORT
+from harness.core.faults import DirectiveError, parse_directive
+from harness.core.limits import MAX_PORT, MAX_SEED, MIN_SEED
+from harness.core.reasons import explain
+from harness.core.status import STATUS_NAMES
 
 
 def _fmt(x: float) -> str:
-    return f"{x:,.0f}".replace(",", "") if float(x).is_integer() else f"{x:g}"
+    return str(x) if isinstance(x, int) else str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def integer(low: int, high: int, what: str = "a whole number") -> Callable[[str], int]:
@@ -31,7 +36,8 @@ def integer(low: int, high: int, what: str = "a whole number") -> Callable[[str]
         except ValueError:
             value = None
         if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{what} {_fmt(low)}-{_fmt(high)}, got {text!r}")
+            span = f"{low}-{high}" if low >= 0 else f"from {low} to {high}"
+            raise argparse.ArgumentTypeError(f"{what} {span}, got {text!r}")
         return value
 
     parse.__name__ = "integer"
@@ -140,3 +146,56 @@ def timestamp(text: str) -> float:
 
 
 timestamp.__name__ = "time"
+
+
+#: `--seed`: the hit formula's 64-bit seed (harness.core.limits.MIN_SEED..MAX_SEED).
+seed = integer(MIN_SEED, MAX_SEED, "a seed (64-bit whole number)")
+
+
+def error_status(text: str) -> str:
+    """A gRPC status name other than OK (`RESOURCE_EXHAUSTED`), any case, returned upper-case."""
+    name = text.strip().upper()
+    if name not in STATUS_NAMES or name == "OK":
+        raise argparse.ArgumentTypeError(f"a gRPC error status name (RESOURCE_EXHAUSTED, UNAVAILABLE, …), got {text!r}")
+    return name
+
+
+error_status.__name__ = "status"
+
+
+def directive(text: str) -> str:
+    """An `x-fault` directive servers accept (`delay:250`, `abort:UNAVAILABLE`, `drop:300`), said in words if not."""
+    try:
+        parse_directive(text)
+    except DirectiveError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {explain(err)}") from None
+    return text
+
+
+directive.__name__ = "directive"
+
+
+def new_file(text: str) -> str:
+    """A file this command will write: its folder exists and is writable, and it is not a folder itself."""
+    path = pathlib.Path(text)
+    folder = path.parent
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory, not a file")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"no directory {str(folder)!r} to write {path.name!r} in")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"directory {str(folder)!r} is not writable")
+    return text
+
+
+new_file.__name__ = "file"
+
+
+def directory(text: str) -> str:
+    """A folder this command writes into (created when missing): refused when a file has that name."""
+    if pathlib.Path(text).exists() and not pathlib.Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+    return text
+
+
+directory.__name__ = "directory"

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from harness.core import headers as h
 from harness.core import limits as lim
 from harness.core.faults import MAX_ATTEMPTS, DirectiveError, parse_directive
+from harness.core.reasons import explain
 from harness.core.status import STATUS_NAMES
 from harness.interceptors import Tagging
 
@@ -251,7 +252,7 @@ class Fault(_Strict):
         try:
             parse_directive(v)
         except DirectiveError as exc:
-            raise ValueError(f"{v!r}: {exc}") from None
+            raise ValueError(f"{v!r}: {explain(exc)}") from None
         return v
 
     @field_validator("tenant")
