@@ -52,7 +52,8 @@ def busy():
      (["--downstream-timeout", "2"], ["--downstream-timeout applies to downstream calls"]),
      (["--downstream", "127.0.0.1:1", "--config", "nope"], ["unknown configuration 'nope'"]),
      (["--downstream", "127.0.0.1:1", "--config", "naive", "--downstream-timeout", "2"], ["without --config"]),
-     (["--orphan-work"], ["--orphan-work applies to admitted work", "--admission"])],
+     (["--orphan-work"], ["--orphan-work applies to admitted work", "--admission"]),
+     (["--host", "no such host"], ["--host 'no such host' is not an address"])],
 )  # fmt: skip
 def test_serve_refuses_a_bad_argument_before_it_binds(busy, args, needles):
     assert_in_words(drill("serve", *args, "--port", busy) if "--port" not in args else drill("serve", *args), 2,

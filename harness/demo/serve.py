@@ -168,8 +168,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_combinations(args: argparse.Namespace) -> None:
-    """Flags that mean nothing without another are refused, not ignored."""
+def _check_args(args: argparse.Namespace) -> None:
+    """Flags that mean nothing without another are refused, not ignored; a host must resolve; a config load."""
     if args.config and not args.downstream:
         raise BadInput("serve: --config applies to downstream calls; give --downstream too (a leaf has none)")
     if args.downstream_timeout is not None and not args.downstream:
@@ -179,6 +179,11 @@ def _check_combinations(args: argparse.Namespace) -> None:
                        "deadlines); give one of them")  # fmt: skip
     if args.orphan_work and not args.admission:
         raise BadInput("serve: --orphan-work applies to admitted work; give --admission too")
+    try:
+        socket.getaddrinfo(args.host, None)
+    except (OSError, UnicodeError) as exc:  # socket.gaierror: a name nothing resolves
+        why = getattr(exc, "strerror", None) or exc
+        raise BadInput(f"serve: --host {args.host!r} is not an address ({why})") from None
     if args.config:
         from harness.resilience import load
 
@@ -200,7 +205,7 @@ def _check_free(host: str, port: int) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    _check_combinations(args)
+    _check_args(args)
     _check_free(args.host, args.port)
     overrides = {"service": args.service}
     if args.enable_faults:
@@ -220,7 +225,8 @@ async def _serve(args: argparse.Namespace) -> int:
         try:
             http, _thread = start_http_server(max(0, args.metrics_port), addr=args.host)
         except OSError as exc:
-            raise RunFailed(f"serve: cannot serve metrics on {args.host}:{args.metrics_port}: {exc.strerror}") from None
+            where = f"{args.host} (any free port)" if args.metrics_port < 0 else f"{args.host}:{args.metrics_port}"
+            raise RunFailed(f"serve: cannot serve metrics on {where}: {exc.strerror}") from None
         metrics_port = http.server_port
     options = []
     if args.keepalive_ms:
