@@ -62,7 +62,7 @@ def number(low: float, high: float, what: str = "a number", *, above: bool = Fal
 
 
 def port(low: int = 0, what: str = "a port") -> Callable[[str], int]:
-    """A port number `low`..65535 (0 = any free port where the command says so; -1 where it means off/any)."""
+    """A port number `low`..65535 (0 = any free port where the command says so)."""
     return integer(low, MAX_PORT, what)
 
 
