@@ -123,8 +123,8 @@ def test_dashboards_push_with_grafana_down():
 
 
 def test_analyze_with_start_after_end(tmp_path):
-    proc = drill("analyze", "--prometheus", "http://127.0.0.1:9", "--start", "20", "--end", "10")
-    assert_one_line(proc, 2, "--start")
+    proc = drill("analyze", "--prometheus", "http://127.0.0.1:9", "--start", "1780000020", "--end", "1780000010")
+    assert_one_line(proc, 2, "give --start (before --end)")
 
 
 def test_the_shipped_plan_schema_is_current():
@@ -144,6 +144,45 @@ def test_out_of_range_values_are_refused_with_their_path(mutation, path):
         data["fault"] = {"directive": "abort:UNAVAILABLE", **mutation["fault"]}
     with pytest.raises(PlanError, match=path.replace(".", r"\.")):
         from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "yaml_text, path, why",
+    [("phases: {warmup: 1, fault: .inf, recovery: 1}", "phases.fault", "finite"),  # ran for ever at 0 calls/s
+     ("phases: {warmup: 1, fault: 1e12, recovery: 1}", "phases.fault", "3600"),
+     ("phases: {warmup: .nan, fault: 1, recovery: 1}", "phases.warmup", "finite"),
+     ("traffic: {organic_rate: 1e9}", "traffic.organic_rate", "1000"),
+     ("traffic: {organic_users: 100, organic_rate: 1000}", "traffic: users × rate offer 100010 calls/s", "10000"),
+     ("traffic: {timeout_s: .inf}", "traffic.timeout_s", "finite"),
+     ("slo: {grace_s: 1e300}", "slo.grace_s", "3600"),
+     ("slo: {max_p99_s: 60}", "slo.max_p99_s", "30"),
+     ("trials: 1000000", "trials", "100"),
+     ("seed: 18446744073709551616", "seed", "9223372036854775807"),
+     ("topology: {hops: [{name: gateway, queue: 1000000000}, {name: ledger}]}", "topology.hops.0.queue", "100000"),
+     ("variants: [{name: a, config: naive, traffic: {drill_rate: 1e6}}]", "variants.0.traffic.drill_rate", "1000")],
+)  # fmt: skip
+def test_a_plan_number_past_its_bound_is_refused_with_its_key_path(tmp_path, yaml_text, path, why):
+    """Every number of a plan is finite and bounded (harness.core.limits); the refusal names its key path.
+
+    Checked by loading the plan, as `drill run` does first: before the bounds, most of these ran (for ever).
+    """
+    from harness.drills.plan import PlanError, load_plan
+
+    text = PLAN.replace("configs: [naive]\n", "") if yaml_text.startswith("variants") else PLAN
+    key = yaml_text.split(":")[0]
+    text = "\n".join(line for line in text.splitlines() if not line.startswith(key + ":")) + "\n" + yaml_text + "\n"
+    with pytest.raises(PlanError) as err:
+        load_plan(write(tmp_path, text))
+    assert f": {path}" in str(err.value) and why in str(err.value), str(err.value)
+
+
+def test_drill_run_refuses_an_infinite_phase_on_one_line_before_anything_starts(tmp_path):
+    # with an unknown key beside it: both are named (and code without bounds stops at the key, not running for ever)
+    plan = write(tmp_path, PLAN.replace("recovery: 1}", "recovery: 1, fault: .inf}").replace("fault: 1, ", "")
+                 + "colour: red\n")  # fmt: skip
+    proc = drill("run", plan, "--out", str(tmp_path / "o"))
+    assert_one_line(proc, 2, "phases.fault: Input should be a finite number", "colour: unknown key")
+    assert not (tmp_path / "o").exists()
 
 
 def test_serve_with_a_wildcard_tenant_allowlist():

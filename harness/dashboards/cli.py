@@ -17,6 +17,7 @@ import os
 import pathlib
 import sys
 
+from harness.core import cliargs
 from harness.core.errors import BadInput, RunFailed
 
 DEFAULT_OUT = "dashboards"
@@ -28,20 +29,24 @@ FOLDER_UID = "drill"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     b = sub.add_parser("build", help="write dashboards/*.json and the generated Prometheus rules")
-    b.add_argument("--out", default=DEFAULT_OUT, help=f"dashboard JSON directory (default {DEFAULT_OUT}/)")
+    b.add_argument("--out", type=cliargs.directory, default=DEFAULT_OUT,
+                   help=f"dashboard JSON directory (default {DEFAULT_OUT}/)")  # fmt: skip
     b.add_argument(
         "--rules-out",
+        type=cliargs.directory,
         default=DEFAULT_RULES_OUT,
         help=f"generated rules directory (default {DEFAULT_RULES_OUT}/)",
     )
     b.add_argument(
         "--k8s-out",
+        type=cliargs.directory,
         default=DEFAULT_K8S_OUT,
         help=f"Kubernetes copies: PrometheusRule, dashboards for ConfigMaps (default {DEFAULT_K8S_OUT}/)",
     )
     b.add_argument("--check", action="store_true", help="write nothing; exit 1 if any committed file is stale")
     q = sub.add_parser("push", help="import the dashboards into a running Grafana (grafana-client)")
-    q.add_argument("--grafana", default=os.environ.get("DRILL_GRAFANA_URL"), help="Grafana URL (or DRILL_GRAFANA_URL)")
+    q.add_argument("--grafana", type=cliargs.http_url, default=os.environ.get("DRILL_GRAFANA_URL"),
+                   help="Grafana URL (or DRILL_GRAFANA_URL)")  # fmt: skip
     q.add_argument("--token", default=os.environ.get("DRILL_GRAFANA_TOKEN"), help="service account token")
     q.add_argument("--user", default=os.environ.get("DRILL_GRAFANA_USER"), help="basic auth user")
     q.add_argument("--password", default=os.environ.get("DRILL_GRAFANA_PASSWORD"), help="basic auth password")
@@ -73,17 +78,34 @@ def _build(args: argparse.Namespace) -> int:
             print(f"stale: {p} (run `drill dashboards build`)", file=sys.stderr)
         return 1 if stale else 0
     for p, text in files.items():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise BadInput(f"dashboards build: cannot write {p}: {exc.strerror}") from None
         print(f"{'wrote' if p in stale else 'unchanged'} {p}")
     return 0
 
 
 def _models(directory: str | None) -> dict[str, dict]:
     if directory:
-        return {
-            p.name: json.loads(p.read_text(encoding="utf-8")) for p in sorted(pathlib.Path(directory).glob("*.json"))
-        }
+        folder = pathlib.Path(directory)
+        if not folder.is_dir():
+            raise BadInput(f"dashboards push: --dir {directory}: no such directory")
+        models = {}
+        for p in sorted(folder.glob("*.json")):
+            try:
+                models[p.name] = json.loads(p.read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise BadInput(f"dashboards push: {p}: {exc.strerror}") from None
+            except ValueError as exc:  # not UTF-8, or not JSON
+                why = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+                raise BadInput(f"dashboards push: {p}: not a dashboard's JSON ({why})") from None
+            if not isinstance(models[p.name], dict) or "panels" not in models[p.name]:
+                raise BadInput(f"dashboards push: {p}: not a dashboard's JSON (no panels)")
+        if not models:
+            raise BadInput(f"dashboards push: --dir {directory}: no *.json dashboards in it")
+        return models
     from harness.dashboards import build_all
 
     return build_all()

@@ -19,9 +19,11 @@ import urllib.request
 from grpc import aio
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.core import cliargs
 from harness.core import headers as h
+from harness.core import limits as lim
 from harness.core import metrics as m
-from harness.core.errors import BadInput, RunFailed
+from harness.core.errors import RunFailed
 from harness.core.status import StatusClass, classify, error_rate, status_name
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import DrillClientInterceptor, Tagging
@@ -32,20 +34,26 @@ DEFAULT_DIRECTIVES = ("delay:250", "abort:UNAVAILABLE", "drop:300")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--target", metavar="HOST:PORT", help="a running service (demo proto)")
+    where.add_argument("--target", metavar="HOST:PORT", type=cliargs.host_port, help="a running service (demo proto)")
     where.add_argument("--spawn", action="store_true", help="start a local `drill serve` with faults on, then stop it")
-    p.add_argument("--calls", type=int, default=600, help="calls per traffic class (default 600, max 100000)")
-    p.add_argument("--concurrency", type=int, default=32, help="calls in flight (default 32)")
+    p.add_argument("--calls", type=cliargs.integer(1, lim.MAX_CLIENT_CALLS, "calls"), default=600,
+                   help=f"calls per traffic class (default 600, max {lim.MAX_CLIENT_CALLS})")  # fmt: skip
+    p.add_argument("--concurrency", type=cliargs.integer(1, lim.MAX_INFLIGHT, "calls in flight"), default=32,
+                   help="calls in flight (default 32)")  # fmt: skip
     p.add_argument(
         "--directive",
-        action="append",
+        action="append", type=cliargs.directive,
         help=f"drill directive, repeatable (default {', '.join(DEFAULT_DIRECTIVES)})",
-    )
-    p.add_argument("--ratio", type=int, default=50, help="x-fault-ratio for drill calls (default 50)")
-    p.add_argument("--timeout", type=float, default=2.0, help="per-call deadline in seconds (default 2)")
-    p.add_argument("--cancel-ms", type=float, default=100.0, help="cancel delayed drill calls after this many ms")
-    p.add_argument("--metrics", metavar="URL", help="server /metrics URL to read hits from (set by --spawn)")
-    p.add_argument("--seed", type=int, default=7, help="seed for --spawn (default 7)")
+    )  # fmt: skip
+    p.add_argument("--ratio", type=cliargs.integer(0, 100, "a percentage"), default=50,
+                   help="x-fault-ratio for drill calls (default 50)")  # fmt: skip
+    p.add_argument("--timeout", type=cliargs.number(0, lim.MAX_DEADLINE_S, "seconds", above=True), default=2.0,
+                   help="per-call deadline in seconds (default 2)")  # fmt: skip
+    p.add_argument("--cancel-ms", type=cliargs.number(0, lim.MAX_DEADLINE_S * 1000, "milliseconds", above=True),
+                   default=100.0, help="cancel delayed drill calls after this many ms")  # fmt: skip
+    p.add_argument("--metrics", metavar="URL", type=cliargs.http_url,
+                   help="server /metrics URL to read hits from (set by --spawn)")  # fmt: skip
+    p.add_argument("--seed", type=cliargs.seed, default=7, help="seed for --spawn (default 7)")
 
 
 @contextlib.contextmanager
@@ -63,7 +71,7 @@ def spawned_server(seed: int):
 async def _drive(target: str, args: argparse.Namespace, directives: list[str]) -> dict:
     """Run both traffic classes concurrently; returns {(traffic, mode): Counter(status)}."""
     results: dict = collections.defaultdict(collections.Counter)
-    sem = asyncio.Semaphore(max(1, args.concurrency))
+    sem = asyncio.Semaphore(args.concurrency)
 
     async def one(stub, key) -> None:
         async with sem:
@@ -101,11 +109,18 @@ def _server_hits(url: str) -> dict[str, float]:
     """Injected faults by mode, from the server's `drill_fault_hits_total`."""
     name = m.sample_name(m.FAULT_HITS, "_total")
     hits: dict[str, float] = collections.Counter()
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        for family in text_string_to_metric_families(resp.read().decode()):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode("utf-8", "replace")
+    except OSError as exc:  # URLError, HTTPError, a timeout
+        raise RunFailed(f"client: cannot read metrics at {url}: {getattr(exc, 'reason', None) or exc}") from None
+    try:
+        for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.name == name:
                     hits[sample.labels.get("mode", "")] += sample.value
+    except ValueError:
+        raise RunFailed(f"client: {url} does not serve Prometheus metrics") from None
     return hits
 
 
@@ -131,8 +146,6 @@ def _report(results: dict, hits: dict | None, elapsed: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 1 <= args.calls <= 100_000:
-        raise BadInput("client: --calls must be 1..100000")
     directives = args.directive or list(DEFAULT_DIRECTIVES)
     with contextlib.ExitStack() as stack:
         target, metrics_url = args.target, args.metrics

@@ -17,7 +17,9 @@ import selectors
 import socket
 import time
 
-from harness.core.errors import BadInput, RunFailed
+from harness.core import cliargs
+from harness.core import limits as lim
+from harness.core.errors import RunFailed
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 H2_EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
@@ -44,8 +46,8 @@ def half_open(
     connect_timeout_s: float = 2.0,
 ) -> list[ProbeResult]:
     """Open `count` connections, half-close them, watch them for `timeout_s` (bounded by both)."""
-    if count < 1 or count > 10_000:
-        raise ValueError("count must be 1..10000")
+    if not 1 <= count <= lim.MAX_PROBE_CONNECTIONS:
+        raise ValueError(f"count must be 1..{lim.MAX_PROBE_CONNECTIONS}")
     results = [ProbeResult(i) for i in range(count)]
     sel = selectors.DefaultSelector()
     socks: list[socket.socket] = []
@@ -106,9 +108,11 @@ def summarize(results: list[ProbeResult]) -> dict:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="probe", metavar="PROBE", required=True)
     ho = sub.add_parser("half-open", help="half-close connections and report what the server does")
-    ho.add_argument("target", metavar="HOST:PORT")
-    ho.add_argument("--count", type=int, default=1, help="connections to open (default 1)")
-    ho.add_argument("--timeout", type=float, default=5.0, help="seconds to watch (default 5)")
+    ho.add_argument("target", metavar="HOST:PORT", type=cliargs.host_port)
+    ho.add_argument("--count", type=cliargs.integer(1, lim.MAX_PROBE_CONNECTIONS, "connections"), default=1,
+                    help="connections to open (default 1)")  # fmt: skip
+    ho.add_argument("--timeout", type=cliargs.number(0, lim.MAX_PHASE_S, "seconds", above=True), default=5.0,
+                    help="seconds to watch (default 5)")  # fmt: skip
     ho.add_argument("--no-preface", action="store_true", help="do not send the HTTP/2 client preface first")
     ho.add_argument(
         "--json", action="store_true", help="print JSON (one summary object plus per-connection rows)"
@@ -116,19 +120,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    host, _, port_text = args.target.rpartition(":")
-    if not host or not port_text.isdigit():
-        raise BadInput(f"probe: expected HOST:PORT, got {args.target!r}")
-    try:
-        results = half_open(
-            host.strip("[]"),
-            int(port_text),
-            count=args.count,
-            timeout_s=args.timeout,
-            send_preface=not args.no_preface,
-        )
-    except ValueError as err:
-        raise BadInput(f"probe: {err}") from None
+    host, port = cliargs.split_host_port(args.target)  # checked by argparse
+    results = half_open(host, port, count=args.count, timeout_s=args.timeout, send_preface=not args.no_preface)
     summary = summarize(results)
     if summary["refused"] == summary["connections"] and not args.json:
         raise RunFailed(f"probe: cannot connect to {args.target}: all {summary['connections']} connection(s) refused")

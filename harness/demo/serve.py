@@ -26,8 +26,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from harness.core import audit
-from harness.core.errors import RunFailed
+from harness.core import audit, cliargs
+from harness.core import limits as lim
+from harness.core.errors import BadInput, RunFailed
 from harness.core.safety import install_stop_signal
 from harness.core.settings import FaultSettings
 from harness.demo.conntrack import watch_port
@@ -88,12 +89,22 @@ async def start_server(
     return server, bound, health_servicer
 
 
+def _downstreams(text: str) -> str:
+    """`--downstream`: comma-separated `HOST:PORT` or `@READY-FILE` items."""
+    items = [item.strip() for item in text.split(",")]
+    bad = [item for item in items if not (item[1:] if item.startswith("@") else cliargs.split_host_port(item))]
+    if bad:
+        raise argparse.ArgumentTypeError(f"HOST:PORT or @READY-FILE, comma separated, got {', '.join(map(repr, bad))}")
+    return ",".join(items)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    ms = lim.MAX_DEADLINE_S * 1000
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=50051, help="gRPC port (0 = any free port)")
+    p.add_argument("--port", type=cliargs.port(0), default=50051, help="gRPC port (0 = any free port)")
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=cliargs.integer(-1, lim.MAX_PORT, "a port (0 = off, -1 = any free port)"),
         default=9464,
         help="Prometheus /metrics port (0 = off, -1 = any free port)",
     )
@@ -102,30 +113,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=os.environ.get("DRILL_SERVICE", "drill"),
         help="service name (labels, x-fault-target)",
     )
-    p.add_argument("--work-ms", type=float, default=0.0, help="work time per call")
-    p.add_argument("--concurrency", type=int, default=64, help="max concurrent handlers")
-    p.add_argument("--queue", type=int, default=256, help="max queued calls before RESOURCE_EXHAUSTED")
+    p.add_argument("--work-ms", type=cliargs.number(0, ms, "milliseconds"), default=0.0, help="work time per call")
+    p.add_argument("--concurrency", type=cliargs.integer(1, lim.MAX_INFLIGHT, "handlers"), default=64,
+                   help="max concurrent handlers")  # fmt: skip
+    p.add_argument("--queue", type=cliargs.integer(0, lim.MAX_QUEUE, "calls"), default=256,
+                   help="max queued calls before RESOURCE_EXHAUSTED")  # fmt: skip
     p.add_argument(
         "--downstream",
+        type=_downstreams,
         default=None,
         help="the next hop's replicas, comma separated: HOST:PORT, or @FILE = the --ready-file of another "
         "drill serve (waited for up to --downstream-wait seconds); omit for a leaf",
     )
-    p.add_argument("--downstream-wait", type=float, default=30.0, help="seconds to wait for @FILE downstreams")
+    p.add_argument("--downstream-wait", type=cliargs.number(0, lim.MAX_WAIT_S, "seconds", above=True),
+                   default=30.0, help="seconds to wait for @FILE downstreams")  # fmt: skip
     p.add_argument(
-        "--downstream-timeout", type=float, default=None, help="timeout for downstream calls, seconds"
-    )
-    p.add_argument(
-        "--config", default=None, help="resilience configuration for downstream calls (name or YAML)"
-    )
+        "--downstream-timeout", type=cliargs.number(0, lim.MAX_DEADLINE_S, "seconds", above=True), default=None,
+        help="timeout for downstream calls without --config, seconds",
+    )  # fmt: skip
+    p.add_argument("--config", default=None,
+                   help="resilience configuration for downstream calls (name or YAML); needs --downstream")  # fmt: skip
     p.add_argument(
         "--enable-faults", action="store_true", help="turn the fault switch on (else DRILL_FAULT_ENABLED)"
     )
     p.add_argument(
-        "--seed", type=int, default=None, help="hit seed (else DRILL_FAULT_SEED / DRILL_FAULT_DRILL_ID)"
+        "--seed", type=cliargs.seed, default=None, help="hit seed (else DRILL_FAULT_SEED / DRILL_FAULT_DRILL_ID)"
     )
-    p.add_argument("--port-file", default=None, help="write the bound gRPC port here once serving")
-    p.add_argument("--ready-file", default=None, help="write {port, metrics_port, pid} (JSON) once serving")
+    p.add_argument("--port-file", type=cliargs.new_file, default=None,
+                   help="write the bound gRPC port here once serving")  # fmt: skip
+    p.add_argument("--ready-file", type=cliargs.new_file, default=None,
+                   help="write {port, metrics_port, pid} (JSON) once serving")  # fmt: skip
     p.add_argument(
         "--admission", action="store_true", help="every attempt pays capacity, even injected faults"
     )
@@ -134,20 +151,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --admission: admitted work goes on after the caller is gone (thread-per-request server)",
     )
-    p.add_argument("--shed-code", default="RESOURCE_EXHAUSTED", help="status of calls shed by capacity")
+    p.add_argument("--shed-code", type=cliargs.error_status, default="RESOURCE_EXHAUSTED",
+                   help="status of calls shed by capacity")  # fmt: skip
     p.add_argument("--instance-id", default=None, help="instance id (else DRILL_INSTANCE_ID or host:pid)")
     p.add_argument(
         "--keepalive-ms",
-        type=int,
+        type=cliargs.integer(1, lim.MAX_CHANNEL_MS, "milliseconds"),
         default=None,
         help="server keepalive ping interval (grpc.keepalive_time_ms)",
     )
     p.add_argument(
         "--max-idle-ms",
-        type=int,
+        type=cliargs.integer(1, lim.MAX_CHANNEL_MS, "milliseconds"),
         default=None,
         help="close idle connections after this (grpc.max_connection_idle_ms)",
     )
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Flags that mean nothing without another are refused, not ignored; a host must resolve; a config load."""
+    if args.config and not args.downstream:
+        raise BadInput("serve: --config applies to downstream calls; give --downstream too (a leaf has none)")
+    if args.downstream_timeout is not None and not args.downstream:
+        raise BadInput("serve: --downstream-timeout applies to downstream calls; give --downstream too")
+    if args.downstream_timeout is not None and args.config:
+        raise BadInput("serve: --downstream-timeout is for calls without --config (the configuration sets the "
+                       "deadlines); give one of them")  # fmt: skip
+    if args.orphan_work and not args.admission:
+        raise BadInput("serve: --orphan-work applies to admitted work; give --admission too")
+    try:
+        socket.getaddrinfo(args.host, None)
+    except (OSError, UnicodeError) as exc:  # socket.gaierror: a name nothing resolves
+        why = getattr(exc, "strerror", None) or exc
+        raise BadInput(f"serve: --host {args.host!r} is not an address ({why})") from None
+    if args.config:
+        from harness.resilience import load
+
+        load(args.config)  # an unknown name or a bad file: one line (ConfigError) before anything is bound
 
 
 def _check_free(host: str, port: int) -> None:
@@ -165,6 +205,7 @@ def _check_free(host: str, port: int) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    _check_args(args)
     _check_free(args.host, args.port)
     overrides = {"service": args.service}
     if args.enable_faults:
@@ -184,7 +225,8 @@ async def _serve(args: argparse.Namespace) -> int:
         try:
             http, _thread = start_http_server(max(0, args.metrics_port), addr=args.host)
         except OSError as exc:
-            raise RunFailed(f"serve: cannot serve metrics on {args.host}:{args.metrics_port}: {exc.strerror}") from None
+            where = f"{args.host} (any free port)" if args.metrics_port < 0 else f"{args.host}:{args.metrics_port}"
+            raise RunFailed(f"serve: cannot serve metrics on {where}: {exc.strerror}") from None
         metrics_port = http.server_port
     options = []
     if args.keepalive_ms:
@@ -202,7 +244,7 @@ async def _serve(args: argparse.Namespace) -> int:
             port=args.port,
             host=args.host,
             settings=settings,
-            capacity=Capacity(args.concurrency, args.queue, args.work_ms, args.shed_code.upper()),
+            capacity=Capacity(args.concurrency, args.queue, args.work_ms, args.shed_code),
             downstream=downstream,
             admission=args.admission,
             orphan_work=args.orphan_work,

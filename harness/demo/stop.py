@@ -17,14 +17,17 @@ import os
 import pathlib
 import signal
 
+from harness.core import cliargs
 from harness.core.errors import BadInput, RunFailed
+from harness.core.limits import MAX_PID
 
 PROC = pathlib.Path("/proc")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("pid", nargs="?", type=int, help="process id of a server that handles SIGUSR1")
+    who.add_argument("pid", nargs="?", type=cliargs.integer(1, MAX_PID, "a process id"),
+                     help="process id of a server that handles SIGUSR1")  # fmt: skip
     who.add_argument(
         "--all-local",
         action="store_true",
@@ -113,9 +116,7 @@ def run(args: argparse.Namespace) -> int:
         if refused:
             raise RunFailed(f"stop: {len(refused)} of {len(pids)} servers had no SIGUSR1 handler; not signalled")
         return 0
-    pid = args.pid
-    if pid is None or pid <= 0:
-        raise BadInput(f"stop: not a process id: {pid}")
+    pid = args.pid  # 1..MAX_PID, checked by argparse
     if not (PROC / str(pid)).exists():
         raise RunFailed(f"stop: no process {pid}")
     if not catches(pid):

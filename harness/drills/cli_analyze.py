@@ -7,52 +7,59 @@ from the Locust UI): the same per-second series, the same analysis
 (analysis.py), the same results.json and report.html as `drill run`.
 Times are unix seconds or ISO 8601 (`2026-01-31T12:00:00Z`); `--last 5m` is a
 shortcut for the last N seconds/minutes.
+
+Re-analysis never destroys what it re-reads: by default it writes `analysis/` beside the
+series.json or results.json it read (else `drill-out/analysis/`); an `--out` that would replace
+that file is refused, and one holding another drill run's results is refused without `--force`.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import json
 import pathlib
+import re
 import time
 
+from harness.core import cliargs
+from harness.core import limits as lim
 from harness.core.errors import BadInput
 
+#: What `drill analyze` (like `drill run`) writes into its output directory.
+OUTPUTS = ("results.json", "series.json", "report.html")
+#: The output directory beside what it re-reads.
+ANALYSIS_DIR = "analysis"
 
-def _when(text: str) -> float:
+
+def _hops(text: str) -> list[str]:
+    from harness.drills.model import HOP_NAME
+
+    names = [n.strip() for n in text.split(",")]
+    bad = [n for n in names if not re.fullmatch(HOP_NAME, n)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"hop names (a-z, 0-9, -), comma separated, got {text!r}")
+    return names
+
+
+def _regex(text: str) -> str:
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not unix seconds or ISO 8601: {text!r}") from None
-
-
-def _duration(text: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        seconds = float(text[:-1]) * units[text[-1]] if text[-1:] in units else float(text)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"a duration like 90s, 5m or 1h, got {text!r}")
-    return seconds
-
-
-_duration.__name__ = "duration"  # argparse names the type in its message
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression ({exc.msg}): {text!r}") from None
+    return text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prometheus", help="Prometheus base URL, e.g. http://127.0.0.1:9090")
+    src.add_argument("--prometheus", type=cliargs.http_url, help="Prometheus base URL, e.g. http://127.0.0.1:9090")
     src.add_argument("--series", help="a saved run's OUT/series.json: recompute offline")
-    p.add_argument("--start", type=_when, default=None, help="range start (unix seconds or ISO 8601)")
-    p.add_argument("--end", type=_when, default=None, help="range end (default now)")
-    p.add_argument("--last", type=_duration, default=None, help="range = the last N (e.g. 5m) instead of --start")
-    p.add_argument("--fault-start", type=_when, default=None, help="fault window start (else drill_fault_active)")
-    p.add_argument("--fault-end", type=_when, default=None, help="fault window end")
+    p.add_argument("--start", type=cliargs.timestamp, default=None, help="range start (unix seconds or ISO 8601)")
+    p.add_argument("--end", type=cliargs.timestamp, default=None, help="range end (default now)")
+    p.add_argument("--last", type=cliargs.duration(lim.MAX_ANALYZE_RANGE_S), default=None,
+                   help="range = the last N (e.g. 5m) instead of --start")  # fmt: skip
+    p.add_argument("--fault-start", type=cliargs.timestamp, default=None,
+                   help="fault window start (else drill_fault_active)")  # fmt: skip
+    p.add_argument("--fault-end", type=cliargs.timestamp, default=None, help="fault window end")
     p.add_argument(
         "--plan",
         default=None,
@@ -60,15 +67,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--results, else the shipped plan the load's trial gauges name, else the default SLO)",
     )
     p.add_argument("--results", default=None, help="the run's results.json: its SLO, hops, fault, seed and plan")
-    p.add_argument("--hops", default=None, help="comma-separated hops edge first (default: by name)")
-    p.add_argument("--edge", default=None, help="regex of the edge client's `service` label (loadgen|locust)")
-    p.add_argument("--max-error-rate", type=float, default=None, help="SLO error rate (default 0.05)")
-    p.add_argument("--max-p99", type=float, default=None, help="SLO p99 latency, seconds (default none)")
-    p.add_argument("--hold", type=int, default=None, help="SLO hold window, seconds (default 3)")
+    p.add_argument("--hops", type=_hops, default=None, help="comma-separated hops edge first (default: by name)")
+    p.add_argument("--edge", type=_regex, default=None,
+                   help="regex of the edge client's `service` label (loadgen|locust)")  # fmt: skip
+    # the SLO's flags take the plan's bounds (harness.core.limits, as harness.drills.model.Slo)
+    phase = int(lim.MAX_PHASE_S)
+    p.add_argument("--max-error-rate", type=cliargs.number(0, 1, "an error rate"), default=None,
+                   help="SLO error rate, 0-1 (default 0.05)")  # fmt: skip
+    p.add_argument("--max-p99", type=cliargs.number(0, lim.MAX_P99_S, "seconds", above=True), default=None,
+                   help="SLO p99 latency, seconds (default none)")  # fmt: skip
+    p.add_argument("--hold", type=cliargs.integer(1, phase, "seconds"), default=None,
+                   help="SLO hold window, seconds (default 3)")  # fmt: skip
     p.add_argument("--slo-traffic", default=None, choices=("all", "organic", "drill"), help="SLO traffic (all)")
-    p.add_argument("--window", type=int, default=None, help="error-rate window, seconds (default 1)")
-    p.add_argument("--grace", type=float, default=None, help="detection grace after fault-off (default hold+window)")
-    p.add_argument("--out", default="drill-out", help="output directory")
+    p.add_argument("--window", type=cliargs.integer(1, phase, "seconds"), default=None,
+                   help="error-rate window, seconds (default 1)")  # fmt: skip
+    p.add_argument("--grace", type=cliargs.number(0, phase, "seconds"), default=None,
+                   help="detection grace after fault-off (default hold+window)")  # fmt: skip
+    p.add_argument(
+        "--out", default=None,
+        help=f"output directory (default: {ANALYSIS_DIR}/ beside the --series or --results it re-reads, else "
+        f"drill-out/{ANALYSIS_DIR}); never the directory of the file it re-reads",
+    )  # fmt: skip
+    p.add_argument("--force", action="store_true",
+                   help="write into an --out that holds another drill run's results (replacing them)")  # fmt: skip
     from harness.drills.cli_run import add_fail_on
 
     add_fail_on(p)
@@ -104,13 +125,12 @@ def _run_context(args: argparse.Namespace, plans_seen) -> dict:
     definitions: a results.json (`--results`), a plan (`--plan`), or the shipped plan named by the load's
     trial gauges; only when none is known, the default SLO (said so).
     """
-    import json
-
     from harness.drills.model import Fault
     from harness.drills.plan import load_plan, shipped_plans
 
     if args.results:
         path = pathlib.Path(args.results)
+        data = None
         try:
             data = json.loads(path.read_text())
             fault = Fault.model_validate(data["fault"]) if "ratio" in (data.get("fault") or {}) else None
@@ -123,8 +143,8 @@ def _run_context(args: argparse.Namespace, plans_seen) -> dict:
                     "plan": data.get("plan"), "load": load, "from": f"results {path}"}  # fmt: skip
         except OSError as exc:
             raise BadInput(f"analyze: --results {path}: {exc.strerror}") from None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BadInput(f"analyze: --results {path}: not a results.json ({exc.__class__.__name__}: {exc})") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise _not_a("results.json", f"--results {path}", exc, data) from None
     name, how = args.plan, "plan"
     if name is None:
         seen = plans_seen()  # {plan: what the runner exported of it (SLO, planned load), or None}
@@ -165,38 +185,104 @@ def _with_load(series: dict, load: dict) -> dict:
     return series
 
 
-def _from_series(args: argparse.Namespace):
-    import json
+def _not_a(kind: str, where: str, exc: Exception, data) -> BadInput:
+    """Why a file is not the `kind` drill writes, in words (never the parser's exception)."""
+    if isinstance(exc, UnicodeDecodeError):
+        why = "not text"
+    elif isinstance(exc, json.JSONDecodeError):
+        why = f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg.lower()})"
+    elif isinstance(data, dict) and {"verdict", "ranking"} <= data.keys():
+        why = "it is a results.json" + ("; give the series.json beside it" if kind == "series.json" else
+                                        ", but an incomplete one")  # fmt: skip
+    elif isinstance(data, dict) and "configs" in data and "format" in data:
+        why = "it is a series.json" + ("; give the results.json beside it" if kind == "results.json" else
+                                       ", but an incomplete one")  # fmt: skip
+    else:
+        why = "JSON, but not what `drill run` writes there"
+    return BadInput(f"analyze: {where}: not a {kind}: {why}")
 
+
+def _from_series(args: argparse.Namespace):
     from harness.drills.report import read_series_document
 
     path = pathlib.Path(args.series)
+    data = None
     try:
         data = json.loads(path.read_text())
         header, trials = read_series_document(data)
     except OSError as exc:
         raise BadInput(f"analyze: {path}: {exc.strerror}") from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise BadInput(f"analyze: {path}: not a series.json ({exc.__class__.__name__}: {exc})") from None
+        raise _not_a("series.json", str(path), exc, data) from None
     if not trials:
         raise BadInput(f"analyze: {path}: no configurations in it")
     return header, trials
 
 
+def _held_run(out: pathlib.Path) -> str | None:
+    """What of a drill run `out` holds (its results would be replaced), or None (nothing, or an analysis).
+
+    An earlier `drill analyze` (results.json with its `source`) is re-made from its source at will, so it is
+    replaced; what `drill run` or `drill demo` wrote is a run's only record, so it is not.
+    """
+    present = [name for name in OUTPUTS if (out / name).is_file()]
+    if not present:
+        return None
+    try:
+        data = json.loads((out / "results.json").read_text())
+        if isinstance(data, dict) and data.get("source"):
+            return None
+        what = f"the results of plan {data['plan']}" if isinstance(data, dict) and data.get("plan") else None
+    except (OSError, ValueError):
+        what = None
+    return what or " and ".join(present)
+
+
+def _analysis_dir(args: argparse.Namespace) -> pathlib.Path:
+    """Where the analysis is written: never over the file it re-reads, over a drill run only with --force.
+
+    Default: `analysis/` beside the series.json (or results.json) it re-reads, else `drill-out/analysis`.
+    """
+    from harness.drills.cli_run import output_dir
+
+    sources = [(flag, pathlib.Path(p)) for flag, p in (("--series", args.series), ("--results", args.results)) if p]
+    if args.out is not None:
+        out = pathlib.Path(args.out)
+    else:
+        out = sources[0][1].parent / ANALYSIS_DIR if sources else pathlib.Path("drill-out", ANALYSIS_DIR)
+    for flag, src in sources:
+        if any((out / name).resolve() == src.resolve() for name in OUTPUTS):
+            raise BadInput(
+                f"analyze: --out {out} would replace the {flag} file it re-reads ({src}); write the analysis beside "
+                f"it (without --out: {src.parent / ANALYSIS_DIR})"
+            )  # fmt: skip
+    held = _held_run(out) if out.is_dir() else None
+    if held and not args.force:
+        raise BadInput(f"analyze: --out {out} holds a drill run ({held}) that the analysis would replace; "
+                       "give another --out, or --force to replace it")  # fmt: skip
+    return output_dir(str(out))
+
+
 def run(args: argparse.Namespace) -> int:
-    from harness.drills.cli_run import output_dir, print_summary
+    import pydantic
+
+    from harness.drills.cli_run import print_summary
     from harness.drills.gate import check, parse_conditions
     from harness.drills.model import Fault
     from harness.drills.report import write_outputs
     from harness.drills.results import assemble
 
     conditions = parse_conditions(args.fail_on)
-    hops = args.hops.split(",") if args.hops else None
+    hops = args.hops
     if args.series:
-        header, series = _from_series(args)
+        header, series = _from_series(args)  # read first: a file that is not a series.json leaves nothing behind
+        out = _analysis_dir(args)
         fault = None
         if isinstance(header.get("fault"), dict) and "ratio" in header["fault"]:
-            fault = Fault.model_validate(header["fault"])
+            try:
+                fault = Fault.model_validate(header["fault"])
+            except pydantic.ValidationError as exc:
+                raise _not_a("series.json", args.series, exc, header) from None
         ctx = {"slo": header.get("slo"), "hops": header.get("hops"), "fault": fault, "seed": header.get("seed"),
                "plan": header.get("plan"), "load": {}, "from": f"the saved run ({args.series})"}  # fmt: skip
         if args.plan or args.results:
@@ -217,7 +303,10 @@ def run(args: argparse.Namespace) -> int:
         if args.fault_start is not None or args.fault_end is not None:
             if args.fault_start is None or args.fault_end is None:
                 raise BadInput("analyze: --fault-start and --fault-end go together")
+            if args.fault_start >= args.fault_end:
+                raise BadInput("analyze: --fault-start must be before --fault-end")
             fault_window = (args.fault_start, args.fault_end)
+        out = _analysis_dir(args)  # refused before Prometheus is read
         ctx = _run_context(args, lambda: _plans_seen(args.prometheus, start, end))
         slo = _slo(args, ctx["slo"])
         series = read_drill(args.prometheus, start, end, edge=args.edge or EDGE_SERVICES, fault=fault_window)
@@ -227,7 +316,6 @@ def run(args: argparse.Namespace) -> int:
                            source=source).model_dump()  # fmt: skip
         results["seed"] = ctx["seed"]
         print(f"SLO from {ctx['from']}: {_slo_text(slo)}")
-    out = output_dir(args.out)
     write_outputs(out, results, series)
     print_summary(results, out)
     check(conditions, results)

@@ -8,6 +8,8 @@ import os
 import pathlib
 import sys
 
+from harness.core import cliargs
+from harness.core import limits as lim
 from harness.core.errors import BadInput
 from harness.drills.plan import load_plan, shipped_plans
 
@@ -19,11 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="drill-out", help="output directory (results.json, report.html, logs/)")
-    p.add_argument("--seed", type=int, default=None, help="override the plan's seed")
+    p.add_argument("--seed", type=cliargs.seed, default=None, help="override the plan's seed")
     p.add_argument("--configs", default=None, help="comma-separated configurations (or variant names) to run, in order")
     p.add_argument("--quick", action="store_true", help="apply the plan's quick: overrides (shorter phases)")
     p.add_argument(
-        "--trials", type=_positive, default=None,
+        "--trials", type=cliargs.integer(1, lim.MAX_TRIALS, "trials"), default=None,
         help="trials per configuration, run interleaved (A B C A B C …) under the same seed (plan default)",
     )  # fmt: skip
     add_fail_on(p)
@@ -34,9 +36,11 @@ def add_common(p: argparse.ArgumentParser) -> None:
         "TSDB in OUT/prometheus); a URL = a Prometheus that scrapes the targets written to --prometheus-sd; "
         "'off' (default) = the runner's own scraper only. results.json gets a cross-check from it",
     )
-    p.add_argument("--prometheus-sd", default=None, help="file_sd targets file to keep current (with a URL)")
+    p.add_argument("--prometheus-sd", type=cliargs.new_file, default=None,
+                   help="file_sd targets file to keep current (with a URL)")  # fmt: skip
     p.add_argument(
         "--grafana",
+        type=cliargs.http_url,
         default=None,
         metavar="URL",
         help="post phase changes and each trial's fault window to this Grafana as annotations "
@@ -51,7 +55,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--profile", default=None, help="Locust profile (loadtests/profiles/NAME.conf) for --driver locust")
     p.add_argument(
-        "--workers", type=_positive, default=None,
+        "--workers", type=cliargs.integer(1, lim.MAX_WORKERS, "workers"), default=None,
         help="--driver locust: Locust worker processes on this machine (its master/worker mode; default 1)",
     )  # fmt: skip
 
@@ -68,16 +72,6 @@ def output_dir(text: str) -> pathlib.Path:
     if not os.access(out, os.W_OK):
         raise BadInput(f"--out {text}: not writable")
     return out
-
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"a positive whole number, got {text!r}")
-    return n
 
 
 def add_fail_on(p: argparse.ArgumentParser) -> None:

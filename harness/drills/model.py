@@ -19,33 +19,38 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.core import headers as h
-from harness.core.faults import DirectiveError, parse_directive
+from harness.core import limits as lim
+from harness.core.faults import MAX_ATTEMPTS, DirectiveError, parse_directive
+from harness.core.reasons import explain
 from harness.core.status import STATUS_NAMES
 from harness.interceptors import Tagging
 
 DEFAULT_HOPS = ("gateway", "order", "account", "ledger")
+#: a hop's name: the `service` label of its series and the `x-fault-target` that names it
+HOP_NAME = r"^[a-z][a-z0-9-]*$"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # every number finite (no .inf or .nan) and within a bound of harness.core.limits, which says why
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --- the plan ---------------------------------------------------------------------------
 class HopSpec(_Strict):
     """One hop of the chain: its replicas and their bounded capacity."""
 
-    name: str = Field(min_length=1, pattern=r"^[a-z][a-z0-9-]*$")
-    replicas: int = Field(1, ge=1, le=16)
-    work_ms: float = Field(5.0, ge=0)
-    concurrency: int = Field(16, ge=1)
-    queue: int = Field(64, ge=0)
+    name: str = Field(min_length=1, pattern=HOP_NAME)
+    replicas: int = Field(1, ge=1, le=lim.MAX_REPLICAS)
+    work_ms: float = Field(5.0, ge=0, le=lim.MAX_DEADLINE_S * 1000)
+    concurrency: int = Field(16, ge=1, le=lim.MAX_INFLIGHT)
+    queue: int = Field(64, ge=0, le=lim.MAX_QUEUE)
     shed_code: str = "RESOURCE_EXHAUSTED"
     #: every attempt pays capacity, even one the fault aborts (see harness.demo.service)
     admission: bool = True
     #: admitted work goes on after the caller is gone (see harness.demo.service)
     orphan_work: bool = False
-    keepalive_ms: int | None = Field(None, ge=1)
-    max_idle_ms: int | None = Field(None, ge=1)
+    keepalive_ms: int | None = Field(None, ge=1, le=lim.MAX_CHANNEL_MS)
+    max_idle_ms: int | None = Field(None, ge=1, le=lim.MAX_CHANNEL_MS)
 
     @field_validator("shed_code")
     @classmethod
@@ -58,7 +63,7 @@ class HopSpec(_Strict):
 class Topology(_Strict):
     hops: tuple[HopSpec, ...] = tuple(HopSpec(name=n) for n in DEFAULT_HOPS)
     #: downstream timeout when no resilience configuration is named
-    timeout_s: float | None = Field(None, gt=0)
+    timeout_s: float | None = Field(None, gt=0, le=lim.MAX_DEADLINE_S)
 
     @field_validator("hops")
     @classmethod
@@ -98,7 +103,7 @@ class EdgeSpec(_Strict):
 class StackHop(_Strict):
     """One hop of a running stack, in chain order: where its series come from."""
 
-    name: str = Field(min_length=1, pattern=r"^[a-z][a-z0-9-]*$")
+    name: str = Field(min_length=1, pattern=HOP_NAME)
     #: its replicas' /metrics URLs, scraped by the runner each second
     metrics: list[str] = Field(default_factory=list)
     #: or a PromQL label selector read from `stack.prometheus` after each trial, e.g. {namespace="d", app="x"}
@@ -118,7 +123,7 @@ class ReadyProbe(_Strict):
     """The edge serves a configuration once its gRPC health check passed `checks` times in a row."""
 
     checks: int = Field(3, ge=1, le=100)
-    timeout_s: float = Field(60.0, gt=0, le=3600)
+    timeout_s: float = Field(60.0, gt=0, le=lim.MAX_WAIT_S)
     interval_s: float = Field(1.0, gt=0, le=60)
 
 
@@ -129,7 +134,7 @@ class StackConfig(_Strict):
     #: shell command the runner runs (with a timeout) before each trial of this configuration; it returns
     #: once the stack serves it (e.g. `kubectl apply -k … && kubectl rollout status …`). None: nothing to switch.
     switch: str | None = None
-    switch_timeout_s: float = Field(300.0, gt=0, le=3600)
+    switch_timeout_s: float = Field(300.0, gt=0, le=lim.MAX_WAIT_S)
     ready: ReadyProbe = ReadyProbe()
 
 
@@ -164,7 +169,7 @@ class ExternalLoad(_Strict):
     metrics: list[str] = Field(default_factory=list)
     selector: str | None = Field(None, pattern=r"^\{.*\}$")
     #: how long its timeline may take to start (image pulls, worker joins) before the trial fails
-    start_timeout_s: float = Field(120.0, gt=0, le=3600)
+    start_timeout_s: float = Field(120.0, gt=0, le=lim.MAX_WAIT_S)
 
     @model_validator(mode="after")
     def _one_source(self) -> ExternalLoad:
@@ -202,18 +207,31 @@ class Stack(_Strict):
 
 
 class Traffic(_Strict):
-    organic_users: int = Field(4, ge=0)
-    organic_rate: float = Field(10.0, ge=0)  # per user, req/s
-    drill_users: int = Field(1, ge=0)
-    drill_rate: float = Field(10.0, ge=0)  # per user, req/s
-    timeout_s: float = Field(2.0, gt=0)
+    organic_users: int = Field(4, ge=0, le=lim.MAX_USERS)
+    organic_rate: float = Field(10.0, ge=0, le=lim.MAX_USER_RATE)  # per user, req/s
+    drill_users: int = Field(1, ge=0, le=lim.MAX_USERS)
+    drill_rate: float = Field(10.0, ge=0, le=lim.MAX_USER_RATE)  # per user, req/s
+    timeout_s: float = Field(2.0, gt=0, le=lim.MAX_DEADLINE_S)
     method: Literal["Call", "Write", "Stream"] = "Call"
-    cancel_ms: float | None = Field(None, gt=0)  # drill users cancel their calls after this
-    max_inflight: int = Field(64, ge=1)
+    cancel_ms: float | None = Field(None, gt=0, le=lim.MAX_DEADLINE_S * 1000)  # drill users cancel after this
+    max_inflight: int = Field(64, ge=1, le=lim.MAX_INFLIGHT)
     driver: Literal["aio", "locust"] = "aio"
     profile: str | None = None  # Locust profile name (loadtests/profiles/NAME.conf)
     #: Locust processes on this machine (driver locust): above 1, Locust's master with that many workers
-    workers: int = Field(1, ge=1, le=64)
+    workers: int = Field(1, ge=1, le=lim.MAX_WORKERS)
+
+    @model_validator(mode="after")
+    def _offerable(self) -> Traffic:
+        """All users together offer no more than the load's processes can send (harness.core.limits)."""
+        offered = self.organic_users * self.organic_rate + self.drill_users * self.drill_rate
+        processes = self.workers if self.driver == "locust" else 1
+        if offered > lim.MAX_LOAD_RPS * processes:
+            raise ValueError(
+                f"users × rate offer {offered:g} calls/s in all; one load process offers at most "
+                f"{lim.MAX_LOAD_RPS:g}" + (f" ({processes} Locust workers: {lim.MAX_LOAD_RPS * processes:g})"
+                                          if processes > 1 else "")
+            )  # fmt: skip
+        return self
 
 
 class Fault(_Strict):
@@ -224,7 +242,7 @@ class Fault(_Strict):
     instances: int | None = Field(None, ge=0, le=100)
     tenant: str = h.DEFAULT_DRILL_TENANT
     scope: Literal["request", "attempt"] = "request"
-    attempts: int | None = Field(None, ge=1, le=1000)
+    attempts: int | None = Field(None, ge=1, le=MAX_ATTEMPTS)
 
     @field_validator("directive")
     @classmethod
@@ -234,7 +252,7 @@ class Fault(_Strict):
         try:
             parse_directive(v)
         except DirectiveError as exc:
-            raise ValueError(f"{v!r}: {exc}") from None
+            raise ValueError(f"{v!r}: {explain(exc)}") from None
         return v
 
     @field_validator("tenant")
@@ -252,9 +270,9 @@ class Fault(_Strict):
 
 
 class Phases(_Strict):
-    warmup: float = Field(8.0, ge=0)
-    fault: float = Field(15.0, gt=0)
-    recovery: float = Field(15.0, ge=0)
+    warmup: float = Field(8.0, ge=0, le=lim.MAX_PHASE_S)
+    fault: float = Field(15.0, gt=0, le=lim.MAX_PHASE_S)
+    recovery: float = Field(15.0, ge=0, le=lim.MAX_PHASE_S)
 
     @property
     def total(self) -> float:
@@ -275,23 +293,23 @@ class Slo(_Strict):
 
     max_error_rate: float = Field(0.05, ge=0, le=1)
     #: p99 latency bound in seconds; None = error rate only.
-    max_p99_s: float | None = Field(None, gt=0)
-    hold_s: int = Field(3, ge=1)
+    max_p99_s: float | None = Field(None, gt=0, le=lim.MAX_P99_S)
+    hold_s: int = Field(3, ge=1, le=int(lim.MAX_PHASE_S))
     #: which traffic the SLO is measured on
     traffic: Literal["organic", "drill", "all"] = "all"
     #: seconds with fewer calls than this are unknown (neither good nor bad)
-    min_calls: float = Field(3.0, ge=0)
+    min_calls: float = Field(3.0, ge=0, le=lim.MAX_LOAD_RPS)
     #: the error rate of second t is taken over the `window_s` seconds ending at t (1 = that second)
-    window_s: int = Field(1, ge=1)
+    window_s: int = Field(1, ge=1, le=int(lim.MAX_PHASE_S))
     #: a breach is detection (TTD) when it starts in the fault window or this many seconds after it;
     #: later it is a post-fault breach. None = hold_s + window_s.
-    grace_s: float | None = Field(None, ge=0)
+    grace_s: float | None = Field(None, ge=0, le=lim.MAX_PHASE_S)
 
 
 class Probe(_Strict):
     kind: Literal["half-open"] = "half-open"
-    count: int = Field(100, ge=1, le=10_000)
-    timeout_s: float = Field(8.0, gt=0)
+    count: int = Field(100, ge=1, le=lim.MAX_PROBE_CONNECTIONS)
+    timeout_s: float = Field(8.0, gt=0, le=lim.MAX_PHASE_S)
     preface: bool = True
 
 
@@ -311,7 +329,7 @@ class PlanFile(_Strict):
 
     name: str | None = None
     description: str = ""
-    seed: int = 42
+    seed: int = Field(42, ge=lim.MIN_SEED, le=lim.MAX_SEED)
     #: the chain the runner starts itself (demo hops), or `stack`: services already running
     topology: Topology | None = None
     stack: Stack | None = None
@@ -321,7 +339,7 @@ class PlanFile(_Strict):
     slo: Slo = Slo()
     configs: list[str | None] = Field(default_factory=lambda: [None])
     #: trials per configuration, run interleaved (A B C A B C …), all under the same seed
-    trials: int = Field(1, ge=1, le=100)
+    trials: int = Field(1, ge=1, le=lim.MAX_TRIALS)
     variants: list[VariantSpec] = Field(default_factory=list)
     probe: Probe | None = None
     quick: dict | None = None

@@ -78,6 +78,14 @@ def _errors(exc: pydantic.ValidationError, source: str, prefix: str = "") -> Pla
     return PlanError(f"{source}: " + "; ".join(lines))
 
 
+def _validate(model: type[pydantic.BaseModel], data: dict, where: str, key: str):
+    """`model` from `data` (a variant's values merged over the plan's), or PlanError naming `key.field`."""
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise _errors(exc, where, key) from None
+
+
 def _config_ref(config, base_dir: pathlib.Path, where: str) -> str | None:
     """None for no resilience layer; a shipped name as is; a `.yaml` path made absolute and checked."""
     if config in (None, "plain", "none"):
@@ -213,18 +221,20 @@ def from_dict(data: dict, source: str = "") -> Plan:
         at = f"{where}: variants[{i}]" if spec.variants else f"{where}: configs[{i}]"
         config = _config_ref(raw.config if raw else spec.configs[i], base_dir, at)
         name = (raw.name if raw else None) or _label(config)
-        try:
-            fault = Fault.model_validate({**spec.fault.model_dump(), **(raw.fault if raw else {})})
-            traffic = Traffic.model_validate({**spec.traffic.model_dump(), **(raw.traffic if raw else {})})
-            over = raw.hops if raw else {}
-            unknown_hops = sorted(set(over) - {hop.name for hop in hops})
-            if unknown_hops:
-                raise PlanError(f"{at}.hops: no hop {unknown_hops} in the topology")
-            v_hops = tuple(HopSpec.model_validate({**hop.model_dump(), **over.get(hop.name, {})}) for hop in hops)
-            probe_raw = {**(spec.probe.model_dump() if spec.probe else {}), **((raw.probe or {}) if raw else {})}
-            probe = Probe.model_validate(probe_raw) if probe_raw else None
-        except pydantic.ValidationError as exc:
-            raise _errors(exc, where, f"variants.{i}") from None
+        key = f"variants.{i}"
+        fault = _validate(Fault, {**spec.fault.model_dump(), **(raw.fault if raw else {})}, where, f"{key}.fault")
+        traffic = _validate(Traffic, {**spec.traffic.model_dump(), **(raw.traffic if raw else {})}, where,
+                            f"{key}.traffic")  # fmt: skip
+        over = raw.hops if raw else {}
+        unknown_hops = sorted(set(over) - {hop.name for hop in hops})
+        if unknown_hops:
+            raise PlanError(f"{at}.hops: no hop {unknown_hops} in the topology")
+        v_hops = tuple(
+            _validate(HopSpec, {**hop.model_dump(), **over.get(hop.name, {})}, where, f"{key}.hops.{hop.name}")
+            for hop in hops
+        )
+        probe_raw = {**(spec.probe.model_dump() if spec.probe else {}), **((raw.probe or {}) if raw else {})}
+        probe = _validate(Probe, probe_raw, where, f"{key}.probe") if probe_raw else None
         if fault.target and fault.target not in [hop.name for hop in hops]:
             raise PlanError(f"{at}.fault.target: {fault.target!r} is not a hop")
         if traffic.driver == "locust":
