@@ -143,6 +143,8 @@ def judge(w: Witnesses, fault: Fault, *, seed: int, hops: Sequence[str]) -> tupl
         if fault.instances is not None and fault.instances < 100 and cause is None:
             return True, f"{head} — x-fault-instances {fault.instances} may leave every replica out"
         return False, f"{head} — {cause or _generic(fault, target, at_edge)}"
+    if verb == "marked" and (w.injected or 0) >= n:
+        return True, None  # the service counted them all: answers that outlived their deadline carry no marker
     if landed is not None and count < n:
         return True, f"{head} — {_why_short(w, verb, at_edge)}"
     return True, None
@@ -221,7 +223,7 @@ def _why_short(w: Witnesses, verb: str, at_edge: bool) -> str:
     if verb == "audited" and w.marked and not w.audited:
         return f"{len(w.marked)} marked by the service: does stack.audit read its logs?"
     if verb == "marked":
-        return "the rest were shed or expired before the service, or their fault outlasted the call's deadline"
+        return "the rest were shed or expired before the service answered"
     return "the rest were shed or expired" + ("" if at_edge else ", or failed before they reached it")
 
 

@@ -103,11 +103,11 @@ def run_the_page(tmp_path, drop: tuple[str, ...] = ()):
     finally:
         stop_processes([proc])
     out = tmp_path / drill[drill.index("--out") + 1]
-    return run, json.loads((out / "results.json").read_text()), out, (tmp_path / "service.log").read_text()
+    return run, json.loads((out / "results.json").read_text()), out, (tmp_path / "service.log").read_text(), ports
 
 
 def test_the_pages_own_service_is_hit_exactly_where_the_seed_predicts(tmp_path):
-    run, r, _, log = run_the_page(tmp_path)
+    run, r, _, log, _ = run_the_page(tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     (t,) = r["configs"]["mine"]["trials"]
     h, want = t["hits"], predicted()
@@ -119,7 +119,7 @@ def test_the_pages_own_service_is_hit_exactly_where_the_seed_predicts(tmp_path):
 
 
 def test_the_same_service_without_its_name_exits_4_with_the_cause_on_one_line(tmp_path):
-    run, r, out, log = run_the_page(tmp_path, drop=("DRILL_SERVICE",))
+    run, r, out, log, ports = run_the_page(tmp_path, drop=("DRILL_SERVICE",))
     lines = [line for line in run.stderr.splitlines() if line.startswith("drill:")]
     assert run.returncode == 4 and len(lines) == 1, (run.returncode, run.stderr[-3000:])
     line = lines[0]
@@ -128,6 +128,9 @@ def test_the_same_service_without_its_name_exits_4_with_the_cause_on_one_line(tm
     for needle in (f"cart: 0 of {n} predicted hits marked", "calls itself 'drill', not 'cart'",
                    'drill_fault_skipped_total{reason="target"}', "set DRILL_SERVICE=cart"):  # fmt: skip
         assert needle in line, (needle, line)
+    # the line the page shows, as the page shows it (but for the port)
+    shown = re.search(r"^drill: the fault did not land as planned.*$", section(), re.M).group(0)
+    assert line == shown.replace(":9464/", f":{ports['9464']}/"), (line, shown)
     # the same line after the table, in results.json (the trial's and the run's) and in the report
     note = line.removeprefix("drill: ")
     assert note in run.stdout and run.stdout.index("┃ configuration") < run.stdout.index(note)
