@@ -2,7 +2,8 @@
 
 `harness.cli` prints any `DrillError` as one line, `drill: MESSAGE`, and exits
 with its code (contracts §11): 2 bad input or usage, 1 the run failed, 3 a
-`--fail-on` condition held. Library users catch the same types.
+`--fail-on` condition held, 4 the drill's fault did not land as planned.
+Library users catch the same types.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ class ConditionFailed(DrillError):
     """A `--fail-on` condition held (exit 3)."""
 
     exit_code = 3
+
+
+class FaultNotLanded(DrillError):
+    """The drill ran but its fault did not land as planned (exit 4): no predicted hit landed, or ids the seed
+    does not predict were hit, or the target refused drill calls. A run's `--fail-on` is not judged then (a
+    gate over a drill that never tested its fault would pass for nothing); a failed run (exit 1) comes first."""
+
+    exit_code = 4
 
 
 def need_extra(module: str, extra: str, feature: str) -> ModuleType:

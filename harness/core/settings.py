@@ -2,20 +2,27 @@
 
 Deliberately independent of any config service: the config service may be the
 very dependency under drill. Constructor arguments override the environment.
+The service's name (`DRILL_SERVICE`) is what a drill's `x-fault-target` must
+say to reach it: a service left on the default name is told so once, at start.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import socket
 
 from harness.core.errors import BadInput
 from harness.core.faults import ABSOLUTE_MAX_DELAY_MS, seed_from_drill_id
-from harness.core.headers import DEFAULT_DRILL_TENANT
+from harness.core.headers import DEFAULT_DRILL_TENANT, MAX_VALUE_LEN
 from harness.core.token import DEFAULT_MAX_TTL_S
 
 _TRUE = {"1", "true", "yes", "on"}
+#: The name a service has until it says its own (`DRILL_SERVICE`, or `service=`).
+DEFAULT_SERVICE = "drill"
+_log = logging.getLogger("harness.settings")
+_warned_default_name = False
 
 
 class SettingsError(BadInput):
@@ -39,7 +46,8 @@ class FaultSettings:
     max_delay_ms: int = 60_000
     secret: str | None = None
     instance_id: str = ""
-    service: str = "drill"
+    #: The hop's name: metric `service` label, and what `x-fault-target` must say to reach it (`DRILL_SERVICE`).
+    service: str = DEFAULT_SERVICE
     #: Longest remaining lifetime of a drill token; tokens expiring later are refused.
     token_max_ttl_s: float = DEFAULT_MAX_TTL_S
     #: Distinct `grpc_method` label values per server; later methods are labelled `other` (gRFC A66).
@@ -58,6 +66,13 @@ class FaultSettings:
             raise SettingsError(
                 f"DRILL_FAULT_TENANTS may not contain wildcards or empty names (list each drill tenant): {bad!r}"
             )
+        if not isinstance(self.service, str) or not 0 < len(self.service) <= MAX_VALUE_LEN or any(
+            not "!" <= c <= "~" for c in self.service
+        ):
+            raise SettingsError(
+                f"DRILL_SERVICE must be 1..{MAX_VALUE_LEN} printable ASCII characters without spaces (what "
+                f"x-fault-target says to reach this service), got {self.service!r}"
+            )
         if not 0 < self.token_max_ttl_s <= 7 * 86400:
             raise SettingsError(f"token lifetime cap must be within (0, 604800] s, got {self.token_max_ttl_s}")
         if not 0 <= self.max_active <= 1_000_000:
@@ -69,7 +84,11 @@ class FaultSettings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> FaultSettings:
-        """Read `DRILL_FAULT_*` and `DRILL_INSTANCE_ID`; keyword arguments win over the environment."""
+        """Read `DRILL_FAULT_*`, `DRILL_SERVICE` and `DRILL_INSTANCE_ID`; keyword arguments win over the environment.
+
+        With injection on and the service still on the default name, logs one warning per process: a drill
+        that targets this hop by name (`x-fault-target`) would otherwise miss it without a word.
+        """
         env = os.environ if env is None else env
         values: dict = {}
         values["enabled"] = env.get("DRILL_FAULT_ENABLED", "").strip().lower() in _TRUE
@@ -92,8 +111,26 @@ class FaultSettings:
             values["stop_file"] = env["DRILL_FAULT_STOP_FILE"].strip()
         if env.get("DRILL_FAULT_SECRET"):
             values["secret"] = env["DRILL_FAULT_SECRET"]
+        if "DRILL_SERVICE" in env:  # set but empty is a mistake to refuse, not the default to fall back on
+            values["service"] = env["DRILL_SERVICE"].strip()
         values["instance_id"] = env.get("DRILL_INSTANCE_ID") or f"{socket.gethostname()}:{os.getpid()}"
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "tenants" in values and not isinstance(values["tenants"], frozenset):
             values["tenants"] = frozenset(values["tenants"])
-        return cls(**values)
+        settings = cls(**values)
+        if settings.enabled and settings.service == DEFAULT_SERVICE:
+            _warn_default_name()
+        return settings
+
+
+def _warn_default_name() -> None:
+    """Once per process: injection is on and the service did not name itself."""
+    global _warned_default_name
+    if _warned_default_name:
+        return
+    _warned_default_name = True
+    _log.warning(
+        "drill faults are ON but this service calls itself %r (the default): a drill that targets it by name "
+        "(x-fault-target) will not hit it; set DRILL_SERVICE=NAME (the hop's name in the drill plan)",
+        DEFAULT_SERVICE,
+    )

@@ -10,7 +10,7 @@ import sys
 
 from harness.core import cliargs
 from harness.core import limits as lim
-from harness.core.errors import BadInput
+from harness.core.errors import BadInput, FaultNotLanded
 from harness.drills.plan import load_plan, shipped_plans
 
 
@@ -148,7 +148,12 @@ def _annotator(args: argparse.Namespace):
 
 
 def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = None) -> int:
-    """Load the plan (every error before anything starts), run it, print the summary."""
+    """Load the plan (every error before anything starts), run it, print the summary.
+
+    Exit codes after a run that finished, its outputs written first: 4 when the fault did not land as planned
+    (`landing.problem`; `--fail-on` is then not judged: a gate over a drill that never tested its fault would
+    pass for nothing), else 3 when a `--fail-on` condition holds, else 0. A run that failed is 1 before both.
+    """
     from harness.drills.gate import check, parse_conditions
     from harness.drills.live import LiveView
     from harness.drills.runner import Runner
@@ -176,16 +181,23 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
             if prom is not None:
                 prom.stop()
     print_summary(results, out)
+    from harness.drills.landing import problem
+
+    missed = problem(results)
+    if missed:
+        unjudged = f" (--fail-on {', '.join(map(str, conditions))} not judged)" if conditions else ""
+        raise FaultNotLanded(missed + unjudged)
     check(conditions, results)
     return 0
 
 
 def print_summary(results: dict, out: pathlib.Path) -> None:
-    """The terminal's table (the verdict's order), the read-back note, the verdict, and what was written."""
+    """The terminal's table (the verdict's order), the read-back note, what the hits say when the fault did not
+    land as predicted, the verdict, and what was written."""
     from rich.console import Console
     from rich.table import Table
 
-    from harness.drills import cells
+    from harness.drills import cells, landing
 
     trials = max((c.get("summary", {}).get("trials", 1) for c in results["configs"].values()), default=1)
     known = [] if results.get("seed") is None else [f"seed {results['seed']}"]
@@ -218,6 +230,8 @@ def print_summary(results: dict, out: pathlib.Path) -> None:
     note = cells.readback_note(results)
     if note:
         console.print(note, highlight=False)
+    for line in landing.summary(results["configs"]):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     behind = [f"{n} #{t.get('trial', 1)}" for n, c in results["configs"].items() for t in c.get("trials") or [c]
               if t.get("load_fell_behind")]  # fmt: skip
     if behind:

@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 
+from harness.drills import landing
 from harness.drills import verdict as judging
 from harness.drills._template import PAGE
 from harness.drills.cells import (
@@ -213,12 +214,21 @@ def render(results: dict, series: dict[str, RunSeries]) -> str:
         verdict=v.html(),
         verdict_class=BOX.get(v.kind, "open"),
         rows=_rows(results, order, colors),
-        readback=f'<p class="notes" id="readback">{html.escape(note)}</p>' if note else "",
+        readback=(f'<p class="notes" id="readback">{html.escape(note)}</p>' if note else "") + _hits_lines(results),
         trials=trial_points(results, order, colors) + impact_points(results, order, colors),
         plots=plots(series, colors, results.get("hops")),
         hops=_hop_table(results, order) + _offered_table(results, order) + _probe_table(results, order),
         notes=html.escape(" ".join(results.get("notes", []))),
     )
+
+
+def _hits_lines(results: dict) -> str:
+    """What the trials' hits say when the fault did not land as predicted (`landing.summary`), under the table."""
+    lines = landing.summary(results.get("configs") or {})
+    if not lines:
+        return ""
+    body = "<br>".join(html.escape(line) for line in lines)
+    return f'<p class="notes" id="hits"><strong>{body}</strong></p>'
 
 
 def write_outputs(

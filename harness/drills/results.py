@@ -4,7 +4,8 @@ Per configuration: `trials` (each trial's `analysis.analyze_run` fields plus wha
 the runner adds), `summary` (`stats.summarize`), and, at the top level of
 `configs[NAME]`, the fields of its representative trial (the median one,
 `representative_trial` names its index) so a one-trial reader keeps working.
-`ranking` and `verdict` come from `verdict.judge`.
+`ranking` and `verdict` come from `verdict.judge`. `notes` start with what the
+trials' `hits` say when the fault did not land as predicted (`landing.summary`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from harness.drills import analysis, stats, verdict
+from harness.drills import analysis, landing, stats, verdict
 from harness.drills.model import Fault, Plan, Results, Slo
 from harness.drills.series import RunSeries
 
@@ -75,6 +76,7 @@ def assemble(
         configs=configs,
         ranking=ranking,
         verdict=judged,
+        notes=landing.summary(configs),
         started_at=_stamp(started) if started else None,
         finished_at=_stamp(),
         duration_s=round(time.time() - started, 1) if started else None,

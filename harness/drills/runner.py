@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from harness.core import metrics as m
 from harness.core.errors import RunFailed
 from harness.core.snapshots import EdgeCounts, LoadExport
-from harness.drills import analysis, report
+from harness.drills import analysis, landing, report
 from harness.drills.load import AioLoad, CommandLoad, LocustLoad, ids_digest, planned_rps
 from harness.drills.model import Plan, Probe, Results, Variant
 from harness.drills.relay import Relay, relayed
@@ -198,6 +198,7 @@ class Runner:
             scraper = Scraper(lambda: target.endpoints() + load.metrics_endpoints(), config=label, edge=edge)
             wall0 = scraper.wall0
             await scraper.prime()  # the hops before the first call
+            gates0 = await self._target_gates(variant)
             await load.start(target.edge())  # the schedule starts on a whole unix second (Locust: once it is up)
             start_unix = load.start_unix
             scraper.begin_at(start_unix)  # the load's first second is the baseline, however late we get there
@@ -269,13 +270,26 @@ class Runner:
                        phase="fault", tags=(f"config:{label}",))  # fmt: skip
         self.trial_windows.setdefault(label, []).append((wall0, time.time(), wall0 + on, wall0 + off))
         observed = await target.audit_hits(workdir, start_unix, time.time())
+        gates = await self._target_gates(variant)
+        during = None if gates is None or gates0 is None else landing.gates_during(gates0, gates)
         self.extras.setdefault(label, []).append(
-            self._extras(variant, load, scraper, workdir, wall0, probe, observed)
+            self._extras(variant, load, scraper, workdir, wall0, probe, observed, series, during)
         )  # fmt: skip
         return series
 
-    def _extras(self, variant, load, scraper, workdir, wall0, probe, observed: set[str] | None) -> dict:
-        """What results.json keeps of a trial beside the analysis: where it ran and which ids were hit."""
+    async def _target_gates(self, variant: Variant) -> dict[str, landing.Gates | None] | None:
+        """The fault's target hop's drill gates, read from its /metrics, when the runner did not start it (its
+        services outlive the trial: read before and after, they say which gate refused and under which name)."""
+        if self.target.kind != "stack" or not variant.fault.directive:
+            return None
+        name = variant.fault.target or self.plan.hop_names[0]
+        urls = [url for hop, url in self.target.endpoints() if hop == name]
+        return await landing.read_gates(urls) if urls else None
+
+    def _extras(self, variant, load, scraper, workdir, wall0, probe, observed: set[str] | None,
+                series: RunSeries | None = None, gates: dict | None = None) -> dict:  # fmt: skip
+        """What results.json keeps of a trial beside the analysis: where it ran, which ids were hit, and whether
+        the fault landed as planned (harness.drills.landing: `hits.as_planned`, `hits.note`)."""
         tagged = load.expected_hits()
         expected = set(tagged or ())
         extras = {
@@ -298,6 +312,13 @@ class Runner:
                     "observed": len(marked), "observed_digest": ids_digest(marked),
                     "observed_subset_of_expected": marked <= expected if expected else None,
                 })  # fmt: skip
+        if tagged is not None:
+            witnesses = landing.Witnesses(
+                expected, audited=observed, marked=set(load.observed_hits()) if isinstance(load, AioLoad) else None,
+                injected=landing.injected(series.values) if series is not None else None, gates=gates,
+            )  # fmt: skip
+            ok, note = landing.judge(witnesses, variant.fault, seed=self.plan.seed, hops=self.plan.hop_names)
+            extras["hits"].update({"as_planned": ok, "note": note})
         if probe is not None:
             extras["probe"] = _probe_summary(workdir / "probe.out")
         return extras

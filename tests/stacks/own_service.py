@@ -3,8 +3,8 @@
 `python -m tests.stacks.own_service --ready-file F` compiles shop.proto (grpcio-tools), serves
 `shop.v1.Cart` with `aio.server(interceptors=server_interceptors(...))`, server reflection on and no
 health service, binds port 0 for gRPC and for /metrics, and writes both ports to F once serving.
-The switch and the seed come from the environment (DRILL_FAULT_ENABLED, DRILL_FAULT_SEED), as in a
-deployment.
+Its name, the switch and the seed come from the environment (DRILL_SERVICE, DRILL_FAULT_ENABLED,
+DRILL_FAULT_SEED), as in a deployment: the code names none of them.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ async def serve(ready_file: str) -> None:
     from grpc_reflection.v1alpha import reflection
     from prometheus_client import start_http_server
 
-    from harness.core.settings import FaultSettings
     from harness.interceptors import server_interceptors
 
     pb, pb_grpc = compile_proto(pathlib.Path(tempfile.mkdtemp(prefix="shop-")))
@@ -56,8 +55,9 @@ async def serve(ready_file: str) -> None:
         async def Add(self, request, context):  # noqa: N802
             return pb.AddReply(total=request.qty)
 
-    # the README's two lines: the interceptors from the environment's switch (off unless DRILL_FAULT_ENABLED)
-    server = aio.server(interceptors=server_interceptors(FaultSettings.from_env(service="cart")))
+    # the README's two lines: the interceptors from the environment (none unless DRILL_FAULT_ENABLED; the name
+    # x-fault-target must say from DRILL_SERVICE)
+    server = aio.server(interceptors=server_interceptors())
     pb_grpc.add_CartServicer_to_server(Cart(), server)
     reflection.enable_server_reflection(
         (pb.DESCRIPTOR.services_by_name["Cart"].full_name, reflection.SERVICE_NAME), server

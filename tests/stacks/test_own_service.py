@@ -29,18 +29,27 @@ SEED = 5
 drill = drill_process
 
 
+def start_cart(tmp, **environ: str):
+    """The service in its own process, named and switched by its environment alone; (process, its ports)."""
+    ready = tmp / "ready.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRILL_")}
+    env.update(PYTHONPATH=str(ROOT), DRILL_SERVICE="cart", DRILL_FAULT_ENABLED="1", DRILL_FAULT_SEED=str(SEED))
+    env.update(environ)
+    proc = spawn([sys.executable, "-m", "tests.stacks.own_service", "--ready-file", str(ready)], tmp / "cart.log", env)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_processes([proc])
+            raise AssertionError((tmp / "cart.log").read_text()[-2000:])
+        time.sleep(0.05)
+    return proc, json.loads(ready.read_text())
+
+
 @pytest.fixture(scope="module")
 def cart(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cart")
-    ready = tmp / "ready.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DRILL_FAULT_ENABLED="1", DRILL_FAULT_SEED=str(SEED))
-    proc = spawn([sys.executable, "-m", "tests.stacks.own_service", "--ready-file", str(ready)], tmp / "cart.log", env)
+    proc, ports = start_cart(tmp_path_factory.mktemp("cart"))
     try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp / "cart.log").read_text()[-2000:]
-            time.sleep(0.05)
-        yield json.loads(ready.read_text())
+        yield ports
     finally:
         stop_processes([proc])
 
@@ -91,7 +100,26 @@ def test_a_run_on_your_own_service_reports_the_hits_it_marked(cart, tmp_path):
     # observed = the ids the service answered with the x-drill-fault marker: its word, not a recomputation
     assert (h["marked"], h["marked_digest"]) == (len(predicted), ids_digest(predicted)), h
     assert (h["observed"], h["observed_digest"]) == (h["marked"], h["marked_digest"])
+    assert h["as_planned"] is True and h["note"] is None and r["notes"] == []
     assert r["hops"] == ["cart"] and t["requests"] == 2 * 10 * 6
+
+
+@pytest.mark.slow
+def test_a_service_on_another_seed_exits_4_before_any_fail_on_is_judged(tmp_path):
+    """Seed 6 in the service, 5 in the plan: hits land (the drill SLO breaches, so `--fail-on breach` holds),
+    but on ids the plan's seed does not predict. The drill did not test what it planned: exit 4, not 3."""
+    proc, ports = start_cart(tmp_path, DRILL_FAULT_SEED="6")
+    try:
+        run = drill("run", write(tmp_path, plan(ports)), "--out", str(tmp_path / "out"), "--no-live",
+                    "--fail-on", "breach")  # fmt: skip
+    finally:
+        stop_processes([proc])
+    one_line(run, 4, "cart: ", "the seed does not predict", "set DRILL_FAULT_SEED=5", "(--fail-on breach not judged)")
+    r = json.loads((tmp_path / "out" / "results.json").read_text())
+    (t,) = r["configs"]["mine"]["trials"]
+    assert t["breached"] and t["hits"]["as_planned"] is False, t["hits"]
+    # the marked ids are the service's seed's, not the plan's: some outside the prediction
+    assert t["hits"]["observed_subset_of_expected"] is False and t["hits"]["marked"] > 0
 
 
 @pytest.mark.parametrize(
