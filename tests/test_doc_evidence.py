@@ -268,7 +268,8 @@ def test_every_saved_output_names_the_commit_it_ran_on(name):
 # --- words for users ------------------------------------------------------------------------------
 INTERNAL = re.compile(
     r"\b(?:this|the previous|previous|that|next) stop\b|\bstop's\b|\bthe stop before\b"
-    r"|\bthis (?:change|branch)\b|\b[Ii]ssues? \d+|(?<![\w/])#\d+\b"
+    # `#N` is an issue number, except the tool's own trial notation it prints: `(naive #1)`, `naive #2/4`
+    r"|\bthis (?:change|branch)\b|\b[Ii]ssues? \d+|(?<![\w/])(?<![\w-] )#\d+\b|(?<![\w/])#\d+\b(?![)/])"
 )
 
 
