@@ -2,7 +2,7 @@
 
 `harness.cli` prints any `DrillError` as one line, `drill: MESSAGE`, and exits
 with its code (contracts §11): 2 bad input or usage, 1 the run failed, 3 a
-`--fail-on` condition held. Library users catch the same types.
+`--fail-on` condition held, 5 a guard stopped a trial. Library users catch the same types.
 """
 
 from __future__ import annotations
@@ -33,6 +33,13 @@ class ConditionFailed(DrillError):
     """A `--fail-on` condition held (exit 3)."""
 
     exit_code = 3
+
+
+class GuardTripped(DrillError):
+    """A plan's guard stopped a trial's fault while it ran (exit 5): the run finished, users were hurt beyond
+    what the plan allows. Outranks exits 3 and 4 (it names why), not 1 (a run that failed)."""
+
+    exit_code = 5
 
 
 def need_extra(module: str, extra: str, feature: str) -> ModuleType:

@@ -23,6 +23,7 @@ from harness.core import metrics as m
 from harness.core.errors import RunFailed
 from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.drills import analysis, report
+from harness.drills.guard import GuardWatch, PrometheusPoll, Trip, prometheus_guards
 from harness.drills.load import AioLoad, CommandLoad, LocustLoad, ids_digest, planned_rps
 from harness.drills.model import Plan, Probe, Results, Variant
 from harness.drills.relay import Relay, relayed
@@ -143,6 +144,11 @@ class Runner:
         self.failed: dict | None = None
         #: the signal that stopped the run (SIGINT or SIGTERM), once one came
         self.interrupted: str | None = None
+        #: the Prometheus each `prometheus` guard asks (resolved now: a missing one is bad input before any trial)
+        run_url = getattr(prometheus, "url", None)
+        self.prometheus_guards = prometheus_guards(plan, run_url) if plan.guard else []
+        #: per configuration: the trials a guard trip made the run skip (`guard.after_trip: skip`)
+        self.skipped: dict[str, list[int]] = {}
 
     # -- one configuration -----------------------------------------------------------------
     async def run_config(self, variant: Variant, index: int, trial: int = 1) -> RunSeries:
@@ -157,6 +163,9 @@ class Runner:
                     f.unlink()
         load = None
         probe = None
+        poll_task = None
+        #: the guard that tripped in this trial (once one does) and what the runner did about it
+        tripped: dict = {}
         phase_gauges = {p: m.PHASE.labels(plan.name, p) for p in ("warmup", "fault", "recovery")}
         fault_gauge = m.FAULT_ACTIVE.labels(plan.name)
         try:
@@ -205,6 +214,28 @@ class Runner:
             ph = plan.phases
             end_at = anchor + ph.total + 1.0
             state = {"phase": None}
+            watch = GuardWatch(plan.guard, plan.slo, start_unix - wall0) if plan.guard else None
+
+            def trip(found: Trip) -> None:
+                """A guard held: the directive off now (load and services), then mark, log and annotate."""
+                if tripped:
+                    return
+                tripped.update(found.to_json())
+                cancelled = load.stop_tagging()
+                fault_gauge.set(0)
+                tripped["actions"] = {"load": "no longer tags calls" + (f"; cancelled {cancelled} tagged calls "
+                                      "in flight" if cancelled else "") if cancelled is not None else
+                                      "not reachable (its own processes tag calls)"}  # fmt: skip
+                tripped["stopping"] = asyncio.ensure_future(self._stop_injection(target, load, workdir, trial,
+                                                                                 cancelled is None))  # fmt: skip
+                self.log(f"[{label}] trial {trial}: guard {found.name} tripped at {found.tripped_at_s:g} s: "
+                         f"{found.text}; the fault is stopped")  # fmt: skip
+                self._annotate("event", f"{label} trial {trial}: guard {found.name} tripped: {found.text}",
+                               phase="guard", at_s=time.time(), tags=(f"config:{label}", "guard"))  # fmt: skip
+
+            if self.prometheus_guards:
+                poll = PrometheusPoll(self.prometheus_guards, lambda: round(time.time() - start_unix, 3))
+                poll_task = asyncio.ensure_future(poll.run(trip))
 
             def tick() -> None:
                 if self.interrupted:  # a cancel that something swallowed still stops the drill within a tick
@@ -212,6 +243,10 @@ class Runner:
                 crashed = target.crashed()
                 if crashed:
                     raise DrillError(f"service crashed during the drill: {', '.join(crashed)}")
+                if watch is not None and not tripped:  # first: the stop does not wait for the live view
+                    found = watch.check(scraper.samples)
+                    if found is not None:
+                        trip(found)
                 elapsed = time.time() - start_unix
                 phase = ph.at(elapsed)
                 if phase != state["phase"]:
@@ -222,7 +257,7 @@ class Runner:
                         start_probe()
                     for p, g in phase_gauges.items():
                         g.set(1 if p == phase else 0)
-                    fault_gauge.set(1 if phase == "fault" else 0)
+                    fault_gauge.set(1 if phase == "fault" and not tripped else 0)
                 if self.on_sample is not None:
                     self.on_sample(
                         {
@@ -231,6 +266,8 @@ class Runner:
                             "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
                             "hops": plan.hop_names, "planned_rps": load.planned_rps(),
                             "timeout_s": tr.timeout_s,
+                            "guard": {"watch": dict(watch.now) if watch else {},
+                                      "tripped": {k: v for k, v in tripped.items() if k != "stopping"} or None},
                         }
                     )  # fmt: skip
 
@@ -239,10 +276,18 @@ class Runner:
                 probe = self._start_probe(variant.probe, target.edge()[0], workdir)
 
             await scraper.run(lambda: time.monotonic() >= end_at, tick, anchor=anchor)
+            if poll_task is not None:
+                poll_task.cancel()
             if isinstance(load, AioLoad):
                 await load.wait(timeout_s=plan.traffic.timeout_s + 1.0)
             await scraper.settle()
         finally:
+            if poll_task is not None:
+                poll_task.cancel()
+            stopping = tripped.pop("stopping", None)
+            if stopping is not None:  # what the stop did, before the services go (bounded by its own timeout)
+                done = (await asyncio.gather(stopping, return_exceptions=True))[0]
+                tripped["actions"].update(done if isinstance(done, dict) else {"services": f"failed: {done!r}"})
             for g in phase_gauges.values():
                 g.set(0)
             fault_gauge.set(0)
@@ -261,6 +306,7 @@ class Runner:
         on, off = start_unix - wall0 + ph.warmup, start_unix - wall0 + ph.warmup + ph.fault
         series = build_series(label, samples, on, off)
         series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
+        series.guard = tripped or None
         if edge_errors is not None:  # read from Prometheus: each second says how far it may be off
             series.edge_error = [max(a, b) for a, b in zip(edge_errors[0], edge_errors[0][1:], strict=False)]
             series.fault_error, series.resolution_s = (0.0, 0.0), edge_errors[1]
@@ -352,6 +398,8 @@ class Runner:
         try:
             for trial in range(1, plan.trials + 1):  # interleaved: A B C A B C …
                 for i, variant in enumerate(plan.variants):
+                    if self._skip(variant.name, trial):
+                        continue
                     try:
                         series = await self.run_config(variant, i, trial)
                     except RunFailed as exc:  # a late failure keeps what was measured before it
@@ -372,6 +420,28 @@ class Runner:
             results.prometheus = await asyncio.to_thread(self._from_prometheus, started, time.time())
         out = results.model_dump()
         report.write_outputs(self.out, out, self.series)
+        return out
+
+    def _skip(self, name: str, trial: int) -> bool:
+        """Whether a guard's trip in an earlier trial of this configuration skips this one (`after_trip: skip`)."""
+        guard = self.plan.guard
+        if guard is None or guard.after_trip != "skip":
+            return False
+        earlier = [k for k, s in enumerate(self.series.get(name, []), 1) if s.guard]
+        if not earlier:
+            return False
+        self.skipped.setdefault(name, []).append(trial)
+        self.log(f"[{name}] trial {trial} skipped: a guard stopped its trial {earlier[0]} (guard.after_trip: skip)")
+        return True
+
+    async def _stop_injection(self, target, load, workdir: pathlib.Path, trial: int, load_unreached: bool) -> dict:
+        """The services' one-way stop where the runner reaches them; when neither it nor the load's tagging
+        could be reached, the load itself stops (the only way left to end its directive)."""
+        said = await target.emergency_stop(workdir, trial)
+        out = {"services": said or "not reachable (no emergency stop command for this stack)"}
+        if said is None and load_unreached:
+            await load.stop()
+            out["load"] = "stopped (nothing else reaches its directive)"
         return out
 
     def _keep_finished(self, started: float, failed: RunFailed) -> None:
@@ -425,5 +495,11 @@ class Runner:
         return out
 
     def results(self, started: float) -> Results:
-        return assemble(self.series, self.plan.slo, self.plan.hop_names, plan=self.plan, extras=self.extras,
-                        started=started)  # fmt: skip
+        results = assemble(self.series, self.plan.slo, self.plan.hop_names, plan=self.plan, extras=self.extras,
+                           started=started)  # fmt: skip
+        for name, trials in self.skipped.items():  # never run: no series, so only the summary and a note say so
+            if name in results.configs:
+                results.configs[name]["summary"]["skipped_trials"] = len(trials)
+            results.notes.append(f"{name}: trial{'s' if len(trials) > 1 else ''} {', '.join(map(str, trials))} "
+                                 "skipped after a guard stopped an earlier one (guard.after_trip: skip)")  # fmt: skip
+        return results
