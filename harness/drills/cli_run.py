@@ -183,6 +183,10 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
     with LiveView(plan.name, enabled=False if args.no_live else None) as view:
         try:
             prom = _prometheus(args, out, view.log, plan)
+            if plan.guard is not None:  # a bad expression, or one that holds already, stops the run before a trial
+                from harness.drills.dryrun import check_prometheus_guards
+
+                check_prometheus_guards(plan, getattr(prom, "url", None))
             runner = Runner(plan, out, on_sample=view.update, log=view.log, prometheus=prom,
                             annotator=_annotator(args))  # fmt: skip
             results = asyncio.run(runner.run())

@@ -28,13 +28,11 @@ from harness.core.errors import BadInput, GuardTripped, RunFailed
 from harness.core.faults import is_hit
 from harness.drills.guard import describe, name_of, prometheus_guards
 from harness.drills.load import calls_of, ids_digest, planned_rps, request_id, tagged_ids, users
-from harness.drills.model import Plan, PrometheusGuard, ReadyProbe, Variant, WallClockGuard
+from harness.drills.model import Plan, PrometheusGuard, Variant, WallClockGuard
 
 #: Seconds a local trial takes beyond its phases: the chain's start and stop, the load's start on the next
 #: whole second, the last call's timeout and the final reads (measured: docs/drills.md, "Dry run").
 LOCAL_TRIAL_OVERHEAD_S = 6.0
-#: What a dry run asks of a stack's edge: one health check, within this many seconds.
-HEALTH_TIMEOUT_S = 10.0
 
 
 def predicted_hits(plan: Plan, variant: Variant) -> dict | None:
@@ -77,11 +75,9 @@ async def check_stack(plan: Plan) -> list[str]:
 
     stack = plan.stack
     said = []
-    config = stack.configs[0]
-    probe = config.model_copy(update={"ready": ReadyProbe(checks=1, timeout_s=min(HEALTH_TIMEOUT_S,
-                                                                                     config.ready.timeout_s))})
-    await wait_ready(stack.edge.address, probe)
-    said.append(f"edge {stack.edge.address}: answers its gRPC health check")
+    config = stack.configs[0]  # its readiness probe, as the first trial asks it (after a switch a dry run skips)
+    await wait_ready(stack.edge.address, config)
+    said.append(f"edge {stack.edge.address}: passes its gRPC health check {config.ready.checks} times in a row")
     if stack.load is None:  # the runner's own load types the request; a command's load does its own
         call = await asyncio.to_thread(resolve_edge, stack.edge)
         source = ("descriptor set" if stack.edge.descriptor_set else ".proto" if stack.edge.proto

@@ -232,8 +232,8 @@ class PrometheusPoll:
 
         name = name_of(g)
         try:
-            result = api_get(url, "query", [("query", g.expr), ("timeout", f"{PROMETHEUS_TIMEOUT_S}s")],
-                             timeout_s=PROMETHEUS_TIMEOUT_S)  # fmt: skip
+            asked = [("query", g.expr), ("timeout", f"{round(PROMETHEUS_TIMEOUT_S * 1000)}ms")]  # PromQL's form
+            result = api_get(url, "query", asked, timeout_s=PROMETHEUS_TIMEOUT_S)
         except (PrometheusError, OSError) as exc:
             self.errors += 1
             since = self._failing_since.setdefault(name, self.clock())

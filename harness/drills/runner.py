@@ -222,6 +222,7 @@ class Runner:
                     return
                 tripped.update(found.to_json())
                 cancelled = load.stop_tagging()
+                tripped["at_unix"] = round(time.time(), 3)  # when the directive stopped (the trip's wall clock)
                 fault_gauge.set(0)
                 tripped["actions"] = {"load": "no longer tags calls" + (f"; cancelled {cancelled} tagged calls "
                                       "in flight" if cancelled else "") if cancelled is not None else
