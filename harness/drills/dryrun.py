@@ -150,7 +150,9 @@ def report(plan: Plan, *, checks: list[str], out: str, prometheus: str, grafana:
     """The dry run's text: plan, load, timeline of every trial, expected hits, guards, checks, duration."""
     ph, tr, f = plan.phases, plan.traffic, plan.fault
     lines = [f"drill run {plan.name} --dry-run: nothing was started, switched or sent", ""]
-    lines.append(f"plan      {plan.name} ({plan.source or 'built in'}), seed {plan.seed}, {plan.trials} trial"
+    source = os.path.relpath(plan.source) if plan.source and not os.path.relpath(plan.source).startswith("..") else (
+        plan.source or "built in")  # fmt: skip
+    lines.append(f"plan      {plan.name} ({source}), seed {plan.seed}, {plan.trials} trial"
                  f"{'s' if plan.trials > 1 else ''} of each of {len(plan.variants)} configuration"
                  f"{'s' if len(plan.variants) > 1 else ''}")  # fmt: skip
     if plan.stack is None:
