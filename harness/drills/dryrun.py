@@ -31,8 +31,9 @@ from harness.drills.load import calls_of, ids_digest, planned_rps, request_id, t
 from harness.drills.model import Plan, PrometheusGuard, Variant, WallClockGuard
 
 #: Seconds a local trial takes beyond its phases: the chain's start and stop, the load's start on the next
-#: whole second, the last call's timeout and the final reads (measured: docs/drills.md, "Dry run").
-LOCAL_TRIAL_OVERHEAD_S = 6.0
+#: whole second, the last calls and the final reads. The saved 9-trial retry-storm runs took 4.1–5.5 s per
+#: trial more than their phases (`duration_s` of benchmarks/results/retry-storm-3trials*.results.json).
+LOCAL_TRIAL_OVERHEAD_S = 5.0
 
 
 def predicted_hits(plan: Plan, variant: Variant) -> dict | None:
