@@ -139,6 +139,10 @@ def tradeoff_text(a: str, b: str, c: dict) -> str:
     return f"{a} {good} but {bad}"
 
 
+def _names(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -203,7 +207,14 @@ def judge(configs: Mapping[str, Mapping], *, seed: int = 0) -> tuple[list[str], 
         return ranking, out
     if winner is not None:
         details = "; ".join(f"vs {o}: {detail(pair[winner, o])}" for o in ranking if o in usable and o != winner)
-        out.update(kind="winner", text=f"{winner} is best: {RULE} ({details}).{tail}")
+        stopped = [o for o in ranking if o in beats[winner] and "guard" in pair[winner, o]["better"]]
+        if not stopped:
+            why = RULE
+        elif len(stopped) == len(usable) - 1:  # won on the guards alone: say so, not "significantly better"
+            why = f"no guard stopped it, and one stopped {_names(stopped)}"
+        else:
+            why = f"no guard stopped it while one stopped {_names(stopped)}, and against the others it is {RULE}"
+        out.update(kind="winner", text=f"{winner} is best: {why} ({details}).{tail}")
         return ranking, out
     if tradeoffs:
         joined = "; ".join(t["text"] for t in tradeoffs)

@@ -160,7 +160,8 @@ def test_a_tripped_configuration_is_worse_on_impact_and_the_other_wins():
     assert v["winner"] == "resilient" and r["ranking"] == ["resilient", "naive"]
     (c,) = v["comparisons"]
     assert c["better"] == ["guard"] and c["worse"] == [] and c["guard_trips"] == [[0, 1], [1, 1]]
-    assert "stopped by a guard in 0/1 vs 1/1 trials" in v["text"]
+    assert v["text"].startswith("resilient is best: no guard stopped it, and one stopped naive (vs naive: stopped "
+                                "by a guard in 0/1 vs 1/1 trials, breaches")  # fmt: skip
     assert "a configuration a guard stopped counts as worse on impact and never wins" in v["text"].lower()
     assert r["configs"]["naive"]["summary"]["guard_trips"] == 1
 
@@ -289,3 +290,36 @@ def test_a_trip_skips_the_configurations_later_trials_unless_the_plan_says_run(t
     assert out["verdict"]["winner"] == "resilient"
     assert (tmp_path / "report.html").read_text().count("<tr class='null'><td>naive</td>") == (
         1 if after_trip == "skip" else 3)  # fmt: skip
+
+
+# --- what a user reads ---------------------------------------------------------------------------------------
+def test_the_safeguards_example_in_docs_is_a_guard_the_plan_accepts():
+    import re
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "drills.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if b.startswith("guard:")]
+    plan = from_dict({**BASE, **yaml.safe_load(block)})
+    assert [c.kind for c in plan.guard.stop_when] == ["error_rate", "burn_rate", "prometheus", "wall_clock"]
+
+
+def test_the_live_view_shows_each_guards_value_then_the_trip():
+    from rich.console import Console
+
+    from harness.drills.live import LiveView
+
+    update = {"config": "naive", "index": 0, "count": 2, "phase": "fault", "elapsed": 9.0, "total": 42.0,
+              "samples": [], "hops": [], "guard": {"watch": {"organic-errors": "26.3%", "cap": "9 s"},
+                                                    "tripped": None}}  # fmt: skip
+    console = Console(width=200, record=True)
+    view = LiveView("retry-storm-guarded", console=console, enabled=False)
+    console.print(view.render(update, None))
+    assert "guards: organic-errors 26.3% · cap 9 s" in console.export_text()
+    update["guard"]["tripped"] = {"name": "organic-errors", "tripped_at_s": 11.0,
+                                  "text": "organic error rate 26.3% > 10% for 4 s"}  # fmt: skip
+    console.print(view.render(update, None))
+    assert ("GUARD organic-errors tripped at 11 s: organic error rate 26.3% > 10% for 4 s; the fault is stopped"
+            in console.export_text())  # fmt: skip
