@@ -23,7 +23,7 @@ from harness.core import metrics as m
 from harness.core.errors import RunFailed
 from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.drills import analysis, report
-from harness.drills.guard import GuardWatch, PrometheusPoll, Trip, prometheus_guards
+from harness.drills.guard import prometheus_guards
 from harness.drills.load import AioLoad, CommandLoad, LocustLoad, ids_digest, planned_rps
 from harness.drills.model import Plan, Probe, Results, Variant
 from harness.drills.relay import Relay, relayed
@@ -32,6 +32,7 @@ from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
 from harness.drills.series import RunSeries, build_series, reduce_families
 from harness.drills.stacks import target_for
+from harness.drills.trip import TrialGuard
 from harness.procs.spawn import python_env, spawn, stop_processes
 
 if TYPE_CHECKING:  # the dashboards package is imported only when --grafana asks for it
@@ -163,9 +164,7 @@ class Runner:
                     f.unlink()
         load = None
         probe = None
-        poll_task = None
-        #: the guard that tripped in this trial (once one does) and what the runner did about it
-        tripped: dict = {}
+        guard: TrialGuard | None = None
         phase_gauges = {p: m.PHASE.labels(plan.name, p) for p in ("warmup", "fault", "recovery")}
         fault_gauge = m.FAULT_ACTIVE.labels(plan.name)
         try:
@@ -214,29 +213,13 @@ class Runner:
             ph = plan.phases
             end_at = anchor + ph.total + 1.0
             state = {"phase": None}
-            watch = GuardWatch(plan.guard, plan.slo, start_unix - wall0) if plan.guard else None
-
-            def trip(found: Trip) -> None:
-                """A guard held: the directive off now (load and services), then mark, log and annotate."""
-                if tripped:
-                    return
-                tripped.update(found.to_json())
-                cancelled = load.stop_tagging()
-                tripped["at_unix"] = round(time.time(), 3)  # when the directive stopped (the trip's wall clock)
-                fault_gauge.set(0)
-                tripped["actions"] = {"load": "no longer tags calls" + (f"; cancelled {cancelled} tagged calls "
-                                      "in flight" if cancelled else "") if cancelled is not None else
-                                      "not reachable (its own processes tag calls)"}  # fmt: skip
-                tripped["stopping"] = asyncio.ensure_future(self._stop_injection(target, load, workdir, trial,
-                                                                                 cancelled is None))  # fmt: skip
-                self.log(f"[{label}] trial {trial}: guard {found.name} tripped at {found.tripped_at_s:g} s: "
-                         f"{found.text}; the fault is stopped")  # fmt: skip
-                self._annotate("event", f"{label} trial {trial}: guard {found.name} tripped: {found.text}",
-                               phase="guard", at_s=time.time(), tags=(f"config:{label}", "guard"))  # fmt: skip
-
-            if self.prometheus_guards:
-                poll = PrometheusPoll(self.prometheus_guards, lambda: round(time.time() - start_unix, 3))
-                poll_task = asyncio.ensure_future(poll.run(trip))
+            if plan.guard is not None:
+                guard = TrialGuard(
+                    plan, label=label, trial=trial, load=load, target=target, workdir=workdir, start_unix=start_unix,
+                    start_t=start_unix - wall0, prometheus=self.prometheus_guards, log=self.log,
+                    annotate=self._annotate, on_trip=lambda: fault_gauge.set(0),
+                )  # fmt: skip
+                guard.start()
 
             def tick() -> None:
                 if self.interrupted:  # a cancel that something swallowed still stops the drill within a tick
@@ -244,10 +227,8 @@ class Runner:
                 crashed = target.crashed()
                 if crashed:
                     raise DrillError(f"service crashed during the drill: {', '.join(crashed)}")
-                if watch is not None and not tripped:  # first: the stop does not wait for the live view
-                    found = watch.check(scraper.samples)
-                    if found is not None:
-                        trip(found)
+                if guard is not None:  # first: a trip's stop does not wait for the live view
+                    guard.check(scraper.samples)
                 elapsed = time.time() - start_unix
                 phase = ph.at(elapsed)
                 if phase != state["phase"]:
@@ -258,7 +239,7 @@ class Runner:
                         start_probe()
                     for p, g in phase_gauges.items():
                         g.set(1 if p == phase else 0)
-                    fault_gauge.set(1 if phase == "fault" and not tripped else 0)
+                    fault_gauge.set(1 if phase == "fault" and not (guard and guard.tripped) else 0)
                 if self.on_sample is not None:
                     self.on_sample(
                         {
@@ -267,8 +248,7 @@ class Runner:
                             "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
                             "hops": plan.hop_names, "planned_rps": load.planned_rps(),
                             "timeout_s": tr.timeout_s,
-                            "guard": {"watch": dict(watch.now) if watch else {},
-                                      "tripped": {k: v for k, v in tripped.items() if k != "stopping"} or None},
+                            "guard": guard.view() if guard else None,
                         }
                     )  # fmt: skip
 
@@ -277,18 +257,11 @@ class Runner:
                 probe = self._start_probe(variant.probe, target.edge()[0], workdir)
 
             await scraper.run(lambda: time.monotonic() >= end_at, tick, anchor=anchor)
-            if poll_task is not None:
-                poll_task.cancel()
             if isinstance(load, AioLoad):
                 await load.wait(timeout_s=plan.traffic.timeout_s + 1.0)
             await scraper.settle()
         finally:
-            if poll_task is not None:
-                poll_task.cancel()
-            stopping = tripped.pop("stopping", None)
-            if stopping is not None:  # what the stop did, before the services go (bounded by its own timeout)
-                done = (await asyncio.gather(stopping, return_exceptions=True))[0]
-                tripped["actions"].update(done if isinstance(done, dict) else {"services": f"failed: {done!r}"})
+            tripped = await guard.finish() if guard is not None else None  # before the services go
             for g in phase_gauges.values():
                 g.set(0)
             fault_gauge.set(0)
@@ -307,7 +280,7 @@ class Runner:
         on, off = start_unix - wall0 + ph.warmup, start_unix - wall0 + ph.warmup + ph.fault
         series = build_series(label, samples, on, off)
         series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
-        series.guard = tripped or None
+        series.guard = tripped
         if edge_errors is not None:  # read from Prometheus: each second says how far it may be off
             series.edge_error = [max(a, b) for a, b in zip(edge_errors[0], edge_errors[0][1:], strict=False)]
             series.fault_error, series.resolution_s = (0.0, 0.0), edge_errors[1]
@@ -434,16 +407,6 @@ class Runner:
         self.skipped.setdefault(name, []).append(trial)
         self.log(f"[{name}] trial {trial} skipped: a guard stopped its trial {earlier[0]} (guard.after_trip: skip)")
         return True
-
-    async def _stop_injection(self, target, load, workdir: pathlib.Path, trial: int, load_unreached: bool) -> dict:
-        """The services' one-way stop where the runner reaches them; when neither it nor the load's tagging
-        could be reached, the load itself stops (the only way left to end its directive)."""
-        said = await target.emergency_stop(workdir, trial)
-        out = {"services": said or "not reachable (no emergency stop command for this stack)"}
-        if said is None and load_unreached:
-            await load.stop()
-            out["load"] = "stopped (nothing else reaches its directive)"
-        return out
 
     def _keep_finished(self, started: float, failed: RunFailed) -> None:
         """Write the trials that finished before `failed` (marked as such), then fail the run (exit 1)."""
