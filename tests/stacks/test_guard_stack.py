@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -148,6 +149,14 @@ def test_a_prometheus_guard_trips_and_the_stacks_emergency_stop_turns_injection_
     path = stack["tmp"] / "guarded.yaml"
     path.write_text(yaml.safe_dump(plan))
     assert all(c["drill_fault_switch"] == 1 for c in (_counters(i) for i in range(len(HOPS))))
+    dry = drill_inprocess("run", str(path), "--dry-run")  # hops by /metrics URL, the guard asked once
+    assert dry.returncode == 0, dry.stderr
+    for i, hop in enumerate(HOPS):
+        assert re.search(rf"ok  hop {hop}: http://{re.escape(NET)}\.{i + 1}:9464/metrics answers \(\d+ drill series, "
+                         r"injection on\)", dry.stdout), dry.stdout  # fmt: skip
+    assert f"ok  guard ledger-injects: {stack['prometheus']} answers {expr!r} with nothing (quiet now)" in dry.stdout
+    assert f"  on a trip: the load stops tagging and cancels its tagged calls in flight; the stack's emergency " \
+           f"stop: {stop}" in dry.stdout
     started = time.time()
     proc = drill_inprocess("run", str(path), "--out", str(stack["tmp"] / "guarded"), "--no-live")
     assert proc.returncode == 5, proc.stderr[-3000:]
