@@ -2,7 +2,7 @@
 
 `harness.cli` prints any `DrillError` as one line, `drill: MESSAGE`, and exits
 with its code (contracts §11): 2 bad input or usage, 1 the run failed, 3 a
-`--fail-on` condition held, 4 the drill's fault did not land as planned.
+`--fail-on` condition held, 4 the drill's fault did not land as planned, 5 a guard stopped a trial.
 Library users catch the same types.
 """
 
@@ -42,6 +42,13 @@ class FaultNotLanded(DrillError):
     gate over a drill that never tested its fault would pass for nothing); a failed run (exit 1) comes first."""
 
     exit_code = 4
+
+
+class GuardTripped(DrillError):
+    """A plan's guard stopped a trial's fault while it ran (exit 5): the run finished, users were hurt beyond
+    what the plan allows. Outranks exits 3 and 4 (it names why), not 1 (a run that failed)."""
+
+    exit_code = 5
 
 
 def need_extra(module: str, extra: str, feature: str) -> ModuleType:

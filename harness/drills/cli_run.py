@@ -58,6 +58,11 @@ def add_common(p: argparse.ArgumentParser) -> None:
         "--workers", type=cliargs.integer(1, lim.MAX_WORKERS, "workers"), default=None,
         help="--driver locust: Locust worker processes on this machine (its master/worker mode; default 1)",
     )  # fmt: skip
+    p.add_argument(
+        "--dry-run", action="store_true",
+        help="check the plan and the stack, print every trial's timeline, load, expected hits, guards and the "
+        "run's duration; start, switch and send nothing (exit 0, or the error a run would give)",
+    )  # fmt: skip
 
 
 def output_dir(text: str) -> pathlib.Path:
@@ -164,11 +169,23 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
         over = {**base, **over, "traffic": {**base.get("traffic", {}), **over.get("traffic", {})}}
     plan = load_plan(plan_name, quick=args.quick, overrides=over, only=only)
     conditions = parse_conditions(args.fail_on)
+    if getattr(args, "dry_run", False):
+        from harness.drills.dryrun import dry_run, writable_dir
+
+        writable_dir(args.out)
+        _annotator(args)  # a bad --grafana is refused as a run would refuse it (nothing is posted)
+        print(dry_run(plan, out=args.out, prometheus=args.prometheus or "off", grafana=getattr(args, "grafana", None)))
+        return 0
+    _guard_prometheus(plan, args)
     out = output_dir(args.out)
     prom = runner = None
     with LiveView(plan.name, enabled=False if args.no_live else None) as view:
         try:
             prom = _prometheus(args, out, view.log, plan)
+            if plan.guard is not None:  # a bad expression, or one that holds already, stops the run before a trial
+                from harness.drills.dryrun import check_prometheus_guards
+
+                check_prometheus_guards(plan, getattr(prom, "url", None))
             runner = Runner(plan, out, on_sample=view.update, log=view.log, prometheus=prom,
                             annotator=_annotator(args))  # fmt: skip
             results = asyncio.run(runner.run())
@@ -181,6 +198,10 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
             if prom is not None:
                 prom.stop()
     print_summary(results, out)
+    from harness.drills.guard import check_trips
+
+    check_trips(results, conditions)  # exit 5 first: a guard's trip outranks --fail-on (it says why)
+
     from harness.drills.landing import problem
 
     missed = problem(results)
@@ -189,6 +210,15 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
         raise FaultNotLanded(missed + unjudged)
     check(conditions, results)
     return 0
+
+
+def _guard_prometheus(plan, args: argparse.Namespace) -> None:
+    """A `prometheus` guard needs a Prometheus: refused before anything starts when none is named."""
+    if plan.guard is not None:
+        from harness.drills.guard import prometheus_guards
+
+        given = args.prometheus if args.prometheus not in ("off", "", None) else None
+        prometheus_guards(plan, given)
 
 
 def print_summary(results: dict, out: pathlib.Path) -> None:
@@ -215,8 +245,9 @@ def print_summary(results: dict, out: pathlib.Path) -> None:
     for name in results["ranking"]:
         c = results["configs"][name]
         s = c.get("summary") or {}
+        stopped = f"\nstopped by a guard: {s['guard_trips']} of {s.get('trials', 1)}" if s.get("guard_trips") else ""
         table.add_row(
-            name, str(s.get("trials", 1)), two(cells.mttr_text(c)), cells.post_fault_text(c),
+            name + stopped, str(s.get("trials", 1)), two(cells.mttr_text(c)), cells.post_fault_text(c),
             two(cells.spread_text(c, "bad_s")), two(cells.burn_text(c)), two(cells.spread_text(c, "ttd_s")),
             two(cells.spread_text(c, "ttr_s")),
             cells.fmt(s.get("amplification", c.get("amplification")), "×"), cells.pct(s.get("success_rate")),

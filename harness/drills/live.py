@@ -1,4 +1,4 @@
-"""The live view while a drill runs (rich): phase and progress, requests/s, error rate, p99, hits, fds.
+"""The live view while a drill runs (rich): phase and progress, guards, requests/s, error rate, p99, hits, fds.
 
 `LiveView` is fed one update per scrape by the runner. On a terminal it draws
 a rich `Live` panel; elsewhere (CI, pipes, tests) it prints one plain line
@@ -135,8 +135,10 @@ class LiveView:
             f"  {update['elapsed']:.0f}/{update['total']:.0f} s",
         )
         bar = ProgressBar(total=update["total"], completed=min(update["elapsed"], update["total"]), width=60)
+        guards = guard_line(update.get("guard"))
+        top = [head, bar] + ([guards] if guards is not None else [])
         if nums is None:
-            return Panel(Group(head, bar))
+            return Panel(Group(*top))
         traffic = Table(title="edge (client side)", expand=False)
         for col in ("traffic", "fault mode", "req/s", "offered/planned", "error rate", "p99"):
             traffic.add_column(col, justify="right")
@@ -154,7 +156,18 @@ class LiveView:
                 hop, _n(v["rps"]), _n(v["hits"]), _n(v["retry"]), _n(v["gap"], "{:.1f}"), _n(v["fds"]),
                 _n(v["breaker"]),
             )  # fmt: skip
-        return Panel(Group(head, bar, traffic, hops))
+        return Panel(Group(*top, traffic, hops))
+
+
+def guard_line(state: dict | None) -> Text | None:
+    """The guards' line: each one's value now, or the trip (red) once one held; None without guards."""
+    if not state or not (state.get("watch") or state.get("tripped")):
+        return None
+    trip = state.get("tripped")
+    if trip:
+        return Text.assemble(("GUARD ", "bold red"), (f"{trip['name']} tripped at {trip['tripped_at_s']:g} s: ", "red"),
+                             f"{trip['text']}; the fault is stopped")  # fmt: skip
+    return Text("guards: " + " · ".join(f"{name} {value}" for name, value in state["watch"].items()), style="dim")
 
 
 def stderr_console() -> Console:

@@ -63,6 +63,8 @@ class LoadDriver(Protocol):
 
     def planned_rps(self) -> dict[str, float]: ...
 
+    def stop_tagging(self) -> int | None: ...
+
 
 def planned_rps(traffic: Traffic) -> dict[str, float]:
     """Requests/s the plan offers per traffic class (users × per-user rate)."""
@@ -74,6 +76,33 @@ def planned_rps(traffic: Traffic) -> dict[str, float]:
 
 def request_id(plan: str, seed: int, user: str, n: int) -> str:
     return f"{plan}-{seed}-{user}-{n}"
+
+
+def users(traffic: Traffic) -> list[tuple[str, str, float, float]]:
+    """The aio load's users in order: (user name, traffic class, calls/s, offset of its first call in s).
+
+    User k of K sends call n at `offset + n / rate` after the schedule's start, offset = k / K / rate: the
+    users of a trial spread over one period, never two on the same instant."""
+    everyone = [("organic", i, traffic.organic_rate) for i in range(traffic.organic_users)]
+    everyone += [("drill", i, traffic.drill_rate) for i in range(traffic.drill_users)]
+    return [(f"{kind}{i}", kind, rate, k / max(1, len(everyone)) / max(rate, 1e-6))
+            for k, (kind, i, rate) in enumerate(everyone)]  # fmt: skip
+
+
+def calls_of(phases: Phases, rate: float) -> int:
+    """How many calls one user sends over the trial (its schedule is bounded in count)."""
+    return int(phases.total * rate)
+
+
+def tagged_ids(plan: str, seed: int, traffic: Traffic, fault: Fault, phases: Phases) -> list[str]:
+    """Every id the aio load sends with the directive: the drill users' calls scheduled in the fault phase.
+
+    A pure function of the plan: what a trial tags unless a guard stops the directive early (the dry run
+    predicts a trial's hits from it, as `drill hits` would for these ids)."""
+    if not fault.directive:
+        return []
+    return [request_id(plan, seed, user, n) for user, kind, rate, offset in users(traffic) if kind == "drill"
+            for n in range(calls_of(phases, rate)) if phases.at(offset + n / rate) == "fault"]  # fmt: skip
 
 
 def ids_digest(ids) -> str:
@@ -120,6 +149,11 @@ class AioLoad:
         self._channels: list[aio.Channel] = []
         self._tagged: list[str] = []
         self._marked: list[str] = []
+        #: False once a guard tripped: no call carries the directive any more (`stop_tagging`)
+        self.tagging = True
+        #: tagged calls in flight, and those a guard cancelled (counted CANCELLED, not abandoned)
+        self._tagged_calls: set[asyncio.Task] = set()
+        self._guard_cancelled: set[asyncio.Task] = set()
         #: the unix second the schedule starts at (phase boundaries are whole seconds after it)
         self.start_unix: float | None = None
         self.t_start: float | None = None
@@ -135,9 +169,7 @@ class AioLoad:
         mark_trial(self.plan, self.config_label, self.trial, self.start_unix, self.phases)
         self.counts.declare(self.config_label, self.method_label)
         tr = self.traffic
-        users = [("organic", i, tr.organic_rate) for i in range(tr.organic_users)]
-        users += [("drill", i, tr.drill_rate) for i in range(tr.drill_users)]
-        for k, (kind, i, rate) in enumerate(users):
+        for k, (user, kind, rate, offset) in enumerate(users(tr)):
             addr = edge[k % len(edge)]
             drill = kind == "drill"
             taggings = [Tagging(tenant=self.fault.tenant)] if drill else [Tagging()]
@@ -158,27 +190,28 @@ class AioLoad:
                     callables.append(channel.unary_stream(self.edge_call.method))
                 else:
                     callables.append(channel.unary_unary(self.edge_call.method))
-            offset = k / max(1, len(users)) / max(rate, 1e-6)
             modes = [t.fault_mode for t in taggings]
-            self._tasks.append(asyncio.create_task(self._user(f"{kind}{i}", kind, rate, offset, callables, modes)))
+            self._tasks.append(asyncio.create_task(self._user(user, kind, rate, offset, callables, modes)))
 
     async def _user(self, user: str, traffic: str, rate: float, offset: float, callables: list, modes: list) -> None:
         slots = asyncio.Semaphore(self.traffic.max_inflight)
-        count = int(self.phases.total * rate)
-        for n in range(count):
+        for n in range(calls_of(self.phases, rate)):
             at = offset + n / rate
             delay = self.t_start + at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             rid = request_id(self.plan, self.seed, user, n)
-            k = 0
-            if len(callables) > 1 and self.phases.at(at) == "fault":
-                k = 1
-                self._tagged.append(rid)
             await slots.acquire()
+            # the directive by the call's scheduled time (as `tagged_ids`), decided once its slot is free
+            k = 1 if len(callables) > 1 and self.tagging and self.phases.at(at) == "fault" else 0
+            if k:
+                self._tagged.append(rid)
             task = asyncio.create_task(self._one(callables[k], rid, slots, traffic, modes[k]))
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
+            if k:
+                self._tagged_calls.add(task)
+                task.add_done_callback(self._tagged_calls.discard)
             self.sent += 1
 
     async def _one(self, method, rid: str, slots: asyncio.Semaphore, traffic: str, mode: str) -> None:
@@ -200,6 +233,9 @@ class AioLoad:
             trailers = err.trailing_metadata()
         except asyncio.CancelledError:  # stop(): the call is abandoned, not counted
             slots.release()
+            if asyncio.current_task() in self._guard_cancelled:  # a guard's cancel: the client cancelled it
+                self.counts.record(self.config_label, self.method_label, traffic, "CANCELLED", mode, False,
+                                   time.perf_counter() - start)  # fmt: skip
             return
         slots.release()
         injected = trailers is not None and has_fault_marker(trailers)
@@ -212,6 +248,17 @@ class AioLoad:
     def expected_hits(self) -> list[str]:
         f = self.fault
         return [r for r in self._tagged if is_hit(self.seed, r, f.directive, f.ratio)]
+
+    def stop_tagging(self) -> int:
+        """A guard tripped: no later call carries the directive, and the tagged calls in flight are cancelled
+        (each ends CANCELLED, which no error rate counts), so a held or retried call stops costing the stack
+        capacity now. Returns how many were cancelled."""
+        self.tagging = False
+        live = [t for t in self._tagged_calls if not t.done()]
+        self._guard_cancelled.update(live)
+        for task in live:
+            task.cancel()
+        return len(live)
 
     def observed_hits(self) -> list[str]:
         """Request ids whose answer carried the `x-drill-fault` marker (set only by the hop that injected)."""
@@ -354,6 +401,10 @@ class LocustLoad:
         f = self.fault
         return [r for r in read_tagged_ids(self.ids_dir) if is_hit(self.seed, r, f.directive, f.ratio)]
 
+    def stop_tagging(self) -> None:
+        """Locust's users decide their directive in their own processes: nothing here reaches them (None)."""
+        return None
+
     def planned_rps(self) -> dict[str, float]:
         return planned_rps(self.traffic)
 
@@ -486,6 +537,10 @@ class CommandLoad:
 
     def expected_hits(self) -> list[str] | None:
         return None  # the ids it tagged stay in its own processes
+
+    def stop_tagging(self) -> None:
+        """The load's own processes decide its directive: nothing here reaches them (None)."""
+        return None
 
     def planned_rps(self) -> dict[str, float]:
         return planned_rps(self.traffic)

@@ -14,7 +14,7 @@ Per-second series are keyed by `SeriesKey`, a small record, not a joined string;
 from __future__ import annotations
 
 import pathlib
-from typing import Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -192,6 +192,10 @@ class Stack(_Strict):
     configs: tuple[StackConfig, ...] = Field(default_factory=lambda: (StackConfig(name="stack"),), min_length=1)
     #: a load started per trial by a command (default: the runner's own aio load to the edge)
     load: ExternalLoad | None = None
+    #: shell command that trips the services' one-way emergency stop when a guard trips (e.g.
+    #: `docker compose -f compose/docker-compose.yml kill -s SIGUSR1 gateway order account ledger`); the
+    #: services then inject nothing until they restart. None: only the load's directive is stopped
+    emergency_stop: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Stack:
@@ -204,6 +208,84 @@ class Stack(_Strict):
         if (any(h.selector for h in self.hops) or (self.load and self.load.selector)) and not self.prometheus:
             raise ValueError("a selector (hops or load) needs stack.prometheus (the Prometheus to read it from)")
         return self
+
+
+# --- guards: stop conditions watched while a trial runs (docs/drills.md, "Safeguards") -----------
+_GUARD_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class ErrorRateGuard(_Strict):
+    """Trip when `traffic`'s error rate is above `above` in `for_s` one-second samples in a row."""
+
+    kind: Literal["error_rate"]
+    name: str | None = Field(None, pattern=_GUARD_NAME)
+    above: float = Field(ge=0, lt=1)
+    for_s: int = Field(3, ge=1, le=3600)
+    traffic: Literal["organic", "drill", "all"] = "organic"
+
+
+class BurnRateGuard(_Strict):
+    """Trip when the error budget burns faster than `above` × the SLO's allowance over both windows
+    (the SRE workbook's multiwindow burn-rate alert, on the trial's per-second series)."""
+
+    kind: Literal["burn_rate"]
+    name: str | None = Field(None, pattern=_GUARD_NAME)
+    above: float = Field(gt=0, le=1000)
+    long_s: int = Field(36, ge=1, le=3600)
+    short_s: int = Field(3, ge=1, le=3600)
+    traffic: Literal["organic", "drill", "all"] = "organic"
+
+    @model_validator(mode="after")
+    def _windows(self) -> BurnRateGuard:
+        if self.short_s > self.long_s:
+            raise ValueError(f"short_s ({self.short_s}) must not exceed long_s ({self.long_s})")
+        return self
+
+
+class PrometheusGuard(_Strict):
+    """Trip when a PromQL expression returns anything (an alert firing, a latency above a bound)."""
+
+    kind: Literal["prometheus"]
+    name: str | None = Field(None, pattern=_GUARD_NAME)
+    expr: str = Field(min_length=1, max_length=4000)
+    #: the Prometheus to ask (default: stack.prometheus, else the run's --prometheus)
+    url: str | None = Field(None, pattern=r"^https?://")
+    #: trip when the Prometheus has not answered for this many seconds in a row (a guard that cannot see
+    #: stops the drill); None: never
+    unreachable_s: int | None = Field(5, ge=1, le=3600)
+
+
+class WallClockGuard(_Strict):
+    """Trip once a trial has run `after_s` seconds (from its first second): no trial acts on the stack longer."""
+
+    kind: Literal["wall_clock"]
+    name: str | None = Field(None, pattern=_GUARD_NAME)
+    after_s: float = Field(gt=0, le=86400)
+
+
+GuardCondition = Annotated[
+    ErrorRateGuard | BurnRateGuard | PrometheusGuard | WallClockGuard, Field(discriminator="kind")
+]
+
+
+class Guard(_Strict):
+    """Stop conditions checked every second of every trial; the first that holds stops the drill's fault."""
+
+    stop_when: list[GuardCondition] = Field(min_length=1, max_length=32)
+    #: later trials of a configuration one of whose trials tripped: `skip` them (so one bad configuration
+    #: cannot keep hurting users) or `run` them
+    after_trip: Literal["skip", "run"] = "skip"
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Guard:
+        names = [g.name or g.kind for g in self.stop_when]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"guard names must be unique (a kind used twice needs a name each): {twice}")
+        return self
+
+    def names(self) -> list[str]:
+        return [g.name or g.kind for g in self.stop_when]
 
 
 class Traffic(_Strict):
@@ -342,7 +424,24 @@ class PlanFile(_Strict):
     trials: int = Field(1, ge=1, le=lim.MAX_TRIALS)
     variants: list[VariantSpec] = Field(default_factory=list)
     probe: Probe | None = None
+    #: stop conditions watched while each trial runs (None: none)
+    guard: Guard | None = None
     quick: dict | None = None
+
+    @model_validator(mode="after")
+    def _guards_can_see(self) -> PlanFile:
+        for g in self.guard.stop_when if self.guard else ():
+            name = g.name or g.kind
+            if isinstance(g, BurnRateGuard) and self.slo.max_error_rate <= 0:
+                raise ValueError(f"guard {name!r}: a burn rate needs an error budget (slo.max_error_rate > 0)")
+            live = isinstance(g, ErrorRateGuard | BurnRateGuard)
+            if live and self.stack is not None and self.stack.load is not None and self.stack.load.selector:
+                raise ValueError(
+                    f"guard {name!r}: the edge's calls are read from Prometheus after each trial (stack.load."
+                    "selector), so they cannot be watched while it runs; give the load's metrics URLs or use a "
+                    "prometheus guard"
+                )
+        return self
 
     @model_validator(mode="after")
     def _target_is_a_hop(self) -> PlanFile:
@@ -393,6 +492,8 @@ class Plan(_Strict):
     source: str = ""
     #: services already running (None: the runner starts `hops` itself)
     stack: Stack | None = None
+    #: stop conditions watched while each trial runs (None: none)
+    guard: Guard | None = None
 
     @property
     def hop_names(self) -> list[str]:
@@ -414,6 +515,7 @@ class Plan(_Strict):
             "trials": self.trials,
             "probe": self.probe.model_dump() if self.probe else None,
             "stack": self.stack.model_dump() if self.stack else None,
+            "guard": self.guard.model_dump() if self.guard else None,
         }
 
 

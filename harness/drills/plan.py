@@ -19,6 +19,7 @@ slo: {max_error_rate: 0.05, hold_s: 3, traffic: all}
 configs: [naive, budget, resilient]      # names, `plain` (no resilience layer) or YAML paths
 quick: {phases: {...}, configs: [...]}   # deep-merged over the plan by --quick
 probe: {kind: half-open, count: 200, timeout_s: 8}   # optional: run `drill probe` at fault-on
+guard: {stop_when: [{kind: error_rate, above: 0.2, for_s: 3}]}   # optional: stop conditions (guard.py)
 ```
 
 `variants:` (optional) replaces `configs:` when runs differ by more than the
@@ -257,6 +258,7 @@ def from_dict(data: dict, source: str = "") -> Plan:
         description=spec.description,
         probe=spec.probe,
         source=source,
+        guard=spec.guard,
     )
 
 
@@ -291,6 +293,7 @@ def _stack_plan(spec: PlanFile, where: str, base_dir: pathlib.Path, source: str)
         description=spec.description,
         source=source,
         stack=stack.model_copy(update={"edge": edge}),
+        guard=spec.guard,
     )
 
 

@@ -1,4 +1,5 @@
-"""report.html: the verdict, the MTTR comparison table, every trial as a point, then plots over time.
+"""report.html: the verdict, the MTTR comparison table, every trial as a point, the trials guards stopped, then
+plots over time.
 
 `render` is pure (the pictures are `harness.drills.charts`, the cells'
 wording `harness.drills.cells`, shared with the terminal's table);
@@ -100,9 +101,11 @@ def _rows(results: dict, order: Sequence[str], color: dict[str, str]) -> str:
         ok = s.get("success_rate", c.get("success_rate"))
         aps = s.get("attempts_per_success", c.get("attempts_per_success"))
         blast = s.get("blast_radius", c.get("blast_radius"))
+        stopped = f"<br><small>stopped by a guard: {s['guard_trips']} of {s.get('trials', 1)}</small>" if s.get(
+            "guard_trips") else ""  # fmt: skip
         out.append(
             f'<tr{cls} data-config="{html.escape(name)}"><td><span class="swatch" '
-            f'style="background:{color[name]}"></span>{html.escape(name)}</td>'
+            f'style="background:{color[name]}"></span>{html.escape(name)}{stopped}</td>'
             f"<td>{s.get('trials', 1)}</td>"
             f"<td{null}>{_two_lines(mttr_text(c))}</td>"
             f"<td>{html.escape(post_fault_text(c))}</td>"
@@ -187,6 +190,34 @@ def _probe_table(results: dict, order: Sequence[str]) -> str:
     )
 
 
+def _guard_table(results: dict, order: Sequence[str]) -> str:
+    """Every trial a guard stopped: which guard, when, what it saw, what the run stopped; and trials skipped."""
+    rows = []
+    for name in order:
+        c = results["configs"][name]
+        for t in c.get("trials") or [c]:
+            g = t.get("guard")
+            if not g:
+                continue
+            acts = "; ".join(f"{k}: {v}" for k, v in (g.get("actions") or {}).items())
+            rows.append(
+                f"<tr class='null'><td>{html.escape(name)}</td><td>{t.get('trial', 1)}</td>"
+                f"<td>{html.escape(g['name'])}</td><td>{g['tripped_at_s']:g} s</td>"
+                f"<td>{html.escape(g['text'])}</td><td>{html.escape(acts) or '—'}</td></tr>"
+            )
+        skipped = (c.get("summary") or {}).get("skipped_trials")
+        if skipped:
+            rows.append(f"<tr><td>{html.escape(name)}</td><td colspan='5'>{skipped} later trial"
+                        f"{'s' if skipped > 1 else ''} skipped (guard.after_trip: skip)</td></tr>")  # fmt: skip
+    if not rows:
+        return ""
+    return (
+        "<h2>Safeguards</h2><table id='guard-table'><thead><tr><th>configuration</th><th>trial</th><th>guard</th>"
+        "<th>tripped at (s into the trial)</th><th>what it saw</th><th>what the run stopped</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 def render(results: dict, series: dict[str, RunSeries]) -> str:
     """The whole report.html text."""
     results = judged(results)
@@ -217,7 +248,8 @@ def render(results: dict, series: dict[str, RunSeries]) -> str:
         readback=(f'<p class="notes" id="readback">{html.escape(note)}</p>' if note else "") + _hits_lines(results),
         trials=trial_points(results, order, colors) + impact_points(results, order, colors),
         plots=plots(series, colors, results.get("hops")),
-        hops=_hop_table(results, order) + _offered_table(results, order) + _probe_table(results, order),
+        hops=_guard_table(results, order) + _hop_table(results, order) + _offered_table(results, order)
+        + _probe_table(results, order),
         notes=html.escape(" ".join(results.get("notes", []))),
     )
 

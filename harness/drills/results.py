@@ -60,8 +60,8 @@ def assemble(
         extra = extras.get(name, {})
         per = [extra] * len(runs) if isinstance(extra, Mapping) else list(extra)
         configs[name] = config_entry(
-            [{"trial": i + 1, **analysis.analyze_run(s, slo, hops), **(per[i] if i < len(per) else {})}
-             for i, s in enumerate(runs)]
+            [{"trial": i + 1, **analysis.analyze_run(s, slo, hops), **(per[i] if i < len(per) else {}),
+              **({"guard": s.guard} if s.guard else {})} for i, s in enumerate(runs)]
         )  # fmt: skip
     if hops is None:
         hops = sorted({h for c in configs.values() for h in c["amplification_by_hop"]})

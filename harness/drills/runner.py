@@ -23,6 +23,7 @@ from harness.core import metrics as m
 from harness.core.errors import RunFailed
 from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.drills import analysis, landing, report
+from harness.drills.guard import prometheus_guards
 from harness.drills.load import AioLoad, CommandLoad, LocustLoad, ids_digest, planned_rps
 from harness.drills.model import Plan, Probe, Results, Variant
 from harness.drills.relay import Relay, relayed
@@ -31,6 +32,7 @@ from harness.drills.results import assemble
 from harness.drills.scraper import Scraper
 from harness.drills.series import RunSeries, build_series, reduce_families
 from harness.drills.stacks import target_for
+from harness.drills.trip import TrialGuard
 from harness.procs.spawn import python_env, spawn, stop_processes
 
 if TYPE_CHECKING:  # the dashboards package is imported only when --grafana asks for it
@@ -143,6 +145,11 @@ class Runner:
         self.failed: dict | None = None
         #: the signal that stopped the run (SIGINT or SIGTERM), once one came
         self.interrupted: str | None = None
+        #: the Prometheus each `prometheus` guard asks (resolved now: a missing one is bad input before any trial)
+        run_url = getattr(prometheus, "url", None)
+        self.prometheus_guards = prometheus_guards(plan, run_url) if plan.guard else []
+        #: per configuration: the trials a guard trip made the run skip (`guard.after_trip: skip`)
+        self.skipped: dict[str, list[int]] = {}
 
     # -- one configuration -----------------------------------------------------------------
     async def run_config(self, variant: Variant, index: int, trial: int = 1) -> RunSeries:
@@ -157,6 +164,7 @@ class Runner:
                     f.unlink()
         load = None
         probe = None
+        guard: TrialGuard | None = None
         phase_gauges = {p: m.PHASE.labels(plan.name, p) for p in ("warmup", "fault", "recovery")}
         fault_gauge = m.FAULT_ACTIVE.labels(plan.name)
         try:
@@ -206,6 +214,13 @@ class Runner:
             ph = plan.phases
             end_at = anchor + ph.total + 1.0
             state = {"phase": None}
+            if plan.guard is not None:
+                guard = TrialGuard(
+                    plan, label=label, trial=trial, load=load, target=target, workdir=workdir, start_unix=start_unix,
+                    start_t=start_unix - wall0, prometheus=self.prometheus_guards, log=self.log,
+                    annotate=self._annotate, on_trip=lambda: fault_gauge.set(0),
+                )  # fmt: skip
+                guard.start()
 
             def tick() -> None:
                 if self.interrupted:  # a cancel that something swallowed still stops the drill within a tick
@@ -213,6 +228,8 @@ class Runner:
                 crashed = target.crashed()
                 if crashed:
                     raise DrillError(f"service crashed during the drill: {', '.join(crashed)}")
+                if guard is not None:  # first: a trip's stop does not wait for the live view
+                    guard.check(scraper.samples)
                 elapsed = time.time() - start_unix
                 phase = ph.at(elapsed)
                 if phase != state["phase"]:
@@ -223,7 +240,7 @@ class Runner:
                         start_probe()
                     for p, g in phase_gauges.items():
                         g.set(1 if p == phase else 0)
-                    fault_gauge.set(1 if phase == "fault" else 0)
+                    fault_gauge.set(1 if phase == "fault" and not (guard and guard.tripped) else 0)
                 if self.on_sample is not None:
                     self.on_sample(
                         {
@@ -232,6 +249,7 @@ class Runner:
                             "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
                             "hops": plan.hop_names, "planned_rps": load.planned_rps(),
                             "timeout_s": tr.timeout_s,
+                            "guard": guard.view() if guard else None,
                         }
                     )  # fmt: skip
 
@@ -244,6 +262,7 @@ class Runner:
                 await load.wait(timeout_s=plan.traffic.timeout_s + 1.0)
             await scraper.settle()
         finally:
+            tripped = await guard.finish() if guard is not None else None  # before the services go
             for g in phase_gauges.values():
                 g.set(0)
             fault_gauge.set(0)
@@ -262,6 +281,7 @@ class Runner:
         on, off = start_unix - wall0 + ph.warmup, start_unix - wall0 + ph.warmup + ph.fault
         series = build_series(label, samples, on, off)
         series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
+        series.guard = tripped
         if edge_errors is not None:  # read from Prometheus: each second says how far it may be off
             series.edge_error = [max(a, b) for a, b in zip(edge_errors[0], edge_errors[0][1:], strict=False)]
             series.fault_error, series.resolution_s = (0.0, 0.0), edge_errors[1]
@@ -312,7 +332,9 @@ class Runner:
                     "observed": len(marked), "observed_digest": ids_digest(marked),
                     "observed_subset_of_expected": marked <= expected if expected else None,
                 })  # fmt: skip
-        if tagged is not None:
+        if tagged is not None and series is not None and series.guard:  # tagging stopped early, on purpose
+            extras["hits"].update({"as_planned": None, "note": None})
+        elif tagged is not None:
             witnesses = landing.Witnesses(
                 expected, audited=observed, marked=set(load.observed_hits()) if isinstance(load, AioLoad) else None,
                 injected=landing.injected(series.values) if series is not None else None, gates=gates,
@@ -373,6 +395,8 @@ class Runner:
         try:
             for trial in range(1, plan.trials + 1):  # interleaved: A B C A B C …
                 for i, variant in enumerate(plan.variants):
+                    if self._skip(variant.name, trial):
+                        continue
                     try:
                         series = await self.run_config(variant, i, trial)
                     except RunFailed as exc:  # a late failure keeps what was measured before it
@@ -394,6 +418,18 @@ class Runner:
         out = results.model_dump()
         report.write_outputs(self.out, out, self.series)
         return out
+
+    def _skip(self, name: str, trial: int) -> bool:
+        """Whether a guard's trip in an earlier trial of this configuration skips this one (`after_trip: skip`)."""
+        guard = self.plan.guard
+        if guard is None or guard.after_trip != "skip":
+            return False
+        earlier = [k for k, s in enumerate(self.series.get(name, []), 1) if s.guard]
+        if not earlier:
+            return False
+        self.skipped.setdefault(name, []).append(trial)
+        self.log(f"[{name}] trial {trial} skipped: a guard stopped its trial {earlier[0]} (guard.after_trip: skip)")
+        return True
 
     def _keep_finished(self, started: float, failed: RunFailed) -> None:
         """Write the trials that finished before `failed` (marked as such), then fail the run (exit 1)."""
@@ -446,5 +482,11 @@ class Runner:
         return out
 
     def results(self, started: float) -> Results:
-        return assemble(self.series, self.plan.slo, self.plan.hop_names, plan=self.plan, extras=self.extras,
-                        started=started)  # fmt: skip
+        results = assemble(self.series, self.plan.slo, self.plan.hop_names, plan=self.plan, extras=self.extras,
+                           started=started)  # fmt: skip
+        for name, trials in self.skipped.items():  # never run: no series, so only the summary and a note say so
+            if name in results.configs:
+                results.configs[name]["summary"]["skipped_trials"] = len(trials)
+            results.notes.append(f"{name}: trial{'s' if len(trials) > 1 else ''} {', '.join(map(str, trials))} "
+                                 "skipped after a guard stopped an earlier one (guard.after_trip: skip)")  # fmt: skip
+        return results

@@ -119,6 +119,8 @@ class RunSeries:
     fault_error: tuple[float, float] | None = None
     #: the largest gap between consecutive samples of the series used (None: the runner's own 1-s grid)
     resolution_s: float | None = None
+    #: the guard that stopped this trial's fault (`harness.drills.guard.Trip.to_json`), None when none did
+    guard: dict | None = None
 
     def edge_error_at(self, i: int | None, reach: int = 0) -> float:
         """± of an edge found at sample i (0 when exact, or no such sample): the widest read error of the
@@ -153,6 +155,8 @@ class RunSeries:
             out["fault_error"] = list(self.fault_error)
         if self.resolution_s is not None:
             out["resolution_s"] = self.resolution_s
+        if self.guard is not None:
+            out["guard"] = self.guard
         return out
 
     @classmethod
@@ -161,7 +165,7 @@ class RunSeries:
         fault_error = data.get("fault_error")
         return cls(data["config"], data["t"], data["fault_on"], data["fault_off"], values, data.get("planned_rps"),
                    data.get("timeout_s"), data.get("edge_error"), tuple(fault_error) if fault_error else None,
-                   data.get("resolution_s"))  # fmt: skip
+                   data.get("resolution_s"), data.get("guard"))  # fmt: skip
 
 
 def build_series(

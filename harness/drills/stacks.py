@@ -14,6 +14,9 @@ analysis, report and `--fail-on` are one code path:
   read from Prometheus after each trial instead (a stack that is already scraped).
 - `crashed()`, `down()`, `audit_hits(workdir)`: what only a stack the runner started
   can tell (a running stack's hits come from the `x-drill-fault` trailers the load got).
+- `emergency_stop(workdir, trial)`: a guard tripped; trip the services' one-way stop where
+  the runner reaches them (its own replicas by SIGUSR1, a stack by its `emergency_stop`
+  command); None when nothing reaches them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import asyncio
 import glob
 import os
 import pathlib
+import signal
 import time
 from typing import Protocol
 
@@ -34,6 +38,9 @@ from harness.drills.edge import EdgeCall, demo_edge, resolve_edge
 from harness.drills.model import Plan, Stack, StackConfig, Variant
 from harness.drills.topology import Topology, audit_hit_ids
 from harness.procs.spawn import kill_group, last_line
+
+#: How long a stack's emergency stop command may run before it is stopped.
+EMERGENCY_STOP_TIMEOUT_S = 60.0
 
 
 class StackError(RunFailed):
@@ -58,6 +65,8 @@ class DrillTarget(Protocol):
     def crashed(self) -> list[str]: ...
 
     async def audit_hits(self, workdir: pathlib.Path, since: float, until: float) -> set[str] | None: ...
+
+    async def emergency_stop(self, workdir: pathlib.Path, trial: int) -> str | None: ...
 
     async def down(self) -> None: ...
 
@@ -98,6 +107,19 @@ class LocalTopology:
 
     async def audit_hits(self, workdir: pathlib.Path, since: float, until: float) -> set[str] | None:
         return audit_hit_ids(workdir)  # this trial's own processes: every line is the trial's
+
+    async def emergency_stop(self, workdir: pathlib.Path, trial: int) -> str | None:
+        """A guard tripped: SIGUSR1 to every replica this trial started (injection off for their life, held
+        calls released at once). A process is signalled only once it handles SIGUSR1 (`drill stop`'s rule)."""
+        from harness.demo.stop import catches
+
+        replicas = [r for rs in (self.topology.replicas if self.topology else {}).values() for r in rs]
+        sent = []
+        for r in replicas:
+            if r.proc.poll() is None and catches(r.proc.pid):
+                os.kill(r.proc.pid, signal.SIGUSR1)
+                sent.append(r.name)
+        return f"SIGUSR1 to {len(sent)} of {len(replicas)} replicas ({', '.join(sent)})"
 
     async def down(self) -> None:
         if self.topology is not None:
@@ -174,6 +196,30 @@ class RunningStack:
             raise StackError(f"audit command failed (exit {code}): {audit.command} (output: {log_path})")
         with open(log_path, errors="replace") as fh:
             return hit_ids(fh, since, until)
+
+    async def emergency_stop(self, workdir: pathlib.Path, trial: int) -> str | None:
+        """A guard tripped: run `stack.emergency_stop` (bounded, in its own process group); None without one."""
+        command = self.stack.emergency_stop
+        if not command:
+            return None
+        workdir.mkdir(parents=True, exist_ok=True)
+        log_path = workdir / "emergency-stop.log"
+        env = dict(os.environ, DRILL_TRIAL=str(trial))
+        with open(log_path, "ab") as log:
+            proc = await asyncio.create_subprocess_shell(
+                command, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True
+            )
+            try:
+                code = await asyncio.wait_for(proc.wait(), EMERGENCY_STOP_TIMEOUT_S)
+            except (TimeoutError, asyncio.TimeoutError):
+                kill_group(proc.pid)
+                await proc.wait()
+                return f"emergency stop command did not finish in {EMERGENCY_STOP_TIMEOUT_S:g} s (log: {log_path})"
+            except asyncio.CancelledError:
+                kill_group(proc.pid)
+                raise
+        said = "ran" if code == 0 else f"failed (exit {code}: {last_line(log_path)})"
+        return f"emergency stop command {said}: {command} (log: {log_path})"
 
     async def down(self) -> None:
         pass  # the stack stays as the last switch left it (the next trial switches it again)

@@ -11,7 +11,9 @@ held, else the seconds the SLO was lost (the fault's breach until restored for
 good, or until the run's end when never restored, plus every post-fault
 breach: the trial's `outage_s`). That is a statistic only; results keep
 `mttr_s: null` for "held" and "never restored" alike. Trials with
-`insufficient_data` are left out of every statistic and counted apart.
+`insufficient_data` are left out of every statistic and counted apart. A trial a
+guard stopped (`guard` set) keeps its numbers here; the verdict judges it apart
+(`harness.drills.verdict`).
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ def summarize(trials: Sequence[Mapping]) -> dict:
         "attempts_per_success": _median([t.get("attempts_per_success") for t in ok]),
         "amplification": _median([t.get("amplification") for t in ok]),
         "blast_radius": _median([t.get("blast_radius") for t in ok]),
+        #: trials a guard stopped (`harness.drills.guard`): counted over every trial, data or not
+        "guard_trips": sum(1 for t in trials if t.get("guard")),
     }
     if len(ok) < len(trials):
         reasons = [(t.get("insufficient_reason") or "insufficient data").split(" (")[0] for t in trials]

@@ -10,10 +10,15 @@ without a valid trial are **set aside** with the reason (to rerun), and the
 others are compared without them. Nothing significant either way is
 **inconclusive**, with a rough count of the trials that would settle it.
 
-The ranking follows the same rule: configurations no other one beats first,
-then those that beat the most; among those the rule cannot separate, the sum
-of their places on recovery and on budget burn (point estimates), lower burn
-first on a tie; configurations without data last.
+A configuration a **guard** stopped in any trial (`harness.drills.guard`: users were
+hurt beyond what the plan allows, so the run stopped its fault) is judged, never set
+aside as no data: against one no guard stopped it is worse on impact whatever its
+numbers say (they end where the guard ended the fault), and it never wins.
+
+The ranking follows the same rule: configurations no guard stopped first; then
+those no other one beats, then those that beat the most; among those the rule
+cannot separate, the sum of their places on recovery and on budget burn (point
+estimates), lower burn first on a tie; configurations without data last.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from harness.drills import stats
 
 RULE = "significantly better than every other configuration on recovery or error budget burned, and worse on neither"
+GUARD_RULE = "a configuration a guard stopped counts as worse on impact and never wins"
 NO_BEST = "No configuration is best (better than every other on recovery or error budget burned, worse on neither)"
 _MIRROR = {"better": "worse", "worse": "better", "tradeoff": "tradeoff", "inconclusive": "inconclusive"}
 
@@ -38,6 +44,22 @@ def _mirror(c: dict) -> dict:
             out[ci] = [-c[ci][1], -c[ci][0]]
     out["median_outage_s"] = list(reversed(c["median_outage_s"]))
     out["budget_burn"] = list(reversed(c["budget_burn"]))
+    if "guard_trips" in c:
+        out["guard_trips"] = list(reversed(c["guard_trips"]))
+    return out
+
+
+def _guarded(c: dict, a: tuple[int, int], b: tuple[int, int]) -> dict:
+    """`compare(a, b)` with the guards' word: (trips, trials) of each side. One side stopped by a guard and the
+    other not: the stopped one is worse on impact (and better on nothing), whatever the numbers say."""
+    out = dict(c, guard_trips=[list(a), list(b)])
+    if bool(a[0]) == bool(b[0]):
+        return out
+    if a[0]:
+        out.update(better=[], worse=[*[m for m in c["worse"] if m != "guard"], "guard"], outcome="worse")
+    else:
+        out.update(better=[*[m for m in c["better"] if m != "guard"], "guard"], worse=[], outcome="better")
+    out.pop("trials_needed", None)
     return out
 
 
@@ -75,6 +97,9 @@ def detail(c: dict) -> str:
     """One comparison, A against B, every difference with its sign in words."""
     b, o = c["breaches"], c["other_breaches"]
     parts = [f"breaches {b[0]}/{b[1]} vs {o[0]}/{o[1]} (Fisher p={c['fisher_p']:.2g})"]
+    (ta, na), (tb, nb) = c.get("guard_trips") or ((0, 0), (0, 0))
+    if ta or tb:
+        parts.insert(0, f"stopped by a guard in {ta}/{na} vs {tb}/{nb} trials")
     if c.get("median_outage_diff_s") is not None:
         parts.append(f"median outage {_seconds(c['median_outage_diff_s'])} ({_ci_s(c)})")
     if c.get("budget_burn_diff") is not None:
@@ -86,6 +111,11 @@ def detail(c: dict) -> str:
 def _words(c: dict, measure: str, other: str) -> str:
     """How A differs from B (`other`) on one measure it is significantly better or worse on."""
     b, o = c["breaches"], c["other_breaches"]
+    if measure == "guard":
+        (ta, na), (tb, nb) = c["guard_trips"]
+        if measure in c["better"]:
+            return f"was never stopped by a guard ({other}: {tb} of {nb} trials)"
+        return f"was stopped by a guard in {ta} of {na} trials ({other}: never)"
     if measure == "breaches":
         way = "less" if measure in c["better"] else "more"
         return f"breaches {way} often ({b[0]}/{b[1]} vs {o[0]}/{o[1]} trials, Fisher p={c['fisher_p']:.2g})"
@@ -109,6 +139,10 @@ def tradeoff_text(a: str, b: str, c: dict) -> str:
     return f"{a} {good} but {bad}"
 
 
+def _names(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -120,12 +154,14 @@ def judge(configs: Mapping[str, Mapping], *, seed: int = 0) -> tuple[list[str], 
     summaries = {n: c.get("summary") or stats.summarize(trials[n]) for n, c in configs.items()}
     counts = {n: len(t) for n, t in trials.items()}
     n_min = min(counts.values()) if counts else 0
-    usable = [n for n in configs if summaries[n].get("valid_trials")]
+    trips = {n: sum(1 for t in trials[n] if t.get("guard")) for n in configs}
+    usable = [n for n in configs if summaries[n].get("valid_trials") or trips[n]]  # a trip is never "no data"
     aside = {n: set_aside_reason(summaries[n]) for n in configs if n not in usable}
     pair: dict[tuple[str, str], dict] = {}
     for i, a in enumerate(usable):
         for b in usable[i + 1 :]:
-            pair[a, b] = stats.compare(trials[a], trials[b], seed=seed)
+            c = stats.compare(trials[a], trials[b], seed=seed)
+            pair[a, b] = _guarded(c, (trips[a], counts[a]), (trips[b], counts[b]))
             pair[b, a] = _mirror(pair[a, b])
     beats = {a: {b for b in usable if b != a and pair[a, b]["outcome"] == "better"} for a in usable}
     beaten = {a: {b for b in usable if b != a and pair[a, b]["outcome"] == "worse"} for a in usable}
@@ -134,28 +170,35 @@ def judge(configs: Mapping[str, Mapping], *, seed: int = 0) -> tuple[list[str], 
 
     def key(n: str) -> tuple:
         burn = summaries[n].get("budget_burn", {}).get("median")
-        return (len(beaten[n]), -len(beats[n]), rec_place[n] + burn_place[n], math.inf if burn is None else burn,
-                _recovery_key(summaries[n]), n)  # fmt: skip
+        return (trips[n] > 0, len(beaten[n]), -len(beats[n]), rec_place[n] + burn_place[n],
+                math.inf if burn is None else burn, _recovery_key(summaries[n]), n)  # fmt: skip
 
     ranking = sorted(usable, key=key) + [n for n in configs if n not in usable]
     comparisons = [{"config": a, "other": b, **pair[a, b]} for i, a in enumerate(ranking) for b in ranking[i + 1 :]
                    if (a, b) in pair]  # fmt: skip
     tradeoffs = [{"configs": [c["config"], c["other"]], "text": tradeoff_text(c["config"], c["other"], c)}
                  for c in comparisons if c["outcome"] == "tradeoff"]  # fmt: skip
-    winner = next((n for n in usable if len(usable) > 1 and len(beats[n]) == len(usable) - 1), None)
+    winner = next((n for n in usable if not trips[n] and len(usable) > 1 and len(beats[n]) == len(usable) - 1),
+                  None)  # fmt: skip
     out = {"trials": counts, "comparisons": comparisons, "tradeoffs": tradeoffs, "set_aside": aside,
            "winner": winner, "conclusive": winner is not None, "best": ranking[0] if usable else None,
-           "names": list(ranking)}  # fmt: skip
+           "names": list(ranking), "guard_trips": {n: k for n, k in trips.items() if k}}  # fmt: skip
     rerun = "; ".join(f"{n} ({why})" for n, why in aside.items())
     if not usable:
         out.update(kind="no-data", text=f"No trial had enough data to judge: rerun {rerun}.")
         return ranking, out
     tail = f" Set aside, to rerun: {rerun}." if aside else ""
+    tail = (f" {GUARD_RULE[0].upper()}{GUARD_RULE[1:]}." if any(trips.values()) else "") + tail
     best = ranking[0]
+    if len(usable) > 1 and all(trips[n] for n in usable):
+        stopped = ", ".join(f"{n} in {trips[n]} of {counts[n]} trials" for n in ranking if n in usable)
+        out.update(kind="guard", text=f"No configuration is best: a guard stopped every one ({stopped}).{tail}")
+        return ranking, out
     if len(usable) == 1:
         s = summaries[best]
         mttr, burn = s["mttr_s"]["median"], s.get("budget_burn", {}).get("median")
-        said = f"breached in {s['breaches']} of {s['valid_trials']} trials"
+        said = f"a guard stopped {trips[best]} of {counts[best]} trials; " if trips[best] else ""
+        said += f"breached in {s['breaches']} of {s['valid_trials']} trials"
         said += "" if mttr is None else f", median MTTR {mttr:.1f} s"
         said += f", {s['never_restored']} never restored" if s.get("never_restored") else ""
         said += "" if burn is None else f", median budget burn {burn:.2f}×"
@@ -164,7 +207,14 @@ def judge(configs: Mapping[str, Mapping], *, seed: int = 0) -> tuple[list[str], 
         return ranking, out
     if winner is not None:
         details = "; ".join(f"vs {o}: {detail(pair[winner, o])}" for o in ranking if o in usable and o != winner)
-        out.update(kind="winner", text=f"{winner} is best: {RULE} ({details}).{tail}")
+        stopped = [o for o in ranking if o in beats[winner] and "guard" in pair[winner, o]["better"]]
+        if not stopped:
+            why = RULE
+        elif len(stopped) == len(usable) - 1:  # won on the guards alone: say so, not "significantly better"
+            why = f"no guard stopped it, and one stopped {_names(stopped)}"
+        else:
+            why = f"no guard stopped it while one stopped {_names(stopped)}, and against the others it is {RULE}"
+        out.update(kind="winner", text=f"{winner} is best: {why} ({details}).{tail}")
         return ranking, out
     if tradeoffs:
         joined = "; ".join(t["text"] for t in tradeoffs)
