@@ -19,7 +19,7 @@ from tests.conftest import drill_inprocess
 def hits_of(ids: list[str], *args: str) -> str:
     """`drill hits ARGS --summary` with `ids` on stdin: its summary line."""
     saved = sys.stdin
-    sys.stdin = io.StringIO("".join(i + "\n" for i in ids))
+    sys.stdin = io.TextIOWrapper(io.BytesIO("".join(i + "\n" for i in ids).encode()))  # drill hits reads bytes
     try:
         proc = drill_inprocess("hits", *args, "--summary")
     finally:
