@@ -115,7 +115,14 @@ def test_a_trip_is_exit_5_and_marked_everywhere(run):
     assert g["actions"]["services"] == "SIGUSR1 to 1 of 1 replicas (gateway-0)"
     assert g["actions"]["load"].startswith("no longer tags calls")
     assert "guard" not in results["configs"]["delay"]["trials"][0]
-    assert results["verdict"]["winner"] == "delay" and results["ranking"] == ["delay", "drop"]
+    # a tripped configuration never wins; the other wins whenever it has data to judge (a starved box can leave
+    # its one trial short of known seconds: then it is set aside, named for a rerun, and nothing wins)
+    v = results["verdict"]
+    assert v["winner"] != "drop"
+    if "delay" in v["set_aside"]:
+        assert v["winner"] is None, v
+    else:
+        assert v["winner"] == "delay" and results["ranking"] == ["delay", "drop"], v
     _, series = read_series_document(json.loads((out / "series.json").read_text()))
     assert series["drop"][0].guard == g and series["delay"][0].guard is None
     assert "id='guard-table'" in (out / "report.html").read_text()
@@ -126,7 +133,8 @@ def test_a_trip_is_exit_5_and_marked_everywhere(run):
     # re-analysed from series.json alone: the same trip, the same verdict
     again = drill_inprocess("analyze", "--series", str(out / "series.json"), "--out", str(out / "again"))
     redone = json.loads((out / "again" / "results.json").read_text())
-    assert redone["configs"]["drop"]["trials"][0]["guard"] == g and redone["verdict"]["winner"] == "delay", again
+    assert redone["configs"]["drop"]["trials"][0]["guard"] == g, again
+    assert redone["verdict"]["winner"] == v["winner"] and redone["ranking"] == results["ranking"], again
 
 
 def test_the_trip_stops_injection_within_a_second(run):
