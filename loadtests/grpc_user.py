@@ -23,7 +23,10 @@ enough to offer thousands of calls per second from one process:
 * with a rate (`--drill-rate`), a user is open loop (`loadtests.openloop`): call
   n is scheduled at a fixed time and runs in its own greenlet, so slow responses
   never slow the arrivals down (no coordinated omission); every call carries a
-  seed-derived `x-request-id`.
+  seed-derived `x-request-id`;
+* a streaming call (`call_stream`) is one call too, tagged, counted and reported
+  once: a client stream's messages are sent at their rate by grpc's sender (a
+  greenlet under gevent), a response stream is read to its end.
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ def _pin_threadpool(size: int) -> None:
 
 
 class GrpcUser(User):
-    """Calls go through `call()`: one unary call, tagged, counted, reported. Subclasses set `stub_class`.
+    """Calls go through `call()` (unary) or `call_stream()`: tagged, counted, reported. Subclasses set `stub_class`.
 
     `tagging` may be swapped at any time (e.g. when the fault phase starts); a call uses
     the tagging it starts with.

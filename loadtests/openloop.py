@@ -15,6 +15,14 @@ across the Locust processes of a run (`organic3`, `drill0`, `drill0.w1` on
 worker 1). A drill user appends each id it sent with the directive to
 `--drill-ids-dir/ids-PID.txt`; the runner keeps those for which
 `harness.core.faults.is_hit` holds as the expected hits.
+
+With drill phases, a schedule starts at the timeline's first whole second, sends
+at most the phases' length × rate calls, and a call's phase is decided by its
+scheduled time, as the in-runner load does. On a standalone process the users are
+also offset as the in-runner load offsets the same users (`runner_offset`), so both
+send the same ids at the same times of a trial and tag the same ones: the hit set
+is the plan's, whichever drives it. Workers keep the golden-ratio spread (their
+users are numbered per process).
 """
 
 from __future__ import annotations
