@@ -20,6 +20,7 @@ host) is found when Locust starts — at `init` on a standalone process or a mas
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import pathlib
@@ -56,8 +57,6 @@ class Target:
     request: Any
     messages: tuple[bytes, ...] = ()
     message_rate: float | None = None
-    #: the full method, `/pkg.Service/Method`
-    full: str = ""
 
     @property
     def unary(self) -> bool:
@@ -65,7 +64,7 @@ class Target:
 
 
 #: The demo's `Call` (an empty `CallRequest` answers OK on `drill serve`).
-DEMO = Target(drill_pb2_grpc.DemoStub, "Call", edge.UNARY, drill_pb2.CallRequest(), full="/drill.v1.Demo/Call")
+DEMO = Target(drill_pb2_grpc.DemoStub, "Call", edge.UNARY, drill_pb2.CallRequest())
 
 _FACTORIES = {
     edge.UNARY: "unary_unary",
@@ -112,13 +111,8 @@ def resolve(opts: DrillOptions, address: str) -> Target:
         )  # fmt: skip
         call = edge.resolve_call(spec, names=LOCUST_NAMES)
         name = call.method.rsplit("/", 1)[1]
-
-        def stub_class(channel, full=call.method, name=name, kind=call.kind):
-            return _BytesStub(channel, full, name, kind)
-
-        got = Target(
-            stub_class, name, call.kind, call.request(""), call.messages(""), call.message_rate, full=call.method
-        )
+        stub_class = functools.partial(_BytesStub, full=call.method, name=name, kind=call.kind)
+        got = Target(stub_class, name, call.kind, call.request(""), call.messages(""), call.message_rate)
         _RESOLVED.clear()  # one target per process: a new run's options replace the old
         _RESOLVED[key] = got
     return got

@@ -160,7 +160,7 @@ def resolve_call(spec, *, names: InputNames = STACK_NAMES, kinds: tuple[str, ...
             raise BadInput(f"{where}: {service} has no method {method!r} (it has: {known})")
         kind = kind_of(m.client_streaming, m.server_streaming)
         if kind not in kinds:
-            raise BadInput(f"{where}: a {kind.replace('_', '-')} method; {_refusal(kinds)}")
+            raise BadInput(f"{where}: a {kind.replace('_', '-')} method: {_refusal(kinds)}")
         cls = message_factory.GetMessageClass(m.input_type)
         body = encode_request(cls, spec.request, kind, names.request)
     finally:
@@ -171,8 +171,7 @@ def resolve_call(spec, *, names: InputNames = STACK_NAMES, kinds: tuple[str, ...
 
 def _refusal(kinds: tuple[str, ...]) -> str:
     if kinds == (UNARY,):
-        return ("a streaming method is not what the runner's own load calls at a stack's edge (its stack.load, the "
-                "Locust user for any service, drives every kind)")  # fmt: skip
+        return "the runner's own load calls unary methods at a stack's edge (the Locust user, as stack.load, any kind)"
     return "expected " + " or ".join(k.replace("_", "-") for k in kinds)
 
 

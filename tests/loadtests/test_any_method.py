@@ -253,8 +253,8 @@ def test_one_resolver_gives_every_kind_and_a_client_stream_its_list_of_messages(
 
 
 def test_the_runners_stack_edge_still_refuses_a_stream_and_says_which_kind(descriptor_set):
-    with pytest.raises(BadInput, match=r"stack.edge.method 'notes.v1.Notes/Chat': a bidi-streaming method; a "
-                                       r"streaming method is not what the runner's own load calls"):  # fmt: skip
+    with pytest.raises(BadInput, match=r"stack.edge.method 'notes.v1.Notes/Chat': a bidi-streaming method: the "
+                                       r"runner's own load calls unary methods at a stack's edge"):  # fmt: skip
         edge.resolve_edge(_spec(descriptor_set, "notes.v1.Notes/Chat", []))
     assert edge.resolve_edge(_spec(descriptor_set, "notes.v1.Notes/Put", NOTE)).kind == edge.UNARY
 
