@@ -53,7 +53,7 @@ class OrganicUser(TargetUser):
     traffic = "organic"
 
     @task
-    def unary(self) -> None:
+    def arrivals(self) -> None:
         self.next_call(self.send)
 
     def send(self, n: int) -> None:
@@ -102,7 +102,7 @@ class DrillUser(TargetUser):
         return False
 
     @task
-    def unary(self) -> None:
+    def arrivals(self) -> None:
         self.next_call(self.send)
 
     def send(self, n: int) -> None:
