@@ -21,9 +21,16 @@ at both ends of the window (scraped from the port it bound itself):
   without; organic p50 of the delayed run minus that of the quiet one, median of
   `--pairs` pairs.
 
-The last line is machine-readable: `locust cpu_us_per_call=N rps=N organic_p50_shift_ms=N`
-(the default wait mode's medians). `--tree DIR` runs the Locust parts from another
-checkout (e.g. an export of an older commit) for before/after figures.
+* **the user for any service** (`--drill-method`, `loadtests/method_target.py`): the same
+  organic users calling the same `Demo/Call` as a method found by the server's reflection,
+  with a JSON request (`{}`), through grpc's bytes multicallables, runs paired with the demo
+  user's (`native`) in every round, their order swapped every other round: the ratio of
+  their Locust CPU per call, per round and its median. `--generic-only` runs just those pairs.
+
+The last line is machine-readable: `locust cpu_us_per_call=N rps=N organic_p50_shift_ms=N
+generic_over_demo=R` (the default wait mode's medians; the p50 shift is left out with
+`--generic-only`). `--tree DIR` runs the Locust parts from another checkout (e.g. an export
+of an older commit) for before/after figures (no user for any service there).
 """
 
 from __future__ import annotations
@@ -88,7 +95,16 @@ def locust_env(tree: pathlib.Path, extra: dict[str, str] | None = None) -> dict[
     return env
 
 
-def throughput(tree: pathlib.Path, host: str, server_pid: int, users: int, seconds: float, mode: str) -> dict:
+#: The user for any service calling the demo's own method (types by reflection, JSON request): what a user
+#: of their own service runs, against the same server and call as the demo user.
+GENERIC_ARGS = ("--drill-method", "drill.v1.Demo/Call", "--drill-request", "{}")
+#: The runs of each round: name -> (wait mode, extra Locust arguments).
+RUNS = {"native": ("native", ()), "greenlet": ("greenlet", ()), "generic": ("native", GENERIC_ARGS)}
+
+
+def throughput(
+    tree: pathlib.Path, host: str, server_pid: int, users: int, seconds: float, mode: str, extra: tuple = ()
+) -> dict:
     """One closed-loop Locust run; CPU and calls over [warm-up, warm-up + seconds]."""
     _, client_core = cores()
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,7 +112,7 @@ def throughput(tree: pathlib.Path, host: str, server_pid: int, users: int, secon
         cmd = locust_cmd(
             tree, host, "throughput", WARMUP_S + seconds + 2, f"{tmp}/run",
             "-u", str(users), "-r", str(users), "--drill-metrics-port", "0", "--drill-ports-dir", str(ports),
-            "OrganicUser",
+            *extra, "OrganicUser",
         )  # fmt: skip
         proc = popen_pinned(
             cmd, client_core, cwd=tree, env=locust_env(tree, {"DRILL_LOCUST_WAIT": mode}),
@@ -188,6 +204,18 @@ def start_pinned_serve():
         os.sched_setaffinity(0, saved)
 
 
+def commit_line(tree: pathlib.Path) -> str:
+    """`# commit: SHA` of the checkout that ran (`+uncommitted` when its work tree differs from it)."""
+    try:
+        sha = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "# commit: unknown (not a git checkout)"
+    return f"# commit: {sha}{' +uncommitted' if dirty else ''}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=8.0, help="measurement window per Locust run")
@@ -196,29 +224,47 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=2, help="pairs of runs for the organic p50 shift")
     ap.add_argument("--tree", default=str(ROOT), help="checkout whose loadtests/ Locust runs (default: this one)")
     ap.add_argument("--skip-variants", action="store_true", help="only the Locust figures")
+    ap.add_argument("--generic-only", action="store_true",
+                    help="only the user for any service against the demo user, paired, --rounds rounds")  # fmt: skip
     ap.add_argument("--json", default=None, help="also write the figures here")
     args = ap.parse_args()
     if args.pairs < 1 or args.rounds < 1:
         ap.error("--rounds and --pairs take 1 or more (the last line reports a median of each)")
     tree = pathlib.Path(args.tree).resolve()
+    if args.generic_only and tree != ROOT:
+        ap.error("--generic-only measures this checkout's user for any service (no --tree)")
     print(header("locust_throughput"), flush=True)
+    print(commit_line(tree), flush=True)
     results: dict = {"load_average_start": load_average(), "users": args.users, "tree": str(tree)}
     server = start_pinned_serve()
+    shift = None
     try:
         host = server.address
-        modes = WAIT_MODES if tree == ROOT else ("default",)
+        if tree != ROOT:
+            modes: tuple[str, ...] = ("default",)
+        elif args.generic_only:
+            modes = ("native", "generic")
+        else:
+            modes = tuple(RUNS)
         runs: dict[str, list[dict]] = {m: [] for m in modes}
-        for _ in range(args.rounds):
-            for mode in modes:
-                runs[mode].append(throughput(tree, host, server.proc.pid, args.users, args.seconds, mode))
+        for r in range(args.rounds):
+            for mode in modes if r % 2 == 0 else tuple(reversed(modes)):  # pairs: each order half the rounds
+                wait, extra = RUNS.get(mode, (mode, ()))
+                runs[mode].append(throughput(tree, host, server.proc.pid, args.users, args.seconds, wait, extra))
         print(f"\nlocust: {args.users} organic users, closed loop, {args.seconds:g}-s windows, {args.rounds} runs")
-        print(f"{'wait mode':<12}{'req/s':>8}{'locust µs/call':>16}{'server µs/call':>16}   runs (locust µs/call)")
+        print(f"{'run':<12}{'req/s':>8}{'locust µs/call':>16}{'server µs/call':>16}   runs (locust µs/call)")
         for mode in modes:
             med = {k: statistics.median(r[k] for r in runs[mode]) for k in ("rps", "client_us", "server_us")}
             results[f"locust {mode}"] = {**{k: round(v, 1) for k, v in med.items()}, "runs": runs[mode]}
             each = " ".join(f"{r['client_us']:.0f}" for r in runs[mode])
             print(f"{mode:<12}{med['rps']:>8.0f}{med['client_us']:>16.0f}{med['server_us']:>16.0f}   {each}")
-        if not args.skip_variants:
+        if "generic" in runs:
+            ratios = [g["client_us"] / d["client_us"] for d, g in zip(runs["native"], runs["generic"], strict=True)]
+            results["generic_over_demo"] = {"median": round(statistics.median(ratios), 3), "rounds": ratios}
+            print(f"\nuser for any service (drill.v1.Demo/Call by reflection, request {{}}) ÷ demo user, Locust CPU "
+                  f"per call, paired by round: {' '.join(f'{x:.3f}' for x in ratios)}; median "
+                  f"{statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}]")  # fmt: skip
+        if not args.skip_variants and not args.generic_only:
             n = max(args.rounds, 3) * 2
             var = variants(host, args.users, 2.0, n)
             results["variants"] = var
@@ -226,14 +272,15 @@ def main() -> int:
             print(f"{'client':<12}{'calls/s':>8}{'client µs/call':>16}")
             for v, r in var.items():
                 print(f"{v:<12}{r['rps']:>8.0f}{r['client_us']:>16.0f}")
-        shifts, pairs = [], []
-        for _ in range(args.pairs):
-            base, delayed = organic_p50s(tree, host, args.users, 10.0)
-            pairs.append((base, delayed))
-            shifts.append(delayed - base)
-        shift = statistics.median(shifts)
-        results["organic_p50_ms"] = pairs
-        print(f"\norganic p50 without / with delay:250 on drill calls (ms): {pairs}; shift median {shift:+.1f} ms")
+        if not args.generic_only:
+            shifts, pairs = [], []
+            for _ in range(args.pairs):
+                base, delayed = organic_p50s(tree, host, args.users, 10.0)
+                pairs.append((base, delayed))
+                shifts.append(delayed - base)
+            shift = statistics.median(shifts)
+            results["organic_p50_ms"] = pairs
+            print(f"\norganic p50 without / with delay:250 on drill calls (ms): {pairs}; shift median {shift:+.1f} ms")
     finally:
         server.stop()
     results["load_average_end"] = load_average()
@@ -242,7 +289,12 @@ def main() -> int:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=2))
     main_mode = results[f"locust {modes[0]}"]
     us, rps = main_mode["client_us"], main_mode["rps"]
-    print(f"locust cpu_us_per_call={us:.0f} rps={rps:.0f} organic_p50_shift_ms={shift:.1f}")
+    line = f"locust cpu_us_per_call={us:.0f} rps={rps:.0f}"
+    if shift is not None:
+        line += f" organic_p50_shift_ms={shift:.1f}"
+    if "generic_over_demo" in results:
+        line += f" generic_over_demo={results['generic_over_demo']['median']:.3f}"
+    print(line)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Locust load profiles for drills: organic and drill traffic, drill phases, client-side metrics.
 
-Importable machinery lives in modules (`grpc_user`, `users`, `shape`, `hooks`,
-`client_metrics`, `phase`, `options`); locustfiles stay short and profiles are
+Importable machinery lives in modules (`grpc_user`, `users`, `method_target`, `shape`,
+`hooks`, `client_metrics`, `phase`, `options`); locustfiles stay short and profiles are
 Locust config files under `loadtests/profiles/`. Importing this package imports
 neither locust nor gevent: only `options` and `phase` are safe in plain processes.
 """

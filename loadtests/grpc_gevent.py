@@ -259,6 +259,20 @@ class Completions:
         finally:
             threading.Condition = _Condition
 
+    def start_stream(self, multicallable, request, timeout: float | None, metadata):
+        """`multicallable(...)` of a response stream (unary-stream, stream-stream): the call, to iterate.
+
+        Its condition is native as in `start`: the iterating greenlet and a client stream's sender (a
+        greenlet under gevent) wait on it through `Condition.wait`, which yields; only the hub touches it.
+        """
+        if not self.native:
+            return multicallable(request, timeout=timeout, metadata=metadata)
+        threading.Condition = _native_condition
+        try:
+            return multicallable(request, timeout=timeout, metadata=metadata)
+        finally:
+            threading.Condition = _Condition
+
     def wait(self, future: grpc.Future) -> None:
         """Return once `future` is done; only this greenlet waits (the hub keeps running)."""
         if self.mode == "block-hub" and self.native:

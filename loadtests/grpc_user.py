@@ -23,7 +23,10 @@ enough to offer thousands of calls per second from one process:
 * with a rate (`--drill-rate`), a user is open loop (`loadtests.openloop`): call
   n is scheduled at a fixed time and runs in its own greenlet, so slow responses
   never slow the arrivals down (no coordinated omission); every call carries a
-  seed-derived `x-request-id`.
+  seed-derived `x-request-id`;
+* a streaming call (`call_stream`) is one call too, tagged, counted and reported
+  once: a client stream's messages are sent at their rate by grpc's sender (a
+  greenlet under gevent), a response stream is read to its end.
 """
 
 from __future__ import annotations
@@ -47,10 +50,12 @@ from locust.runners import WorkerRunner  # noqa: E402
 from harness.core.headers import has_fault_marker  # noqa: E402
 from harness.core.metrics import method_label  # noqa: E402
 from harness.core.status import classify, status_name  # noqa: E402
+from harness.drills.edge import CLIENT_STREAMING, CLIENT_STREAMS  # noqa: E402
 from harness.interceptors import ORGANIC, CallTags, ClientRecorder, Tagging  # noqa: E402
 from loadtests import openloop  # noqa: E402
 from loadtests import options as drill_options  # noqa: E402
 from loadtests.grpc_gevent import completions  # noqa: E402
+from loadtests.phase import STATE  # noqa: E402
 
 #: Request type of calls that ended CANCELLED: their own row in Locust's stats, never failures.
 CANCELLED_TYPE = "grpc-cancelled"
@@ -83,6 +88,21 @@ def target_of(host: str | None) -> str:
     return host.rstrip("/")
 
 
+def _paced(messages: tuple[bytes, ...], rate: float | None, sent: list[int]):
+    """A client stream's messages, message i at i / rate s after the first (at once without a rate).
+
+    grpc pulls it from its own sender (a greenlet under gevent), so the wait yields; `sent[0]` counts
+    what was handed over."""
+    first = time.monotonic()
+    for i, message in enumerate(messages):
+        if rate and i:
+            wait = first + i / rate - time.monotonic()
+            if wait > 0:
+                gevent.sleep(wait)
+        sent[0] = i + 1
+        yield message
+
+
 def _pin_threadpool(size: int) -> None:
     """`--drill-threadpool N`: fix gevent's hub threadpool (only grpc's blocking calls and the
     `greenlet` wait use it; the default native wait needs none). 0 leaves gevent's default."""
@@ -91,7 +111,7 @@ def _pin_threadpool(size: int) -> None:
 
 
 class GrpcUser(User):
-    """Calls go through `call()`: one unary call, tagged, counted, reported. Subclasses set `stub_class`.
+    """Calls go through `call()` (unary) or `call_stream()`: tagged, counted, reported. Subclasses set `stub_class`.
 
     `tagging` may be swapped at any time (e.g. when the fault phase starts); a call uses
     the tagging it starts with.
@@ -137,13 +157,26 @@ class GrpcUser(User):
             worker = os.getpid()  # index not known yet: the pid still keeps ids unique
         self.user_name, spread = openloop.NAMES.next(self.traffic, worker)
         if self.rate > 0:
-            self.schedule = openloop.Schedule(self.rate, spread)
+            self.schedule = self._schedule(spread, worker)
             self._calls = gevent.pool.Pool(self.inflight)
         target = target_of(self.host or self.environment.host)
         self.tagging = self.initial_tagging()
         self.recorder = ClientRecorder(CLIENT_SERVICE, self.opts.config, target)
         self.completions = completions()
         self.stub = self.stub_class(self.completions.channel(target, self.traffic))
+
+    def _schedule(self, spread: int, worker: int | None) -> openloop.Schedule:
+        """This user's arrivals. With drill phases, at most the phases' length × rate calls, timed from the
+        timeline's first second; on a standalone process, offset as the in-runner load offsets the same
+        user (`openloop.runner_offset`), so both send the same ids at the same times of a trial."""
+        o = self.opts
+        if not o.phases:
+            return openloop.Schedule(self.rate, spread)
+        offset = None
+        if worker is None:
+            offset = openloop.runner_offset(o.users, o.weights, self.traffic, spread, self.rate)
+        return openloop.Schedule(self.rate, spread, offset=offset, limit=int(o.total_seconds * self.rate),
+                                 anchor=lambda: STATE.start_unix)  # fmt: skip
 
     def on_stop(self) -> None:
         if self._calls is not None:
@@ -155,6 +188,9 @@ class GrpcUser(User):
         if self.schedule is None:
             self._closed_n += 1
             send(self._closed_n - 1)
+            return
+        if self.schedule.exhausted:  # every call of the phases is sent: idle until the shape stops the user
+            gevent.sleep(1.0)
             return
         gevent.sleep(self.schedule.delay())
         self._calls.spawn(send, self.schedule.take())
@@ -205,10 +241,66 @@ class GrpcUser(User):
                 reply = future.result()
         rec.attempt_finished(label, code, elapsed)
         rec.call_finished(label, code, elapsed, tags.fault_mode, tags.traffic, injected=injected)
-        self._report(method, code, elapsed * 1000.0, reply, tags.fault_mode, injected)
+        length = 0 if reply is None else len(reply) if type(reply) is bytes else reply.ByteSize()
+        self._report(method, code, elapsed * 1000.0, length, tags.fault_mode, injected)
         return reply
 
-    def _report(self, method: str, code, elapsed_ms: float, reply, fault_mode: str, injected: bool) -> None:
+    def call_stream(
+        self, target, *, cancel_after_ms: float | None = None, request_id: str | None = None
+    ) -> tuple[int, int]:
+        """One streaming call of `target` (`loadtests.method_target.Target`), tagged, counted and reported as
+        one call like `call()`: a client stream sends `target.messages` (message i at i / message_rate s),
+        then half-closes; a response stream is read to its end. Returns (messages sent, messages received).
+        """
+        method = target.method
+        tags = self._call_tags(self.tagging, method)  # before the call: other greenlets may retag
+        label = tags.method
+        rec = self.recorder
+        metadata = tags.metadata(request_id or str(uuid.uuid4()), self.opts.timeout)
+        sent: list[int] = [0]
+        request = target.request
+        if target.kind in CLIENT_STREAMS:
+            request = _paced(target.messages, target.message_rate, sent)
+        received = length = 0
+        rec.attempt_started(label)
+        start = time.perf_counter()
+        done = self.completions
+        multicallable = self._multicallables[method]
+        if target.kind == CLIENT_STREAMING:
+            call = done.start(multicallable, request, self.opts.timeout, metadata)
+        else:
+            call = done.start_stream(multicallable, request, self.opts.timeout, metadata)
+        timer = done.cancel_after(call, cancel_after_ms / 1000.0) if cancel_after_ms is not None else None
+        if target.kind == CLIENT_STREAMING:
+            done.wait(call)
+        else:
+            try:
+                for reply in call:
+                    received += 1
+                    length += len(reply)
+            except grpc.RpcError:
+                pass  # the status is read below
+        if timer is not None:
+            timer.stop()
+        elapsed = time.perf_counter() - start
+        if call.cancelled():
+            code, injected = _CANCELLED, False
+        else:
+            code = call.code()
+            injected = has_fault_marker(call.trailing_metadata())
+            if code is _OK and target.kind == CLIENT_STREAMING:
+                received, length = 1, len(call.result())
+        if target.kind not in CLIENT_STREAMS:
+            sent[0] = 1
+        rec.attempt_finished(label, code, elapsed)
+        rec.call_finished(label, code, elapsed, tags.fault_mode, tags.traffic, injected=injected)
+        self._report(method, code, elapsed * 1000.0, length, tags.fault_mode, injected,
+                     messages_sent=sent[0], messages_received=received)  # fmt: skip
+        return sent[0], received
+
+    def _report(
+        self, method: str, code, elapsed_ms: float, length: int, fault_mode: str, injected: bool, **extra: int
+    ) -> None:
         """One `events.request` per call: OK, CANCELLED (its own type, no failure) or a grouped failure."""
         status = status_name(code)
         context = {
@@ -216,9 +308,10 @@ class GrpcUser(User):
             "grpc_status": status,
             "fault_mode": fault_mode,
             "injected": _INJECTED[injected],
+            **extra,
         }
         if code is _OK:
-            kind, length, exception = REQUEST_TYPE, reply.ByteSize() if reply is not None else 0, None
+            kind, exception = REQUEST_TYPE, None
         elif code is _CANCELLED:
             kind, length, exception = CANCELLED_TYPE, 0, None
         else:

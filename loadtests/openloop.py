@@ -15,6 +15,14 @@ across the Locust processes of a run (`organic3`, `drill0`, `drill0.w1` on
 worker 1). A drill user appends each id it sent with the directive to
 `--drill-ids-dir/ids-PID.txt`; the runner keeps those for which
 `harness.core.faults.is_hit` holds as the expected hits.
+
+With drill phases, a schedule starts at the timeline's first whole second, sends
+at most the phases' length × rate calls, and a call's phase is decided by its
+scheduled time, as the in-runner load does. On a standalone process the users are
+also offset as the in-runner load offsets the same users (`runner_offset`), so both
+send the same ids at the same times of a trial and tag the same ones: the hit set
+is the plan's, whichever drives it. Workers keep the golden-ratio spread (their
+users are numbered per process).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import os
 import pathlib
 import threading
 import time
+from collections.abc import Callable
 from typing import IO
 
 #: Seconds beyond the timeout a call slot is provisioned for (completion hand-off, cancel timers).
@@ -58,26 +67,64 @@ class UserNames:
 
 
 class Schedule:
-    """One user's arrival times: call n at `start + offset + n / rate` (never later because of a response)."""
+    """One user's arrival times: call n at `start + offset + n / rate` (never later because of a response).
 
-    def __init__(self, rate: float, spread_index: int) -> None:
+    `offset` defaults to a golden-ratio spread by `spread_index`; `limit` bounds the calls (None: no bound);
+    `anchor()` may give the unix time the schedule starts at (a drill's first whole second), read when the
+    first call is due; without one the schedule starts then.
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        spread_index: int,
+        *,
+        offset: float | None = None,
+        limit: int | None = None,
+        anchor: Callable[[], float | None] | None = None,
+    ) -> None:
         if rate <= 0:
             raise ValueError("an open-loop schedule needs a rate above 0")
         self.rate = rate
-        self.offset = ((spread_index + 0.5) * _PHI) % 1.0 / rate  # never on a whole second (phase edges)
+        # never on a whole second (phase edges), unless given
+        self.offset = ((spread_index + 0.5) * _PHI) % 1.0 / rate if offset is None else offset
+        self.limit = limit
+        self._anchor = anchor
         self.start: float | None = None
+        #: the unix time the schedule started at, when an anchor gave it
+        self.start_unix: float | None = None
         self.n = 0
+
+    def at(self, n: int) -> float:
+        """Seconds after the start that call n is due (the in-runner load's `offset + n / rate`)."""
+        return self.offset + n / self.rate
+
+    @property
+    def exhausted(self) -> bool:
+        return self.limit is not None and self.n >= self.limit
 
     def delay(self, now: float | None = None) -> float:
         """Seconds until call `n` is due (0 when it is due or late)."""
         now = time.monotonic() if now is None else now
         if self.start is None:
-            self.start = now
-        return max(0.0, self.start + self.offset + self.n / self.rate - now)
+            unix = self._anchor() if self._anchor is not None else None
+            self.start = now if unix is None else now + (unix - time.time())
+            self.start_unix = unix
+        return max(0.0, self.start + self.at(self.n) - now)
 
     def take(self) -> int:
         n, self.n = self.n, self.n + 1
         return n
+
+
+def runner_offset(users: int, weights: dict[str, int], traffic: str, k: int, rate: float) -> float:
+    """The offset the in-runner load gives user k of a class: its users are organic 0…O-1 then drill 0…D-1,
+    user i of them first calls at i / (O + D) / rate (harness.drills.load.AioLoad). O is the organic
+    weight when the weights count the users (as `drill run` passes them), else the organic share of `users`."""
+    wo, wd = weights.get("organic", 1), weights.get("drill", 1)
+    organic = wo if wo + wd == users else round(users * wo / max(1, wo + wd))
+    index = k if traffic == "organic" else organic + k
+    return index / max(1, users) / max(rate, 1e-6)
 
 
 class IdLog:

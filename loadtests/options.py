@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from typing import Any
 
 from harness.core.headers import DEFAULT_DRILL_TENANT
@@ -73,10 +74,32 @@ class DrillOptions:
     ids_dir: str | None = None
     #: the trial this run is (the `trial` label of drill_trial_phase_start_seconds)
     trial: int = 1
+    #: the method users call, `pkg.Service/Method` (empty: the demo's `drill.v1.Demo/Call`)
+    method: str | None = None
+    #: its request as protobuf JSON text (an object; a list of objects for a client stream), or `@FILE`
+    request: str = "{}"
+    #: where its types come from: a .proto (compiled with grpcio-tools), a descriptor set, or reflection (neither)
+    proto: str | None = None
+    descriptor_set: str | None = None
+    #: import path of `proto` (default: its folder)
+    proto_path: tuple[str, ...] = ()
+    #: messages/s within a client stream (None: as fast as the stream takes them)
+    message_rate: float | None = None
 
     @property
     def total_seconds(self) -> float:
         return sum(p.seconds for p in self.phases)
+
+
+def phase_at(phases: tuple[Phase, ...], t: float) -> str:
+    """The phase at `t` s after the first one starts (`done` after the last), as the in-runner load decides
+    a call's phase from its scheduled time (`harness.drills.model.Phases.at`: same sums, same comparisons)."""
+    end = 0.0
+    for phase in phases:
+        end += phase.seconds
+        if t < end:
+            return phase.name
+    return DONE_PHASE
 
 
 def parse_phases(text: str | None) -> tuple[Phase, ...]:
@@ -132,6 +155,13 @@ def _optional_float(value: Any) -> float | None:
     return float(value)
 
 
+def _message_rate(value: Any) -> float | None:
+    rate = _optional_float(value)
+    if rate is not None and rate <= 0:
+        raise ValueError("--drill-message-rate must be > 0 (empty = as fast as the stream takes them)")
+    return rate
+
+
 def from_namespace(ns: Any) -> DrillOptions:
     """Build DrillOptions from Locust's parsed options (any object with the `drill_*` attributes)."""
     ratio = int(getattr(ns, "drill_ratio", 100))
@@ -161,6 +191,12 @@ def from_namespace(ns: Any) -> DrillOptions:
     organic_rate = _optional_float(getattr(ns, "drill_organic_rate", None))
     if organic_rate is not None and organic_rate < 0:
         raise ValueError("--drill-organic-rate must be >= 0")
+    message_rate = _message_rate(getattr(ns, "drill_message_rate", None))
+    proto = (getattr(ns, "drill_proto", "") or "").strip() or None
+    descriptor_set = (getattr(ns, "drill_descriptor_set", "") or "").strip() or None
+    if proto and descriptor_set:
+        raise ValueError("give --drill-proto or --drill-descriptor-set, not both (neither = server reflection)")
+    proto_path = tuple(p for p in (getattr(ns, "drill_proto_path", "") or "").split(os.pathsep) if p.strip())
     return DrillOptions(
         tenant=getattr(ns, "drill_tenant", None) or DEFAULT_DRILL_TENANT,
         directive=(getattr(ns, "drill_directive", "") or "").strip() or None,
@@ -187,6 +223,12 @@ def from_namespace(ns: Any) -> DrillOptions:
         seed=int(getattr(ns, "drill_seed", 0) or 0),
         ids_dir=(getattr(ns, "drill_ids_dir", "") or "").strip() or None,
         trial=int(getattr(ns, "drill_trial", 1) or 1),
+        method=(getattr(ns, "drill_method", "") or "").strip() or None,
+        request=(getattr(ns, "drill_request", "") or "").strip() or "{}",
+        proto=proto,
+        descriptor_set=descriptor_set,
+        proto_path=proto_path,
+        message_rate=message_rate,
     )
 
 
@@ -281,3 +323,22 @@ def add_arguments(parser: Any) -> None:
     arg("--drill-seed", type=int, default=0, help="seed in the request ids PLAN-SEED-USER-N")
     arg("--drill-ids-dir", default="", help="append the ids sent with the directive to DIR/ids-PID.txt")
     arg("--drill-trial", type=int, default=1, help="trial number, exported with the phase times (1)")
+    arg(
+        "--drill-method",
+        default="",
+        help="full method the users call, pkg.Service/Method, any kind (empty = the demo's drill.v1.Demo/Call)",
+    )
+    arg(
+        "--drill-request",
+        default="{}",
+        help="its request as protobuf JSON: an object, a list of objects for a client stream, or @FILE",
+    )
+    arg("--drill-proto", default="", help="the method's types from this .proto (needs grpcio-tools)")
+    arg("--drill-descriptor-set", default="", help="... or from this descriptor set (default: server reflection)")
+    arg("--drill-proto-path", default="", help=f"import path of --drill-proto, {os.pathsep}-separated (its folder)")
+    arg(
+        "--drill-message-rate",
+        type=_validated(_message_rate),
+        default="",
+        help="messages/s within a client stream (empty = as fast as the stream takes them)",
+    )

@@ -22,6 +22,8 @@ class PhaseState:
         self.phase = STEADY_PHASE
         self.fault_active = False
         self.export = False
+        #: the unix second the phases start at (set by the shape, sent to workers with the first phase)
+        self.start_unix: float | None = None
         self._phases: tuple[str, ...] = ()
         self._lock = threading.Lock()
 

@@ -31,16 +31,20 @@ log = logging.getLogger("drill.loadtests")
 PHASE_MESSAGE = "drill_phase"
 
 
-def publish(runner, phase: str, fault: bool) -> None:
-    """Set the phase here and tell every worker (a local runner delivers to itself)."""
+def publish(runner, phase: str, fault: bool, start_unix: float | None = None) -> None:
+    """Set the phase here and tell every worker (a local runner delivers to itself), with the timeline's start."""
+    if start_unix is not None:
+        STATE.start_unix = start_unix
     STATE.set(phase, fault)
     if isinstance(runner, MasterRunner):
-        runner.send_message(PHASE_MESSAGE, {"phase": phase, "fault": fault})
+        runner.send_message(PHASE_MESSAGE, {"phase": phase, "fault": fault, "start": STATE.start_unix})
     log.info("drill phase %s (fault %s)", phase, "on" if fault else "off")
 
 
 def on_phase_message(environment, msg, **_kw) -> None:
-    """Worker side of `publish`."""
+    """Worker side of `publish`: the users' schedules start at the timeline's first second."""
+    if msg.data.get("start") is not None:
+        STATE.start_unix = float(msg.data["start"])
     STATE.set(str(msg.data["phase"]), bool(msg.data["fault"]))
 
 
@@ -91,7 +95,7 @@ class DrillShape(LoadTestShape):
             self.start_unix = float(math.floor(time.time()) + 1)  # phase edges on whole seconds
             mark_trial(opts, self.start_unix)
             first = opts.phases[0]
-            publish(self.runner, first.name, first.fault)
+            publish(self.runner, first.name, first.fault, self.start_unix)
             self._timeline = gevent.spawn(self._run_timeline, opts)
         if time.time() >= self.start_unix + opts.total_seconds:
             return None

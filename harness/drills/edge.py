@@ -1,11 +1,16 @@
-"""What the load calls at the edge: a full method name and how to build each request's bytes.
+"""What a load calls: a full method, its kind (unary or a stream) and how to build each call's request bytes.
 
 The load never needs a generated stub: it calls `channel.unary_unary(method)` (or
-`unary_stream`) with serialized bytes and ignores the reply's content, as ghz and
-grpcurl do. `demo_edge` builds the demo topology's `drill.v1.Demo` call (the request
-id as payload, so a reply shows which request it answers); `harness.drills.stacks`
-builds a stack's from a JSON body typed by a `.proto`, a descriptor set or server
-reflection.
+`unary_stream`, `stream_unary`, `stream_stream`) with serialized bytes and ignores the
+reply's content, as ghz and grpcurl do. `demo_edge` builds the demo topology's
+`drill.v1.Demo` call (the request id as payload, so a reply shows which request it
+answers). `resolve_call` builds any other method's: its types found in a descriptor
+set, a `.proto` compiled with grpcio-tools or the server's reflection, its request
+given as JSON in protobuf's JSON mapping — one object, or for a client stream a list
+of objects sent in order. The runner's stack edge (`resolve_edge`) and the Locust
+user for any service (`loadtests/method_target.py`) both go through it, so a method
+and a request mean the same to both and bad input reads the same, naming the key or
+option it came from.
 """
 
 from __future__ import annotations
@@ -14,20 +19,55 @@ import dataclasses
 import pathlib
 import tempfile
 from collections.abc import Callable
+from typing import Any
 
 from harness.core.errors import BadInput, RunFailed
 from harness.demo.downstream import DEMO_SERVICE
 from harness.demo.proto import drill_pb2
 
+#: The four call kinds, as gRPC names them (request stream × response stream).
+UNARY = "unary"
+SERVER_STREAMING = "server_streaming"
+CLIENT_STREAMING = "client_streaming"
+BIDI = "bidi_streaming"
+KINDS = (UNARY, SERVER_STREAMING, CLIENT_STREAMING, BIDI)
+#: Kinds whose request side is a stream (the request JSON is a list of messages).
+CLIENT_STREAMS = (CLIENT_STREAMING, BIDI)
+
+
+def kind_of(client_streaming: bool, server_streaming: bool) -> str:
+    """The call kind of a method descriptor's two flags."""
+    if client_streaming:
+        return BIDI if server_streaming else CLIENT_STREAMING
+    return SERVER_STREAMING if server_streaming else UNARY
+
 
 @dataclasses.dataclass(frozen=True)
 class EdgeCall:
-    """`method` is `/pkg.Service/Method`; `request(request_id)` returns the serialized request."""
+    """One method to call and its request bytes.
+
+    `method` is `/pkg.Service/Method`. `request(request_id)` is the one request of a unary or
+    server-streaming call (and the first message of a client stream); `messages(request_id)` every
+    message a call sends, in order. A client stream (client-streaming or bidi) sends message i at
+    i / `message_rate` s after the call starts (None: each as soon as the stream takes it), then
+    half-closes; a response stream is read to its end.
+    """
 
     method: str
     request: Callable[[str], bytes]
-    #: server-streaming (the demo's Stream): the load reads the stream to its end
-    streaming: bool = False
+    kind: str = UNARY
+    #: every message of a client stream (None: the one `request`)
+    stream: Callable[[str], tuple[bytes, ...]] | None = None
+    #: messages/s within a client stream (None: as fast as the stream takes them)
+    message_rate: float | None = None
+
+    @property
+    def streaming(self) -> bool:
+        """Server-streaming: the response is a stream and the request one message (the demo's Stream)."""
+        return self.kind == SERVER_STREAMING
+
+    def messages(self, request_id: str) -> tuple[bytes, ...]:
+        return self.stream(request_id) if self.stream is not None else (self.request(request_id),)
 
 
 def demo_edge(method: str) -> EdgeCall:
@@ -36,28 +76,78 @@ def demo_edge(method: str) -> EdgeCall:
     def request(rid: str) -> bytes:
         return drill_pb2.CallRequest(payload=rid).SerializeToString()
 
-    return EdgeCall(f"/{DEMO_SERVICE}/{method}", request, streaming=method == "Stream")
+    return EdgeCall(f"/{DEMO_SERVICE}/{method}", request, kind=SERVER_STREAMING if method == "Stream" else UNARY)
 
 
-def constant_edge(method: str, body: bytes) -> EdgeCall:
-    """A stack's edge: the same serialized request for every call (the request id travels in metadata)."""
+def constant_edge(
+    method: str, body: bytes | tuple[bytes, ...], kind: str = UNARY, message_rate: float | None = None
+) -> EdgeCall:
+    """The same serialized request (or client stream) for every call: the request id travels in metadata."""
     method = method if method.startswith("/") else "/" + method
-    return EdgeCall(method, lambda _rid: body)
+    if kind in CLIENT_STREAMS:
+        stream = tuple(body) if isinstance(body, tuple) else (body,)
+        first = stream[0] if stream else b""
+        return EdgeCall(method, lambda _rid: first, kind, lambda _rid: stream, message_rate)
+    return EdgeCall(method, lambda _rid: body, kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputNames:
+    """What the user calls each input, for error lines: a stack file's keys or Locust's options."""
+
+    method: str = "stack.edge.method"
+    request: str = "stack.edge.request"
+    proto: str = "stack.edge.proto"
+    descriptor_set: str = "stack.edge.descriptor_set"
+    edge: str = "stack.edge"
+    #: what the address is, in "cannot reach … ADDRESS"
+    address: str = "the edge at"
+    #: the alternatives to name when reflection is off
+    sources: str = "give proto or descriptor_set"
+
+
+STACK_NAMES = InputNames()
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodSpec:
+    """What `resolve_call` reads (the fields of a stack's `EdgeSpec`): where, which method, which request."""
+
+    address: str
+    method: str
+    #: protobuf JSON: one object, or for a client stream a list of objects (an object alone is one message)
+    request: Any = dataclasses.field(default_factory=dict)
+    proto: str | None = None
+    descriptor_set: str | None = None
+    proto_path: tuple[str, ...] = ()
+    message_rate: float | None = None
 
 
 def resolve_edge(spec) -> EdgeCall:
-    """The stack's edge call: its method found in a descriptor pool (descriptor set, .proto or the server's
-    reflection), the JSON request parsed into the method's input type and serialized once.
+    """The stack edge the runner's own load calls: unary only (`resolve_call` with the stack's key names).
 
-    A method that does not exist, a streaming one, or a request that does not fit the type is bad input
-    (exit 2); an edge that cannot be reached for reflection is a failed run (exit 1).
+    A streaming method is bad input here; a stack whose `stack.load` is the Locust user for any
+    service drives every kind (`loadtests/method_target.py`).
     """
-    from google.protobuf import json_format, message_factory
+    return resolve_call(spec, kinds=(UNARY,))
+
+
+def resolve_call(spec, *, names: InputNames = STACK_NAMES, kinds: tuple[str, ...] = KINDS) -> EdgeCall:
+    """A method's call: found in a descriptor pool (descriptor set, .proto or the server's reflection at
+    `spec.address`), the JSON request parsed into its input type and serialized once.
+
+    `spec` has `MethodSpec`'s fields (a stack's `EdgeSpec` does). A method that does not exist, one of a
+    kind not in `kinds`, or a request that does not fit the type is bad input (exit 2); an address that
+    cannot be reached for reflection is a failed run (exit 1). Each says which input, by `names`.
+    """
+    from google.protobuf import message_factory
 
     full = spec.method.lstrip("/")
     service, _, method = full.rpartition("/")
-    where = f"stack.edge.method {spec.method!r}"
-    pool = _pool(spec)
+    where = f"{names.method} {spec.method!r}"
+    if not service or not method:
+        raise BadInput(f"{where}: expected a full method name, package.Service/Method")
+    pool = _pool(spec, names)
     try:
         try:
             svc = pool.FindServiceByName(service)
@@ -68,16 +158,49 @@ def resolve_edge(spec) -> EdgeCall:
         if m is None:
             known = ", ".join(sorted(svc.methods_by_name))
             raise BadInput(f"{where}: {service} has no method {method!r} (it has: {known})")
-        if m.client_streaming or m.server_streaming:
-            raise BadInput(f"{where}: a streaming method; a stack's edge is unary (the local topology keeps Stream)")
+        kind = kind_of(m.client_streaming, m.server_streaming)
+        if kind not in kinds:
+            raise BadInput(f"{where}: a {kind.replace('_', '-')} method: {_refusal(kinds)}")
         cls = message_factory.GetMessageClass(m.input_type)
-        try:
-            body = json_format.ParseDict(spec.request, cls()).SerializeToString()
-        except json_format.ParseError as exc:
-            raise BadInput(f"stack.edge.request does not fit {m.input_type.full_name}: {exc}") from None
+        body = encode_request(cls, spec.request, kind, names.request)
     finally:
         pool.close()
-    return constant_edge(full, body)
+    rate = getattr(spec, "message_rate", None)
+    return constant_edge(full, body, kind, message_rate=rate if kind in CLIENT_STREAMS and rate else None)
+
+
+def _refusal(kinds: tuple[str, ...]) -> str:
+    if kinds == (UNARY,):
+        return "the runner's own load calls unary methods at a stack's edge (the Locust user, as stack.load, any kind)"
+    return "expected " + " or ".join(k.replace("_", "-") for k in kinds)
+
+
+def encode_request(cls, request: Any, kind: str, name: str = STACK_NAMES.request) -> bytes | tuple[bytes, ...]:
+    """The JSON request as bytes of `cls`: one message, or for a client stream a tuple of them.
+
+    A unary or server-streaming call takes one JSON object. A client stream (client-streaming, bidi) takes a
+    list of objects, sent in order (an empty list is a stream of no messages); an object alone is a stream
+    of that one message.
+    """
+    from google.protobuf import json_format
+
+    type_name = cls.DESCRIPTOR.full_name
+
+    def one(value: Any, where: str) -> bytes:
+        if not isinstance(value, dict):
+            raise BadInput(f"{where} must be a JSON object ({type_name}), not {type(value).__name__}")
+        try:
+            return json_format.ParseDict(value, cls()).SerializeToString()
+        except json_format.ParseError as exc:
+            raise BadInput(f"{where} does not fit {type_name}: {exc}") from None
+
+    if kind in CLIENT_STREAMS:
+        items = request if isinstance(request, list) else [request]
+        return tuple(one(item, f"{name}[{i}]") for i, item in enumerate(items))
+    if isinstance(request, list):
+        raise BadInput(f"{name}: a {kind.replace('_', '-')} method takes one message (a JSON object), "
+                       f"not a list of {len(request)}")  # fmt: skip
+    return one(request, name)
 
 
 def _source(spec) -> str:
@@ -88,17 +211,23 @@ def _source(spec) -> str:
     return f"by reflection at {spec.address}"
 
 
-def _pool(spec):
+def _pool(spec, names: InputNames):
     """A descriptor pool holding the method's service: from a descriptor set, a compiled .proto, or reflection."""
     from google.protobuf import descriptor_pb2, descriptor_pool
 
     if spec.descriptor_set or spec.proto:
-        data = pathlib.Path(spec.descriptor_set).read_bytes() if spec.descriptor_set else _compile(spec)
+        if spec.descriptor_set:
+            try:
+                data = pathlib.Path(spec.descriptor_set).read_bytes()
+            except OSError as exc:
+                raise BadInput(f"{names.descriptor_set}: cannot read {spec.descriptor_set} ({exc.strerror})") from None
+        else:
+            data = _compile(spec, names)
         files = descriptor_pb2.FileDescriptorSet()
         try:
             files.ParseFromString(data)
         except Exception as exc:  # noqa: BLE001 - protobuf raises its own DecodeError
-            raise BadInput(f"stack.edge.descriptor_set: not a FileDescriptorSet ({exc})") from None
+            raise BadInput(f"{names.descriptor_set}: not a FileDescriptorSet ({exc})") from None
         pool = descriptor_pool.DescriptorPool()
         for f in files.file:
             pool.Add(f)
@@ -111,14 +240,14 @@ def _pool(spec):
         grpc.channel_ready_future(channel).result(timeout=10)
     except grpc.FutureTimeoutError:
         channel.close()
-        raise RunFailed(f"cannot reach the edge at {spec.address} for server reflection (10 s)") from None
+        raise RunFailed(f"cannot reach {names.address} {spec.address} for server reflection (10 s)") from None
     database = ProtoReflectionDescriptorDatabase(channel)
     try:
         database.get_services()
     except grpc.RpcError as err:
         channel.close()
-        raise BadInput(f"stack.edge: {spec.address} offers no server reflection ({err.code().name}); give proto or "
-                       "descriptor_set") from None  # fmt: skip
+        raise BadInput(f"{names.edge}: {spec.address} offers no server reflection ({err.code().name}); "
+                       f"{names.sources}") from None  # fmt: skip
     return _ReflectionPool(database, channel)
 
 
@@ -163,16 +292,18 @@ class _ReflectionPool:
         self.channel.close()
 
 
-def _compile(spec) -> bytes:
+def _compile(spec, names: InputNames) -> bytes:
     """`protoc --include_imports --descriptor_set_out` through grpcio-tools (the .proto route needs it)."""
     try:
         from grpc_tools import protoc
     except ImportError:
         raise BadInput(
-            "stack.edge.proto needs grpcio-tools (pip install grpcio-tools), or give descriptor_set "
+            f"{names.proto} needs grpcio-tools (pip install grpcio-tools), or give a descriptor set "
             "(protoc --include_imports --descriptor_set_out=FILE your.proto)"
         ) from None
     proto = pathlib.Path(spec.proto)
+    if not proto.is_file():
+        raise BadInput(f"{names.proto}: no file {proto}")
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "set.pb"
         includes = [f"-I{d}" for d in (spec.proto_path or [str(proto.parent)])]
@@ -182,5 +313,5 @@ def _compile(spec) -> bytes:
         code = protoc.main(["protoc", *includes, f"-I{well_known}", "--include_imports",
                             f"--descriptor_set_out={out}", str(proto)])  # fmt: skip
         if code != 0 or not out.exists():
-            raise BadInput(f"stack.edge.proto: {proto} does not compile (protoc exit {code})")
+            raise BadInput(f"{names.proto}: {proto} does not compile (protoc exit {code})")
         return out.read_bytes()

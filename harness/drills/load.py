@@ -452,7 +452,9 @@ class CommandLoad:
     """A load the stack file starts for every trial with a command (`stack.load`): typically a Locust master.
 
     The trial travels in the environment as the `LOCUST_DRILL_*` variables Locust reads for each
-    `--drill-*` option, so the same profile runs here, in compose or in a cluster. The trial starts
+    `--drill-*` option, so the same profile runs here, in compose or in a cluster; so does the stack's
+    edge (method, JSON request, type source), so the Locust user calls the stack's method without the
+    stack file repeating it. The trial starts
     when the load says so: its timeline exports the phase times (`drill_trial_phase_start_seconds`),
     read from its /metrics or from the stack's Prometheus. Its client counters are scraped each second
     (`metrics`) or read from Prometheus after the trial (`selector`). Which ids it tagged stays in its
@@ -463,11 +465,13 @@ class CommandLoad:
 
     def __init__(
         self, *, plan: str, seed: int, config_label: str, traffic: Traffic, fault: Fault, phases: Phases,
-        spec, prometheus: str | None, workdir: pathlib.Path, trial: int = 1,
+        spec, prometheus: str | None, workdir: pathlib.Path, trial: int = 1, edge=None,
     ) -> None:  # fmt: skip
         self.plan, self.seed, self.config_label, self.trial = plan, seed, config_label, trial
         self.traffic, self.fault, self.phases = traffic, fault, phases
         self.spec, self.prometheus, self.workdir = spec, prometheus, workdir
+        #: the stack's edge (`stack.edge`): its method and request reach the load as the Locust user's options
+        self.edge = edge
         self.proc: asyncio.subprocess.Process | None = None
         self.start_unix: float | None = None
 
@@ -485,6 +489,14 @@ class CommandLoad:
             "FAULT_ATTEMPTS": str(f.attempts or ""), "CANCEL_MS": f"{tr.cancel_ms:g}" if tr.cancel_ms else "",
             "CANCEL_SHARE": "100" if tr.cancel_ms else "0",
         }  # fmt: skip
+        if self.edge is not None:  # what to call: the Locust user for any service reads these (loadtests/)
+            e = self.edge
+            rate = getattr(e, "message_rate", None)
+            values.update({
+                "METHOD": e.method, "REQUEST": json.dumps(e.request), "PROTO": e.proto or "",
+                "DESCRIPTOR_SET": e.descriptor_set or "", "PROTO_PATH": os.pathsep.join(e.proto_path),
+                "MESSAGE_RATE": f"{rate:g}" if rate else "",
+            })  # fmt: skip
         env = {f"LOCUST_DRILL_{k}": v for k, v in values.items()}
         return {**os.environ, **env, "DRILL_CONFIG": self.config_label, "DRILL_TRIAL": str(self.trial)}
 

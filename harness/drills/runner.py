@@ -174,6 +174,7 @@ class Runner:
                 load = CommandLoad(
                     plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault, phases=plan.phases,
                     spec=plan.stack.load, prometheus=plan.stack.prometheus, workdir=workdir, trial=trial,
+                    edge=plan.stack.edge,
                 )  # fmt: skip
             elif tr.driver == "locust":  # the plan checked the profile exists
                 load = LocustLoad(

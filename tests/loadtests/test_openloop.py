@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -60,3 +61,25 @@ def test_tagged_ids_are_appended_per_process_and_read_back_by_the_runner(tmp_pat
     log.close()
     (tmp_path / "ids-999.txt").write_text("p-1-drill0.w1-0\n")
     assert sorted(read_tagged_ids(tmp_path)) == ["p-1-drill0-0", "p-1-drill0-1", "p-1-drill0-2", "p-1-drill0.w1-0"]
+
+
+def test_a_drill_schedule_starts_at_the_timelines_first_second_and_stops_after_its_calls():
+    start_unix = time.time() + 0.5  # the shape's next whole second, half a second from now
+    s = openloop.Schedule(rate=10.0, spread_index=1, offset=0.05, limit=3, anchor=lambda: start_unix)
+    now = time.monotonic()
+    # call 0 is due at the timeline's start + its offset, whenever the user got here
+    assert s.delay(now=now) == pytest.approx(0.55, abs=0.01)
+    assert s.start_unix == start_unix and s.at(2) == pytest.approx(0.25)
+    for _ in range(3):
+        assert not s.exhausted
+        s.take()
+    assert s.exhausted  # the phases' length × rate calls, as the in-runner load sends
+
+
+def test_a_local_user_is_offset_as_the_in_runner_load_offsets_the_same_user():
+    # AioLoad: organic 0…O-1 then drill 0…D-1, user k of them first at k / (O + D) / rate
+    weights = {"organic": 3, "drill": 2}
+    assert openloop.runner_offset(5, weights, "organic", 2, 10.0) == 2 / 5 / 10.0
+    assert openloop.runner_offset(5, weights, "drill", 1, 4.0) == 4 / 5 / 4.0
+    # weights that are not user counts: the organic share of the users comes first
+    assert openloop.runner_offset(20, {"organic": 1, "drill": 1}, "drill", 0, 10.0) == 10 / 20 / 10.0
