@@ -27,7 +27,7 @@ step() {  # step "what" cmd...: print the command, run it, print its exit code a
   echo "\$ $*"
   local t0 rc
   t0=$(date +%s.%N)
-  bash -c "$*" 2>&1 | sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e 's/\r//g'
+  bash -c "set -o pipefail; $*" 2>&1 | sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e 's/\r//g'
   rc=${PIPESTATUS[0]}
   printf '[exit %s, %.1f s]\n' "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)"
 }
@@ -45,7 +45,7 @@ export -f query
 echo "# compose end to end: $(date -u +%FT%TZ)"
 echo "# commit: $(git rev-parse --short HEAD)$(git status --porcelain -- compose harness loadtests benchmarks/compose_e2e.sh | grep -q . && echo ' + uncommitted changes')"
 echo "# $(docker version --format 'Docker Engine {{.Server.Version}}'), $(docker compose version), $(nproc) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# PYTHON_IMAGE=${PYTHON_IMAGE:-(unset: the Dockerfile's digest)}"
+echo "# PYTHON_IMAGE=${PYTHON_IMAGE:-(unset: the base image by digest)}"
 docker compose -f $F --profile load down -v >/dev/null 2>&1
 docker image rm drill-harness:0.1.0 >/dev/null 2>&1  # a fresh start: the image is built again below
 
@@ -59,7 +59,7 @@ step "1f. Prometheus' lifecycle endpoint is closed" "curl -s -w ' [HTTP %{http_c
 step "1g. Prometheus sees the hops" "query 'up{job=\"drill-services\"}'"
 
 step "2a. the documented Locust step (retry-storm)" \
-  LOCUST_WORKERS=2 docker compose -f $F --profile load up --exit-code-from locust-master locust-master locust-worker
+  LOCUST_WORKERS=2 docker compose -f $F --profile load up --exit-code-from locust-master --attach locust-master locust-master locust-worker
 step "2b. the hops were not recreated" \
   "docker compose -f $F ps --format '{{.Name}} {{.ID}} {{.CreatedAt}} {{.Ports}}' $HOPS prometheus | diff /tmp/compose-e2e-ps-before.txt - && echo same containers"
 
@@ -72,15 +72,16 @@ step "4b. the switch keeps the scale (LEDGER_REPLICAS exported)" \
   DRILL_CONFIG=resilient docker compose -f $F up -d --wait $HOPS
 step "4c. a short retry-storm profile on three ledgers" \
   DRILL_CONFIG=resilient LOCUST_WORKERS=2 LOCUST_DRILL_PHASES=warmup=5,fault=10,recovery=10 \
-  docker compose -f $F --profile load up --exit-code-from locust-master locust-master locust-worker '>/dev/null'
+  docker compose -f $F --profile load up --exit-code-from locust-master --attach locust-master locust-master locust-worker \
+  "| grep -E 'Shutting down|exited with'"
 step "4d. ledger calls per replica over the profile" \
   "sleep 3; query 'sum by (instance) (increase(drill_server_calls_total{compose_service=\"ledger\"}[40s]))'"
 step "4e. a worker mismatch: the master gives up, compose says so" \
-  DRILL_CONFIG=resilient LOCUST_WORKERS=2 docker compose -f $F --profile load up --exit-code-from locust-master \
-  --scale locust-worker=1 locust-master locust-worker "| grep -E 'Gave up|exited with|Aborting'"
+  DRILL_CONFIG=resilient LOCUST_WORKERS=2 docker compose -f $F --profile load up --exit-code-from locust-master --attach locust-master \
+  --scale locust-worker=1 locust-master locust-worker "| grep -E 'Gave up|exited with|Aborting|Shutting down'"
 step "4f. UI mode exits after its phases (LOCUST_AUTOQUIT=5)" \
   DRILL_CONFIG=resilient LOCUST_HEADLESS=false LOCUST_AUTOQUIT=5 LOCUST_WORKERS=1 \
   LOCUST_DRILL_PHASES=warmup=2,fault=3,recovery=3 docker compose -f $F --profile load up \
-  --exit-code-from locust-master locust-master locust-worker "| grep -E 'web interface|Shape test|autoquit|exited with'"
+  --exit-code-from locust-master --attach locust-master locust-master locust-worker "| grep -E 'web interface|Shape test|autoquit|exited with|Shutting down'"
 
 step "5. clean up" docker compose -f $F --profile load down -v

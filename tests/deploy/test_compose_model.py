@@ -113,9 +113,16 @@ def test_ledger_replicas_come_from_one_variable_that_every_up_reads() -> None:
     assert one != three and one["command"] == three["command"]
 
 
+def _sh_lines(doc: str) -> list[str]:
+    text = (ROOT / "docs" / doc).read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    return [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+
+
 def test_docs_scale_the_ledger_with_the_variable() -> None:
-    text = (ROOT / "docs/observability.md").read_text()
-    assert "--scale ledger" not in text and "LEDGER_REPLICAS=3" in text
+    lines = _sh_lines("observability.md")
+    assert not [line for line in lines if "--scale ledger" in line]  # lasts only until the next `up`
+    assert "export LEDGER_REPLICAS=3" in lines
 
 
 # --- the documented Locust command ------------------------------------------------------------------------
@@ -142,6 +149,10 @@ def test_documented_locust_command_exits_with_the_masters_code() -> None:
         assert "--exit-code-from" in words and words[words.index("--exit-code-from") + 1] == "locust-master", (
             f"{where}: {line}"
         )
+        # compose ends `up` at the first exit of a container it attached to: only the master's may
+        # count (the workers quit as it ends, and stopping it then would cut its summary)
+        attached = [words[i + 1] for i, w in enumerate(words) if w == "--attach"]
+        assert attached == ["locust-master"], f"{where}: {line}"
 
 
 def test_master_quits_after_its_phases_with_or_without_the_web_ui() -> None:
@@ -192,5 +203,5 @@ def test_the_label_the_stack_reads_is_written_by_prometheus_and_named_by_the_doc
 
 @pytest.mark.parametrize("doc", ["observability.md", "stacks.md"])
 def test_docs_show_no_removed_healthcheck_or_lifecycle(doc: str) -> None:
-    text = (ROOT / "docs" / doc).read_text()
-    assert "grpc_healthcheck.py" not in text and "enable-lifecycle" not in text
+    assert "grpc_healthcheck.py" not in (ROOT / "docs" / doc).read_text()
+    assert not [line for line in _sh_lines(doc) if "enable-lifecycle" in line or "/-/reload" in line]
