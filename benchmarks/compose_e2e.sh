@@ -59,8 +59,10 @@ step "1f. Prometheus' lifecycle endpoint is closed" "curl -s -w ' [HTTP %{http_c
 step "1g. Prometheus sees the hops" "query 'up{job=\"drill-services\"}'"
 
 step "2a. the documented Locust step (retry-storm)" \
-  LOCUST_WORKERS=2 docker compose -f $F --profile load up --exit-code-from locust-master --attach locust-master locust-master locust-worker
-step "2b. the hops were not recreated" \
+  LOCUST_WORKERS=2 docker compose -f $F --profile load up --exit-code-from locust-master locust-master locust-worker
+step "2b. the master's exit code and closing summary (compose stopped following at a worker's exit)" \
+  "docker inspect drill-locust-master-1 --format 'exit code {{.State.ExitCode}}'; docker compose -f $F logs --no-log-prefix locust-master | tail -n 22"
+step "2c. the hops were not recreated" \
   "docker compose -f $F ps --format '{{.Name}} {{.ID}} {{.CreatedAt}} {{.Ports}}' $HOPS prometheus | diff /tmp/compose-e2e-ps-before.txt - && echo same containers"
 
 step "3. drill run compose/stack.yaml --trials 1" ".venv/bin/drill run compose/stack.yaml --trials 1 --out $OUT"
@@ -72,16 +74,16 @@ step "4b. the switch keeps the scale (LEDGER_REPLICAS exported)" \
   DRILL_CONFIG=resilient docker compose -f $F up -d --wait $HOPS
 step "4c. a short retry-storm profile on three ledgers" \
   DRILL_CONFIG=resilient LOCUST_WORKERS=2 LOCUST_DRILL_PHASES=warmup=5,fault=10,recovery=10 \
-  docker compose -f $F --profile load up --exit-code-from locust-master --attach locust-master locust-master locust-worker \
-  "| grep -E 'Shutting down|exited with'"
+  docker compose -f $F --profile load up --exit-code-from locust-master locust-master locust-worker \
+  "2>&1 | grep -E 'drill phase|exited with|Aborting'"
 step "4d. ledger calls per replica over the profile" \
   "sleep 3; query 'sum by (instance) (increase(drill_server_calls_total{compose_service=\"ledger\"}[40s]))'"
 step "4e. a worker mismatch: the master gives up, compose says so" \
-  DRILL_CONFIG=resilient LOCUST_WORKERS=2 docker compose -f $F --profile load up --exit-code-from locust-master --attach locust-master \
-  --scale locust-worker=1 locust-master locust-worker "| grep -E 'Gave up|exited with|Aborting|Shutting down'"
+  DRILL_CONFIG=resilient LOCUST_WORKERS=2 docker compose -f $F --profile load up --exit-code-from locust-master \
+  --scale locust-worker=1 locust-master locust-worker "2>&1 | grep -E 'Gave up|exited with|Aborting|Shutting down'"
 step "4f. UI mode exits after its phases (LOCUST_AUTOQUIT=5)" \
   DRILL_CONFIG=resilient LOCUST_HEADLESS=false LOCUST_AUTOQUIT=5 LOCUST_WORKERS=1 \
   LOCUST_DRILL_PHASES=warmup=2,fault=3,recovery=3 docker compose -f $F --profile load up \
-  --exit-code-from locust-master --attach locust-master locust-master locust-worker "| grep -E 'web interface|Shape test|autoquit|exited with|Shutting down'"
+  --exit-code-from locust-master locust-master locust-worker "2>&1 | grep -E 'web interface|Shape test|autoquit|exited with|Shutting down'"
 
 step "5. clean up" docker compose -f $F --profile load down -v
