@@ -4,11 +4,19 @@
 (`/drill.v1.Demo/Call` and `/Write` with the generated messages' serializers)
 and turns a `ResilientCaller` into the servicer's `Downstream`.
 `downstream_for()` is what `drill serve --downstream A,B --config NAME` uses.
+
+Every channel to a next hop balances round robin over all the addresses its name resolves to
+(`CHANNEL_OPTIONS`): gRPC's default policy, pick_first, sends every call to the first address, so a
+name with three replicas behind it (compose DNS for `--scale`d or `deploy.replicas` services, a
+headless Kubernetes Service) would get one replica's capacity. The configuration's own balancer
+picks among the targets listed in `--downstream`; gRPC's round robin spreads each target's calls
+over that target's addresses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random as _random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -26,6 +34,8 @@ from harness.resilience import ChannelPool, Invoke, ResilienceConfig, ResilientC
 DEMO_SERVICE = drill_pb2.DESCRIPTOR.services_by_name["Demo"].full_name
 #: The demo's unary methods, all taking `CallRequest` and answering `CallReply`.
 DEMO_UNARY_METHODS = ("Call", "Write")
+#: Channel options for calls to a next hop: round robin over every address the target resolves to.
+CHANNEL_OPTIONS = (("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),)
 
 
 def demo_invokers(channel_for_target: Callable[[str], aio.Channel]) -> dict[str, Invoke]:
@@ -52,7 +62,9 @@ def demo_caller(
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> ResilientCaller:
     """A `ResilientCaller` for the demo's replicas at `addresses`, owning its channels."""
-    channels = ChannelPool(service=service, config=config.name, tagging=tagging, drill_tenants=drill_tenants)
+    channels = ChannelPool(
+        service=service, config=config.name, tagging=tagging, drill_tenants=drill_tenants, options=CHANNEL_OPTIONS
+    )
     return ResilientCaller(
         addresses,
         config,

@@ -32,7 +32,7 @@ from harness.core.errors import BadInput, RunFailed
 from harness.core.safety import install_stop_signal
 from harness.core.settings import FaultSettings
 from harness.demo.conntrack import watch_port
-from harness.demo.downstream import downstream_for
+from harness.demo.downstream import CHANNEL_OPTIONS, downstream_for
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.demo.service import AdmissionInterceptor, Capacity, DemoServicer, Downstream, plain_downstream
 from harness.interceptors import DrillClientInterceptor, FaultServerInterceptor
@@ -122,7 +122,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--downstream",
         type=_downstreams,
         default=None,
-        help="the next hop's replicas, comma separated: HOST:PORT, or @FILE = the --ready-file of another "
+        help="the next hop's replicas, comma separated: HOST:PORT (a name with several addresses is balanced "
+        "round robin over all of them), or @FILE = the --ready-file of another "
         "drill serve (waited for up to --downstream-wait seconds); omit for a leaf",
     )
     p.add_argument("--downstream-wait", type=cliargs.number(0, lim.MAX_WAIT_S, "seconds", above=True),
@@ -330,7 +331,9 @@ async def _make_downstream(args: argparse.Namespace, settings: FaultSettings):
         return await downstream_for(args.downstream, args.config, service=settings.service)
     channels = [
         aio.insecure_channel(
-            addr, interceptors=[DrillClientInterceptor(service=settings.service, target=addr)]
+            addr,
+            options=CHANNEL_OPTIONS,  # round robin over every address the name resolves to
+            interceptors=[DrillClientInterceptor(service=settings.service, target=addr)],
         )
         for addr in args.downstream.split(",")
         if addr.strip()

@@ -10,8 +10,9 @@ a broken healthcheck shows here before a user meets it:
   the value of a `--…-host` flag), `0.0.0.0` and `127.0.0.1`/`localhost` to the container's own
   address. Ports stay as declared: nothing is remapped, so a connection to a port the compose
   file's command does not serve simply fails, and no port is picked for another process to bind.
-- **Images.** `build:` services (the project's image) run their command from the repo root (the
-  image's /app) with this venv's executables, `/app/…` paths mapped to the repo, and the
+- **Images.** Services on the project's image (the one a `build:` service builds, whether they
+  build it or name it) run their command from the repo root (the image's /app) with this venv's
+  executables, `/app/…` paths mapped to the repo, and the
   Dockerfile's `ENV`. `prom/prometheus` runs the local `prometheus` with the compose config's
   `dns_sd_configs` turned into static targets (the addresses compose DNS would return, with
   `__meta_dns_name` kept for the relabelling) and the same rule files. Grafana and Jaeger cannot
@@ -25,7 +26,7 @@ a broken healthcheck shows here before a user meets it:
   test process.
 
 - **Switching.** `recreate(env)` is `K=V docker compose up -d --wait` again: the containers whose
-  command or environment changed are stopped and started on the same addresses, the others kept.
+  command, environment or labels changed are stopped and started on the same addresses, the others kept.
   The stack's state (addresses, PIDs, the shell's variables) lives in WORKDIR/state.json, so a
   drill's switch command, a process of its own, can do it: tests/deploy/compose_switch.py.
 
@@ -137,6 +138,13 @@ class ComposeLocal:
                 self.containers[name].append(Container(name, i, f"{self.network}.{n}", log))
                 n += 1
         self.image_env = dockerfile_env(ROOT / "compose" / "Dockerfile")
+        #: images some service of the file builds (the project's): every service naming one runs from the repo
+        self.built_images = {svc.get("image") for svc in self.services.values() if "build" in svc}
+
+    def project_image(self, name: str) -> bool:
+        """Whether service `name` runs the project's image (builds it, or names an image the file builds)."""
+        svc = self.services[name]
+        return "build" in svc or svc.get("image") in self.built_images
 
     # -- plan --------------------------------------------------------------------------------------------
     def _with_dependencies(self, services: list[str]) -> list[str]:
@@ -169,6 +177,8 @@ class ComposeLocal:
     def _host(self, host: str, own: str) -> str:
         if host in ("0.0.0.0", "127.0.0.1", "localhost"):
             return own
+        if len(self.addresses(host)) > 1:  # compose DNS would answer every replica: one address would lie
+            raise ComposeError(f"{host} has {len(self.addresses(host))} replicas: one address cannot stand for them")
         if self.addresses(host):
             return self.addresses(host)[0]
         return host  # not a started service: no DNS record, as in compose
@@ -192,7 +202,7 @@ class ComposeLocal:
         argv = shlex.split(command) if isinstance(command, str) else list(command or [])
         out = [self.rewrite(arg, container.address, argv[i - 1] if i else "") for i, arg in enumerate(argv)]
         image = svc.get("image", "")
-        if "build" in svc:
+        if self.project_image(name):
             if not out:
                 raise ComposeError(f"{name}: no command")
             return [self._executable(out[0]), *out[1:]]
@@ -257,7 +267,7 @@ class ComposeLocal:
             "LANG": "C.UTF-8",
             "HOSTNAME": container.name,
         }
-        if "build" in svc:
+        if self.project_image(name):
             env.update(self.image_env)
         raw = svc.get("environment") or {}
         if isinstance(raw, list):
@@ -293,6 +303,10 @@ class ComposeLocal:
         self.env = dict(env)
         self.spec = load_compose(self.file, self.env)
         self.services = self.spec["services"]
+        for name in self.planned:
+            want = int((self.services[name].get("deploy") or {}).get("replicas", 1))
+            if want != len(self.containers[name]):
+                raise ComposeError(f"{name}: {want} replicas asked, {len(self.containers[name])} run: not scaled here")
         changed = {  # among the containers up now; what was never started stays so
             name
             for name in self.planned
@@ -309,7 +323,8 @@ class ComposeLocal:
         return [c.name for name in self.planned if name in changed for c in self.containers[name]]
 
     def _fingerprint(self, name: str, container: Container) -> str:
-        blob = json.dumps([self._argv(name, container), self._environment(name, container)], sort_keys=True)
+        labels = self.services[name].get("labels") or {}
+        blob = json.dumps([self._argv(name, container), self._environment(name, container), labels], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def _start(self, name: str, container: Container) -> None:
@@ -337,7 +352,7 @@ class ComposeLocal:
                     return 200 <= r.status < 300
             except OSError:
                 return False
-        if "build" not in self.services[name]:
+        if not self.project_image(name):
             raise ComposeError(f"{name}: healthcheck {args[0]} cannot run here")
         env = self._environment(name, container)
         try:

@@ -191,3 +191,23 @@ def test_drill_run_on_compose_stack_yaml_compares_both_configurations(tmp_path) 
         assert all(t["amplification_by_hop"][h] for h in HOPS), (name, t["amplification_by_hop"])
         h = t["hits"]
         assert h["expected"] > 0 and h["observed"] <= h["expected"] and h["observed_subset_of_expected"] is not False, h
+
+
+@pytest.mark.slow
+def test_ui_mode_master_and_workers_exit_after_the_phases(tmp_path) -> None:
+    """`LOCUST_HEADLESS=false` (the web UI): the run starts by itself and the master quits
+    LOCUST_AUTOQUIT seconds after the phases, so `up --exit-code-from locust-master` returns. Locust
+    applies --autoquit only to a run it started itself (--autostart), and a shape's end in UI mode
+    only stops the run: without both flags the master serves its UI forever."""
+    env = {"LOCUST_WORKERS": "1", "LOCUST_DRILL_PHASES": "warmup=1,fault=1,recovery=1",
+           "LOCUST_HEADLESS": "false", "LOCUST_AUTOQUIT": "1"}  # fmt: skip
+    with ComposeLocal(COMPOSE_FILE, tmp_path, ["locust-master", "locust-worker"], env) as stack:
+        stack.up(timeout_s=60)
+        master = stack.containers["locust-master"][0]
+        # the web UI is on: the master listens on the web port as well as the master port
+        _until("web UI up", lambda: 8089 in {p for _, p in listening_sockets(master.pid)} or "no 8089", 20, stack)
+        # phases 3 s + autoquit 1 s; the rest is margin for a busy box (the master must exit, not hang)
+        assert stack.wait_exit("locust-master", timeout_s=60) == [0], master.log_tail()
+        assert stack.wait_exit("locust-worker", timeout_s=15) == [0]
+        log = master.log.read_text()
+        assert "--autoquit time reached" in log and "Traceback" not in log, log[-3000:]

@@ -52,7 +52,7 @@ def test_a_container_sees_service_names_as_their_addresses(tmp_path: pathlib.Pat
     assert stack.rewrite("locust-master", own, "--master-host") == stack.address("locust-master")
     assert stack.rewrite("gateway", own, "--service") == "gateway"  # a name that is not a host stays
     assert stack.rewrite("http://jaeger:4317", own) == "http://jaeger:4317"  # not started: no DNS record
-    assert stack.rewrite("/app/compose/grpc_healthcheck.py", own) == f"{ROOT}/compose/grpc_healthcheck.py"
+    assert stack.rewrite("/app/compose/grpc_health_probe.py", own) == f"{ROOT}/compose/grpc_health_probe.py"
     argv = stack._argv("gateway", stack.containers["gateway"][0])
     assert pathlib.Path(argv[0]).name == "drill" and argv[1] == "serve"
     assert f"{stack.address('order')}:50051" in argv and "--config" in argv

@@ -285,8 +285,9 @@ def test_image_is_pinned_locked_and_non_root() -> None:
     for name, svc in _services().items():
         assert re.search(r":v?\d+\.\d+\.\d+$", svc["image"]), f"{name}: {svc['image']} is not pinned by version"
     dockerfile = (COMPOSE / "Dockerfile").read_text(encoding="utf-8")
-    base = re.search(r"^FROM python:(\d+\.\d+)\.\d+-slim-\w+$", dockerfile, re.M)
-    assert base, "base image not pinned by version"
+    # FROM ${PYTHON_IMAGE}, a build argument whose default pins the version and the digest
+    base = re.search(r"^ARG PYTHON_IMAGE=python:(\d+\.\d+)\.\d+-slim-\w+@sha256:[0-9a-f]{64}$", dockerfile, re.M)
+    assert base and re.search(r"^FROM \$\{PYTHON_IMAGE\}$", dockerfile, re.M), "base image not pinned by digest"
     assert "pip install --require-hashes -r /tmp/requirements.lock" in dockerfile
     assert "--no-deps --no-build-isolation --no-index /app" in dockerfile  # nothing unlocked is fetched
     user = re.findall(r"^USER (\S+)$", dockerfile, re.M)
