@@ -208,6 +208,8 @@ class AdmissionInterceptor(aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_streaming or handler.response_streaming:
             return handler
+        if m.is_infrastructure(handler_call_details.method):
+            return handler  # a health check or reflection is a probe: it takes no slot and is never counted
         behavior = handler.unary_unary
         method = handler_call_details.method.lstrip("/")
 

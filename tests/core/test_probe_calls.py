@@ -102,3 +102,40 @@ def test_health_checks_and_reflection_are_neither_faulted_nor_counted(flavour):
         "drill_server_calls_total|drill.v1.Demo/Call": 1.0,
         "grpc_server_call_started_total|drill.v1.Demo/Call": 1.0,
     }
+
+
+def test_a_bounded_hop_answers_probes_without_a_slot_and_never_sheds_them():
+    """The demo's admission (every attempt pays a slot and the work time) leaves probes alone: with its one slot
+    held and no queue, a health check is answered SERVING at once, and neither it nor a shed is counted."""
+    import asyncio
+
+    from harness.demo.service import AdmissionInterceptor, Capacity
+
+    service = "probe-admission"
+
+    class Slow(CountingAioServicer):
+        async def Call(self, request, context):  # noqa: N802
+            await asyncio.sleep(1.0)  # holds the hop's one slot
+            return drill_pb2.CallReply(payload=request.payload)
+
+    async def main():
+        admission = AdmissionInterceptor(service, Capacity(concurrency=1, queue=0, work_ms=0))
+        server = aio.server(interceptors=[admission, FaultServerInterceptor(_settings(service))])
+        drill_pb2_grpc.add_DemoServicer_to_server(Slow(), server)
+        hs = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(hs, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                held = asyncio.ensure_future(drill_pb2_grpc.DemoStub(ch).Call(drill_pb2.CallRequest(payload="x")))
+                await asyncio.sleep(0.3)  # the slow call holds the slot: a second Call would be shed now
+                before = _counts(service)
+                reply = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+                assert _counts(service) == before
+                await held
+        finally:
+            await server.stop(0)
+
+    asyncio.run(main())
