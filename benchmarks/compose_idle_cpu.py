@@ -25,7 +25,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._cpu import CLK_TCK, load_average  # noqa: E402
+from benchmarks._cpu import CLK_TCK, commit, load_average  # noqa: E402
 
 HOPS = ("gateway", "order", "account", "ledger")
 ENGINE = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2")
@@ -73,13 +73,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0)
     args = ap.parse_args()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     ids = container_ids()
     first = ids["ledger"][0]
     inspect = json.loads(subprocess.run(["docker", "inspect", first], capture_output=True, text=True).stdout)[0]
     print("# compose_idle_cpu")
     print(f"# command: {' '.join([os.path.relpath(sys.executable), *sys.argv])}")
-    print(f"# checkout: {head.stdout.strip()}; image {inspect['Config']['Image']} ({inspect['Image'][7:19]})")
+    # the checkout the running image was built from (`docker compose … up --build` just before this run)
+    print(f"# commit: {commit()}; image {inspect['Config']['Image']} ({inspect['Image'][7:19]})")
     print(f"# healthcheck: {' '.join(inspect['Config']['Healthcheck']['Test'][1:])} "
           f"every {inspect['Config']['Healthcheck']['Interval'] / 1e9:g} s")  # fmt: skip
     print(f"# cpus: {os.cpu_count()}; load average at start: {load_average()}", flush=True)

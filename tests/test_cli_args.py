@@ -47,7 +47,7 @@ def busy():
      (["--keepalive-ms", "0"], ["--keepalive-ms"]),
      (["--seed", "1e3"], ["--seed", "64-bit"]),
      (["--shed-code", "OK"], ["--shed-code", "error status"]),
-     (["--downstream", "nohostport"], ["--downstream", "HOST:PORT or @READY-FILE", "'nohostport'"]),
+     (["--downstream", "nohostport"], ["--downstream", "HOST:PORT, dns:///NAME:PORT or @READY-FILE", "'nohostport'"]),
      (["--config", "nope"], ["--config applies to downstream calls", "give --downstream"]),  # was ignored
      (["--downstream-timeout", "2"], ["--downstream-timeout applies to downstream calls"]),
      (["--downstream", "127.0.0.1:1", "--config", "nope"], ["unknown configuration 'nope'"]),

@@ -18,6 +18,7 @@ import gc
 import json
 import logging
 import os
+import re
 import signal
 import socket
 
@@ -89,12 +90,25 @@ async def start_server(
     return server, bound, health_servicer
 
 
+#: A gRPC `dns:` target: `dns:///NAME:PORT`, or `dns://RESOLVER/NAME:PORT` to ask a given DNS server.
+_DNS_TARGET = re.compile(r"dns:(?://[^/\s]*)?/(\S+)")
+
+
+def _downstream_ok(item: str) -> bool:
+    if item.startswith("@"):
+        return bool(item[1:])
+    dns = _DNS_TARGET.fullmatch(item)
+    return cliargs.split_host_port(dns.group(1) if dns else item) is not None
+
+
 def _downstreams(text: str) -> str:
-    """`--downstream`: comma-separated `HOST:PORT` or `@READY-FILE` items."""
+    """`--downstream`: comma-separated `HOST:PORT`, gRPC `dns:` targets or `@READY-FILE` items."""
     items = [item.strip() for item in text.split(",")]
-    bad = [item for item in items if not (item[1:] if item.startswith("@") else cliargs.split_host_port(item))]
+    bad = [item for item in items if not _downstream_ok(item)]
     if bad:
-        raise argparse.ArgumentTypeError(f"HOST:PORT or @READY-FILE, comma separated, got {', '.join(map(repr, bad))}")
+        raise argparse.ArgumentTypeError(
+            f"HOST:PORT, dns:///NAME:PORT or @READY-FILE, comma separated, got {', '.join(map(repr, bad))}"
+        )
     return ",".join(items)
 
 
@@ -122,8 +136,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--downstream",
         type=_downstreams,
         default=None,
-        help="the next hop's replicas, comma separated: HOST:PORT (a name with several addresses is balanced "
-        "round robin over all of them), or @FILE = the --ready-file of another "
+        help="the next hop's replicas, comma separated: HOST:PORT or a gRPC dns: target (dns:///NAME:PORT, "
+        "dns://RESOLVER/NAME:PORT; a name with several addresses is balanced round robin over all of them), "
+        "or @FILE = the --ready-file of another "
         "drill serve (waited for up to --downstream-wait seconds); omit for a leaf",
     )
     p.add_argument("--downstream-wait", type=cliargs.number(0, lim.MAX_WAIT_S, "seconds", above=True),
