@@ -13,6 +13,11 @@ default executor (grpc's pool when the server has no `migration_thread_pool`)
 with grpc's sync servicer context, and the fault's waits and aborts stay on the
 loop. If grpc's sync context adapter is unavailable, sync handlers are left
 unwrapped.
+
+Every kind of method is wrapped: a client-streaming one the way a unary one is
+(`_wrap_unary`: one response), a bidi one the way a server-streaming one is
+(`_wrap_stream`); `_server_aio_streams` hands the handler its request stream and
+context so that a mid-stream fault sees every message.
 """
 
 from __future__ import annotations
@@ -30,17 +35,18 @@ from harness.core.faults import Mode
 from harness.core.safety import EmergencyStop
 from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span
+from harness.interceptors._fault_steps import Step
+from harness.interceptors._handlers import unary_unary_handler
+from harness.interceptors._server_aio_streams import FaultContext, Requests, SyncHeadersContext, SyncRequests
 from harness.interceptors._server_pipeline import (
     _KNOWN_METHODS,
     CallPlan,
     ServerInterceptorBase,
-    Step,
     _scan,
     abort_details,
     ended_by_deadline,
     mark,
     marker,
-    unary_unary_handler,
 )
 
 try:  # grpc's adapter that gives a sync handler the sync context API on an aio server
@@ -180,9 +186,29 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     async def _perform(self, step: Step, plan: CallPlan, context) -> None:
         if step is Step.WAIT:
             await releasable_sleep(self.core.wait_s(plan), self.core.stop)
+        elif step is Step.HEADERS:
+            plan.headers_out = True
+            try:
+                await context.send_initial_metadata(())
+            except aio.UsageError:
+                pass  # already sent (by the handler, or with a message): what the step asks for
         else:  # Step.ABORT
             code, details = abort_details(plan.decision)
             await context.abort(grpc.StatusCode[code], details)
+
+    async def _act(self, steps: tuple[Step, ...], plan: CallPlan, context) -> None:
+        """A mid-stream fault fired (or a held error): mark the call, perform the steps."""
+        mark(context, plan)
+        for step in steps:
+            await self._perform(step, plan, context)
+
+    @staticmethod
+    def _sync_context(plan: CallPlan, context):
+        """grpc's sync context adapter for a sync handler (skipping its own headers once a fault sent them)."""
+        sync_context = _SyncServicerContext(context)
+        if plan.trip is not None or plan.headers_out:
+            sync_context = SyncHeadersContext(sync_context, plan)
+        return sync_context
 
     @staticmethod
     def _end_code(sc: scope.CallScope, context, exc: BaseException | None):
@@ -197,30 +223,48 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         return grpc.StatusCode.UNKNOWN
 
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
+        """A call with one response: a unary method, or a client-streaming one (`request` is then its stream)."""
         core = self.core
         on_loop = self._on_loop(behavior)
+        streams_in = plan.kind.request_streaming
 
-        async def run(request, context, held: list[bool], hold_errors: bool):
-            pair = marker(plan.decision)
+        async def run(request, context, after: tuple[Step, ...], held: list[bool]):
+            """The handler where grpc would run it; `after`: a delay's steps, which hold its aborts too."""
+            pair = marker(plan)
+            trip = plan.trip
+            act = None if trip is None else (lambda steps: self._act(steps, plan, context))
+            if streams_in and trip is not None:
+                request = Requests(request, trip, act)
             if on_loop:
-                if hold_errors:
+                handler_context = context
+                if trip is not None or plan.headers_out:
+                    handler_context = FaultContext(context, plan, act)
+                if after:
 
                     async def hold() -> None:
                         held.append(True)
-                        await self._perform(Step.WAIT, plan, context)
+                        for step in after:
+                            await self._perform(step, plan, context)
 
-                    context = _HeldAbortContext(context, hold, pair)
-                return await behavior(request, context)
+                    handler_context = _HeldAbortContext(handler_context, hold, pair)
+                return await behavior(request, handler_context)
             loop = asyncio.get_running_loop()
-            sync_context = _SyncServicerContext(context)
-            if hold_errors:
+            sync_context = self._sync_context(plan, context)
+            if after:
 
-                def hold_sync() -> None:
+                def hold_sync() -> None:  # on the handler's thread: the steps run on the loop
                     held.append(True)
-                    releasable_sleep_sync(core.wait_s(plan), core.stop)
+                    asyncio.run_coroutine_threadsafe(self._act(after, plan, context), loop).result()
 
                 sync_context = _HeldAbortSyncContext(sync_context, hold_sync, pair)
-            return await loop.run_in_executor(None, scope.run_bound, plan.scope, behavior, request, sync_context)
+            bridge = SyncRequests(request, loop) if streams_in else None
+            try:
+                return await loop.run_in_executor(
+                    None, scope.run_bound, plan.scope, behavior, bridge or request, sync_context
+                )
+            finally:
+                if bridge is not None:
+                    bridge.cancel()
 
         async def unary(request, context):
             remaining = context.time_remaining()
@@ -229,8 +273,8 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 await context.abort(left, "deadline passed before the handler began")
             t0, token = core.begin(plan, remaining, metadata)
             steps = core.steps(plan)  # after begin: the cap and the stop may have turned a hit into a pass
-            hold_errors = Step.RUN in steps and Step.WAIT in steps[steps.index(Step.RUN) + 1 :]  # a delay
-            mark(context, plan.decision)
+            after = core.after_run(steps)  # a delay: it holds handler errors and aborts too (contracts §3)
+            mark(context, plan)
             exc: BaseException | None = None
             response = None
             held: list[bool] = []
@@ -241,11 +285,12 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                             await self._perform(step, plan, context)
                         continue
                     try:
-                        response = await run(request, context, held, hold_errors)
-                        mark(context, plan.decision)  # the handler may have set trailers of its own
+                        response = await run(request, context, after, held)
+                        mark(context, plan)  # the handler may have set trailers of its own
                     except Exception:
-                        if hold_errors and not held:  # a delay holds errors and aborts too (contracts §3)
-                            await self._perform(Step.WAIT, plan, context)
+                        if after and not held:
+                            for late in after:
+                                await self._perform(late, plan, context)
                         raise
                 return response
             except BaseException as e:
@@ -327,8 +372,10 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         return serve
 
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
+        """A call with a response stream: a server-streaming method, or a bidi one (`request` is its stream)."""
         core = self.core
         on_loop = self._on_loop(behavior)
+        streams_in = plan.kind.request_streaming
 
         async def stream(request, context):
             remaining = context.time_remaining()
@@ -336,38 +383,77 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             if left is not None:  # the caller is gone: no work, no fault for it
                 await context.abort(left, "deadline passed before the handler began")
             t0, token = core.begin(plan, remaining, metadata)
-            steps = core.steps(plan, streaming=True)
-            mark(context, plan.decision)
+            steps = core.steps(plan)
+            mark(context, plan)
             exc: BaseException | None = None
+            bridge = responses = None
             try:
                 for step in steps:
                     if step is not Step.RUN:
                         await self._perform(step, plan, context)
                         continue
+                    trip = plan.trip
+                    act = None if trip is None else (lambda steps: self._act(steps, plan, context))
+                    counts_sent = trip is not None and not trip.reads
+                    if streams_in and trip is not None:
+                        request = Requests(request, trip, act)
                     if not on_loop:  # a plain generator: each step of it on the executor, as grpc does
                         loop = asyncio.get_running_loop()
-                        sync_context = _SyncServicerContext(context)
+                        if streams_in:
+                            request = bridge = SyncRequests(request, loop)
                         gen = await loop.run_in_executor(
-                            None, scope.run_bound, plan.scope, behavior, request, sync_context
+                            None, scope.run_bound, plan.scope, behavior, request, self._sync_context(plan, context)
                         )
-                        it = iter(gen)
+                        responses = iter(gen)
                         while True:
-                            item = await loop.run_in_executor(None, scope.run_bound, plan.scope, next, it, _DONE)
+                            item = await loop.run_in_executor(
+                                None, scope.run_bound, plan.scope, next, responses, _DONE
+                            )
                             if item is _DONE:
                                 break
-                            yield item
-                        continue
-                    result = behavior(request, context)
-                    if inspect.isasyncgen(result):
-                        async for item in result:
-                            yield item
+                            yield item  # resumed once grpc has sent it
+                            if counts_sent:
+                                fired = trip.sent()
+                                if fired:
+                                    await act(fired)
                     else:
-                        await result
-                    mark(context, plan.decision)
+                        handler_context = context
+                        if trip is not None or plan.headers_out:
+                            handler_context = FaultContext(context, plan, act)
+                        result = behavior(request, handler_context)
+                        if inspect.isasyncgen(result):
+                            responses = result
+                            async for item in result:
+                                yield item  # resumed once grpc has sent it
+                                if counts_sent:
+                                    fired = trip.sent()
+                                    if fired:
+                                        await act(fired)
+                        else:
+                            await result
+                    mark(context, plan)
             except BaseException as e:
                 exc = e
                 raise
             finally:
+                if bridge is not None:
+                    bridge.cancel()
+                if responses is not None and exc is not None:
+                    await _close(responses)  # a fault ended the stream: the handler's cleanup runs now
                 core.end(plan, token, self._end_code(plan.scope, context, exc), t0)
 
         return stream
+
+
+async def _close(responses) -> None:
+    """Close a handler's response generator that the call left (its `finally` runs now, off the loop for a
+    sync one); one still running in a worker thread is left to finish there. Never raises."""
+    try:
+        if inspect.isasyncgen(responses):
+            await responses.aclose()
+            return
+        close = getattr(responses, "close", None)
+        if close is not None and not getattr(responses, "gi_running", False):
+            await asyncio.get_running_loop().run_in_executor(None, close)
+    except BaseException:  # noqa: BLE001 - the call is over; its handler's cleanup must not change that
+        pass
