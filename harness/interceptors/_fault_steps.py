@@ -83,7 +83,8 @@ class Tripwire:
 
     def read(self) -> None:
         """A request message reached the handler."""
-        self._seen += 1
+        if self.reads:
+            self._seen += 1
 
     def sent(self) -> tuple[Step, ...]:
         """A response message went out: the steps to perform before the handler is asked for the next."""

@@ -214,7 +214,8 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def _end_code(sc: scope.CallScope, context, exc: BaseException | None):
         if exc is None:
             return context.code() or _OK
-        if isinstance(exc, asyncio.CancelledError):
+        if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):  # GeneratorExit: grpc stopped pulling a
+            # response stream, whose caller left while a message was being written
             return grpc.StatusCode.DEADLINE_EXCEEDED if ended_by_deadline(sc.time_remaining()) else (
                 grpc.StatusCode.CANCELLED
             )
@@ -233,7 +234,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             pair = marker(plan)
             trip = plan.trip
             act = None if trip is None else (lambda steps: self._act(steps, plan, context))
-            if streams_in and trip is not None:
+            if streams_in and trip is not None and trip.reads:
                 request = Requests(request, trip, act)
             if on_loop:
                 handler_context = context
@@ -395,7 +396,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                     trip = plan.trip
                     act = None if trip is None else (lambda steps: self._act(steps, plan, context))
                     counts_sent = trip is not None and not trip.reads
-                    if streams_in and trip is not None:
+                    if streams_in and trip is not None and trip.reads:
                         request = Requests(request, trip, act)
                     if not on_loop:  # a plain generator: each step of it on the executor, as grpc does
                         loop = asyncio.get_running_loop()

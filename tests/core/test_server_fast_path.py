@@ -261,4 +261,4 @@ def test_the_wrapped_handlers_are_what_grpcs_public_constructors_build():
         assert _handlers.BUILD[kind](behavior, like) == expected, kind
         assert _handlers.behavior_of(expected, kind) is behavior
         assert Kind.of(expected.request_streaming, expected.response_streaming) is kind
-    assert _handlers.HANDLER is not None, "grpc's handler changed shape: the public constructors are used (still correct)"
+    assert _handlers.HANDLER is not None, "grpc's handler changed shape: the public constructors are used (correct)"
