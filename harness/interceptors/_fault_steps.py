@@ -38,7 +38,7 @@ START_STEPS = {
     (Mode.ABORT, True, False): (Step.HEADERS, Step.ABORT),
     (Mode.DROP, False, False): (Step.WAIT, Step.ABORT),
     (Mode.DROP, True, False): (Step.HEADERS, Step.WAIT, Step.ABORT),
-    # contracts §3: the handler runs (a client stream is read to its end), the response is late
+    # contracts §3: the handler runs (and reads its request stream, if any), the one response is late
     (Mode.DELAY, False, False): (Step.RUN, Step.WAIT),
     (Mode.DELAY, True, False): (Step.RUN, Step.HEADERS, Step.WAIT),
     # a response stream's first message is late: nothing is read or sent until the wait is over
