@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 from time import monotonic, perf_counter
 
 import grpc
@@ -146,16 +145,6 @@ async def releasable_sleep(seconds: float, stop: EmergencyStop) -> None:
         await fut
     finally:
         timer.cancel()
-        stop.remove_releaser(key)
-
-
-def releasable_sleep_sync(seconds: float, stop: EmergencyStop) -> None:
-    """`time.sleep(seconds)` on a worker thread that the emergency stop ends at once."""
-    done = threading.Event()
-    key = stop.add_releaser(done.set)
-    try:
-        done.wait(seconds)
-    finally:
         stop.remove_releaser(key)
 
 
