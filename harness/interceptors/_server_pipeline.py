@@ -467,6 +467,14 @@ def mark(context, plan: CallPlan) -> None:
         context.set_trailing_metadata((*existing, pair))
 
 
+def fault_headers(plan: CallPlan) -> tuple[tuple[str, str], ...]:
+    """The response headers a fault sends (`@headers=sent`): the marker. Not empty on purpose: gRPC's HTTP/2
+    transport turns empty headers that have not gone out before the status into a trailers-only response,
+    which a client may retry (gRFC A6), the very thing `@headers=sent` must rule out."""
+    pair = _MARKERS.get(plan.decision.mode)
+    return (pair,) if pair is not None else ()
+
+
 def abort_details(decision: Decision) -> tuple[str, str]:
     """(status name, description) for an injected abort or drop."""
     if decision.mode is Mode.DROP:

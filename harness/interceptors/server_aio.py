@@ -16,7 +16,7 @@ unwrapped.
 
 Every kind of method is wrapped: a client-streaming one the way a unary one is
 (`_wrap_unary`: one response), a bidi one the way a server-streaming one is
-(`_wrap_stream`); `_server_aio_streams` hands the handler its request stream and
+(`_wrap_stream`); `_server_aio_contexts` hands the handler its request stream and
 context so that a mid-stream fault sees every message.
 """
 
@@ -36,7 +36,14 @@ from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span
 from harness.interceptors._fault_steps import Step
 from harness.interceptors._handlers import unary_unary_handler
-from harness.interceptors._server_aio_streams import FaultContext, Requests, SyncHeadersContext, SyncRequests
+from harness.interceptors._server_aio_contexts import (
+    FaultContext,
+    HeldAbortContext,
+    HeldAbortSyncContext,
+    Requests,
+    SyncHeadersContext,
+    SyncRequests,
+)
 from harness.interceptors._server_pipeline import (
     _KNOWN_METHODS,
     CallPlan,
@@ -44,6 +51,7 @@ from harness.interceptors._server_pipeline import (
     _scan,
     abort_details,
     ended_by_deadline,
+    fault_headers,
     mark,
     marker,
 )
@@ -86,48 +94,6 @@ class _OnLoop:
             self._known.clear()
         on_loop = self._known[behavior] = is_async_handler(behavior)
         return on_loop
-
-
-def _with_marker(args: tuple, kwargs: dict, pair: tuple[str, str] | None) -> tuple[tuple, dict]:
-    """`abort(code, details, trailing_metadata)` arguments with the injected-fault marker added."""
-    if pair is None:
-        return args, kwargs
-    if len(args) >= 3:
-        args = (*args[:2], (*tuple(args[2] or ()), pair), *args[3:])
-    elif "trailing_metadata" in kwargs:
-        kwargs = {**kwargs, "trailing_metadata": (*tuple(kwargs["trailing_metadata"] or ()), pair)}
-    return args, kwargs
-
-
-class _HeldAbortContext:
-    """The handler's context under an injected delay: `abort` waits out the delay first.
-
-    grpc.aio's `context.abort` sends the status at once, before the handler's exception
-    reaches the interceptor, so the hold has to happen inside `abort` itself. The
-    call stays marked as injected whatever trailing metadata the handler passes.
-    """
-
-    def __init__(self, context, hold, pair=None) -> None:
-        self._context = context
-        self._hold = hold
-        self._pair = pair
-
-    def __getattr__(self, name):
-        return getattr(self._context, name)
-
-    async def abort(self, *args, **kwargs):
-        await self._hold()
-        args, kwargs = _with_marker(args, kwargs, self._pair)
-        return await self._context.abort(*args, **kwargs)
-
-
-class _HeldAbortSyncContext(_HeldAbortContext):
-    """The same for a sync handler on its executor thread (grpc's sync context adapter)."""
-
-    def abort(self, *args, **kwargs):
-        self._hold()
-        args, kwargs = _with_marker(args, kwargs, self._pair)
-        return self._context.abort(*args, **kwargs)
 
 
 async def releasable_sleep(seconds: float, stop: EmergencyStop) -> None:
@@ -178,7 +144,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         elif step is Step.HEADERS:
             plan.headers_out = True
             try:
-                await context.send_initial_metadata(())
+                await context.send_initial_metadata(fault_headers(plan))
             except aio.UsageError:
                 pass  # already sent (by the handler, or with a message): what the step asks for
         else:  # Step.ABORT
@@ -236,7 +202,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                         for step in after:
                             await self._perform(step, plan, context)
 
-                    handler_context = _HeldAbortContext(handler_context, hold, pair)
+                    handler_context = HeldAbortContext(handler_context, hold, pair)
                 return await behavior(request, handler_context)
             loop = asyncio.get_running_loop()
             sync_context = self._sync_context(plan, context)
@@ -246,7 +212,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                     held.append(True)
                     asyncio.run_coroutine_threadsafe(self._act(after, plan, context), loop).result()
 
-                sync_context = _HeldAbortSyncContext(sync_context, hold_sync, pair)
+                sync_context = HeldAbortSyncContext(sync_context, hold_sync, pair)
             bridge = SyncRequests(request, loop) if streams_in else None
             try:
                 return await loop.run_in_executor(

@@ -27,6 +27,7 @@ from harness.interceptors._server_pipeline import (
     ServerInterceptorBase,
     abort_details,
     ended_by_deadline,
+    fault_headers,
     mark,
 )
 
@@ -58,7 +59,7 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
         if step is Step.HEADERS:
             plan.headers_out = True
             try:
-                context.send_initial_metadata(())
+                context.send_initial_metadata(fault_headers(plan))
             except Exception:  # noqa: BLE001 - already sent (what the step asks for), or the call is gone
                 pass
             return True

@@ -197,36 +197,76 @@ RETRY = json.dumps({"methodConfig": [{"name": [{"service": K.SERVICE}], "retryPo
 def test_after_headers_a_client_does_not_retry_before_them_it_does(servers, flavour, kind):
     """gRFC A6: a call is committed once response headers arrive. The fault hits only the first attempt
     (`x-fault-attempts: 1`); the client retries UNAVAILABLE up to 3 times. Before headers the retry succeeds;
-    after them the client gives up at once."""
+    after them the client gives up at once.
+
+    An abort right behind the headers is checked on unary calls only: grpc's client asks for a unary call's
+    headers in the batch that sends the call, so it is waiting for them before the server can answer; it asks
+    for a stream's headers in a batch of its own, and one started after both headers and status arrived reads
+    the pair as a trailers-only response (a loaded client, now and then). A drop leaves 300 ms between them, far
+    more than a scheduler period (tens of ms with two CPU hogs) that the client's thread may wait to run."""
     port, log, _ = servers[flavour]
+    directives = ["abort:UNAVAILABLE", "drop:300", "drop:300@headers=sent"]
+    if kind is Kind.UNARY:
+        directives.append("abort:UNAVAILABLE@headers=sent")
     out = {}
     with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.service_config", RETRY)]) as ch:
-        for directive in ("abort:UNAVAILABLE", "abort:UNAVAILABLE@headers=sent", "drop:50", "drop:50@headers=sent"):
+        for directive in directives:
             rid = f"a6-{flavour}-{kind.value}-{directive}"
             seen = K.call(ch, kind, K.drill_md(directive, rid, x_fault_attempts="1"), n=3)
             out[directive] = (seen.code, len(log.times(rid, "start")))
-    assert out == {
+    expected = {
         "abort:UNAVAILABLE": ("OK", 1),  # retried: the second attempt ran the handler
-        "abort:UNAVAILABLE@headers=sent": ("UNAVAILABLE", 0),  # committed: no retry
-        "drop:50": ("OK", 1),
-        "drop:50@headers=sent": ("UNAVAILABLE", 0),
+        "drop:300": ("OK", 1),
+        "drop:300@headers=sent": ("UNAVAILABLE", 0),  # committed: no retry
+        "abort:UNAVAILABLE@headers=sent": ("UNAVAILABLE", 0),
+    }
+    assert out == {d: expected[d] for d in directives}
+
+
+@pytest.mark.parametrize("kind", K.KINDS, ids=lambda k: k.value)
+@pytest.mark.parametrize("flavour", ["aio", "aio-sync", "sync"])
+def test_headers_sent_go_out_before_the_status_in_a_frame_of_their_own(servers, flavour, kind):
+    """What the server controls, on every kind: with `@headers=sent` the caller gets response headers (they carry
+    the marker, so gRPC's transport cannot fold them into a trailers-only response) and then the status;
+    without it, a trailers-only response (no headers at all)."""
+    port, _, _ = servers[flavour]
+    path = f"/{K.SERVICE}/{K.NAMES[kind]}"
+    got = {}
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        for directive in ("abort:UNAVAILABLE", "abort:UNAVAILABLE@headers=sent"):
+            md = K.drill_md(directive, f"frames-{flavour}-{kind.value}-{directive}")
+            requests = iter([K.message(0)])
+            try:
+                if kind is Kind.UNARY:
+                    ch.unary_unary(path).with_call(b"x", metadata=md, timeout=10)
+                elif kind is Kind.CLIENT_STREAMING:
+                    ch.stream_unary(path).with_call(requests, metadata=md, timeout=10)
+                else:
+                    call = (ch.unary_stream(path)(b"3", metadata=md, timeout=10) if kind is Kind.SERVER_STREAMING
+                            else ch.stream_stream(path)(requests, metadata=md, timeout=10))  # fmt: skip
+                    list(call)
+            except grpc.RpcError as err:
+                got[directive] = (err.code().name, tuple(err.initial_metadata() or ()))
+    assert got == {
+        "abort:UNAVAILABLE": ("UNAVAILABLE", ()),
+        "abort:UNAVAILABLE@headers=sent": ("UNAVAILABLE", (("x-drill-fault", "abort"),)),
     }
 
 
 @pytest.mark.parametrize("flavour", ["aio", "aio-sync", "sync"])
 def test_a_read_fault_after_headers_is_final_before_them_it_is_retried(servers, flavour):
     """An upload's handler sends nothing before it answers: a fault while it reads is before headers
-    (retried) unless the directive sends them (final)."""
+    (retried) unless the directive sends them (final). A drop, for the reason above."""
     port, log, _ = servers[flavour]
     out = {}
     with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.service_config", RETRY)]) as ch:
-        for directive in ("abort:UNAVAILABLE@read=2", "abort:UNAVAILABLE@read=2@headers=sent"):
+        for directive in ("drop:300@read=2", "drop:300@read=2@headers=sent"):
             rid = f"a6read-{flavour}-{directive}"
             seen = K.call(ch, Kind.CLIENT_STREAMING, K.drill_md(directive, rid, x_fault_attempts="1"), n=4)
             out[directive] = (seen.code, len(log.times(rid, "start")), len(log.times(rid, "end")))
     assert out == {
-        "abort:UNAVAILABLE@read=2": ("OK", 2, 1),  # retried: the second attempt read to the end
-        "abort:UNAVAILABLE@read=2@headers=sent": ("UNAVAILABLE", 1, 0),  # committed
+        "drop:300@read=2": ("OK", 2, 1),  # retried: the second attempt read to the end
+        "drop:300@read=2@headers=sent": ("UNAVAILABLE", 1, 0),  # committed
     }
 
 

@@ -1,15 +1,19 @@
-"""What the `grpc.aio` flavour hands a handler on a stream: counted messages, a bridge for sync handlers.
+"""What the `grpc.aio` flavour hands a handler: a context that holds its aborts under a delay, counted
+messages on a stream, a bridge for sync handlers.
 
-A mid-stream fault (`Tripwire`) needs to see every message the handler reads and
-every one it sends, whichever way the handler does it: `async for` over its request
-iterator (`Requests`), `await context.read()` / `context.write()` (`FaultContext`),
-or yielding (the flavour counts those itself). grpc.aio gives a wrapped handler
-the async request iterator of a coroutine handler, so a sync handler (run on the
-executor, as grpc would) reads through `SyncRequests`, which fetches each message on
-the loop: the tripwire's waits and aborts always run on the loop, with the call's
-own context, and end when the call does. Once a fault has sent the response headers
-(`@headers=sent`), a handler's own `send_initial_metadata` is skipped: its headers
-cannot follow the ones already sent, and the call must not fail for it.
+grpc.aio's `context.abort` sends the status at once, before the handler's exception
+reaches the interceptor, so a delay that holds a handler's errors too (contracts §3)
+holds them inside `abort` itself (`HeldAbortContext`). A mid-stream fault (`Tripwire`)
+needs to see every message the handler reads and every one it sends, whichever way
+the handler does it: `async for` over its request iterator (`Requests`),
+`await context.read()` / `context.write()` (`FaultContext`), or yielding (the flavour
+counts those itself). grpc.aio gives a wrapped handler the async request iterator of a
+coroutine handler, so a sync handler (run on the executor, as grpc would) reads
+through `SyncRequests`, which fetches each message on the loop: the tripwire's waits
+and aborts always run on the loop, with the call's own context, and end when the call
+does. Once a fault has sent the response headers (`@headers=sent`), a handler's own
+`send_initial_metadata` is skipped: its headers cannot follow the ones already sent,
+and the call must not fail for it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,49 @@ from collections.abc import Awaitable, Callable
 from grpc import aio
 
 from harness.interceptors._fault_steps import Step
+
+
+def _with_marker(args: tuple, kwargs: dict, pair: tuple[str, str] | None) -> tuple[tuple, dict]:
+    """`abort(code, details, trailing_metadata)` arguments with the injected-fault marker added."""
+    if pair is None:
+        return args, kwargs
+    if len(args) >= 3:
+        args = (*args[:2], (*tuple(args[2] or ()), pair), *args[3:])
+    elif "trailing_metadata" in kwargs:
+        kwargs = {**kwargs, "trailing_metadata": (*tuple(kwargs["trailing_metadata"] or ()), pair)}
+    return args, kwargs
+
+
+class HeldAbortContext:
+    """The handler's context under an injected delay: `abort` waits out the delay first.
+
+    grpc.aio's `context.abort` sends the status at once, before the handler's exception
+    reaches the interceptor, so the hold has to happen inside `abort` itself. The
+    call stays marked as injected whatever trailing metadata the handler passes.
+    """
+
+    def __init__(self, context, hold, pair=None) -> None:
+        self._context = context
+        self._hold = hold
+        self._pair = pair
+
+    def __getattr__(self, name):
+        return getattr(self._context, name)
+
+    async def abort(self, *args, **kwargs):
+        await self._hold()
+        args, kwargs = _with_marker(args, kwargs, self._pair)
+        return await self._context.abort(*args, **kwargs)
+
+
+class HeldAbortSyncContext(HeldAbortContext):
+    """The same for a sync handler on its executor thread (grpc's sync context adapter)."""
+
+    def abort(self, *args, **kwargs):
+        self._hold()
+        args, kwargs = _with_marker(args, kwargs, self._pair)
+        return self._context.abort(*args, **kwargs)
+
 
 #: Performs a tripwire's steps on the call (marks it first).
 Act = Callable[[tuple[Step, ...]], Awaitable[None]]
