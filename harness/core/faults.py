@@ -1,7 +1,11 @@
 """Fault grammar and the reproducible hit decision (contracts §3–§4).
 
 Pure functions, no grpc: the interceptors call these, tests and `drill hits`
-call them directly. The hash is bit-compatible with the reference Java
+call them directly. A directive is `MODE:ARGUMENT` with optional `@KEY=VALUE`
+options that move the fault into a stream (`@after=N`, `@read=N`) or after the
+response headers (`@headers=sent`); which options fit which kind of method is
+decided here too (`Directive.refusal_for`), so the parser, the gate, `drill hits`
+and plan validation agree. The hash is bit-compatible with the reference Java
 interceptor (`String.hashCode`, 64-bit `long` arithmetic, `Math.floorMod`), so a
 mixed Java/Python fleet agrees on which request ids a drill hits.
 """
@@ -156,6 +160,38 @@ class RejectReason(str, enum.Enum):
     BAD_SCOPE = "bad_scope"
     BAD_ATTEMPTS = "bad_attempts"
     BAD_ATTEMPT_NUMBER = "bad_attempt_number"
+    #: An `@` option that is not `after=N`, `read=N` or `headers=sent`, or one given twice.
+    BAD_OPTION = "bad_option"
+    #: `after=`/`read=` not an integer 1..MAX_STREAM_MESSAGES.
+    BAD_COUNT = "bad_count"
+    #: Options that cannot go together (`after` with `read`; `headers=sent` with `after`).
+    CONFLICTING_OPTIONS = "conflicting_options"
+    #: An option the called method's kind cannot have (`after` without a response stream, `read`
+    #: without a request stream); decided by the server that would inject, which knows the method.
+    WRONG_KIND = "wrong_kind"
+
+
+class Kind(str, enum.Enum):
+    """The four kinds of gRPC method (which side streams)."""
+
+    UNARY = "unary"
+    SERVER_STREAMING = "server_streaming"
+    CLIENT_STREAMING = "client_streaming"
+    BIDI_STREAMING = "bidi_streaming"
+
+    @classmethod
+    def of(cls, request_streaming: bool, response_streaming: bool) -> Kind:
+        if request_streaming:
+            return cls.BIDI_STREAMING if response_streaming else cls.CLIENT_STREAMING
+        return cls.SERVER_STREAMING if response_streaming else cls.UNARY
+
+    @property
+    def request_streaming(self) -> bool:
+        return self in (Kind.CLIENT_STREAMING, Kind.BIDI_STREAMING)
+
+    @property
+    def response_streaming(self) -> bool:
+        return self in (Kind.SERVER_STREAMING, Kind.BIDI_STREAMING)
 
 
 class DirectiveError(ValueError):
@@ -175,6 +211,12 @@ class Directive:
     low_ms: int = 0
     high_ms: int = 0
     code: str | None = None
+    #: `@after=N`: the fault acts right after the server has sent N response messages (0: not given).
+    after: int = 0
+    #: `@read=N`: the fault acts when the handler asks for request message N+1 (0: not given).
+    read: int = 0
+    #: `@headers=sent`: the response headers go out just before the fault acts.
+    headers_sent: bool = False
 
     @property
     def argument(self) -> str:
@@ -182,13 +224,36 @@ class Directive:
             return self.code or ""
         return str(self.low_ms) if self.low_ms == self.high_ms else f"{self.low_ms}-{self.high_ms}"
 
+    @property
+    def options(self) -> str:
+        """The options in a fixed order (`after=3`, `read=2,headers=sent`); empty when there are none."""
+        parts = [f"after={self.after}"] if self.after else []
+        if self.read:
+            parts.append(f"read={self.read}")
+        if self.headers_sent:
+            parts.append("headers=sent")
+        return ",".join(parts)
+
+    def refusal_for(self, kind: Kind) -> RejectReason | None:
+        """Why this directive cannot act on a method of `kind` (None: it can). `after` counts response
+        messages, so it needs a response stream; `read` counts request messages, so it needs a request stream
+        (a unary request is read before the handler runs, a unary response goes out with the status)."""
+        if self.after and not kind.response_streaming:
+            return RejectReason.WRONG_KIND
+        if self.read and not kind.request_streaming:
+            return RejectReason.WRONG_KIND
+        return None
+
     def delay_ms(self, seed: int, request_id: str | None) -> int:
         """The delay or drop time for one request (fixed, or drawn from the range by request id)."""
         return range_value(seed, request_id, self.low_ms, self.high_ms)
 
 
-_ALLOWED = re.compile(r"[A-Za-z0-9_:\-]+")
+_ALLOWED = re.compile(r"[A-Za-z0-9_:\-@=]+")
 _INT = re.compile(r"[0-9]{1,9}")
+#: Highest N in `@after=N` / `@read=N` (a drill needs a fault within a stream's first messages, not its millionth).
+MAX_STREAM_MESSAGES = 1_000_000
+_COUNT = re.compile(r"[1-9][0-9]{0,6}")
 
 
 def _parse_ms(text: str, max_delay_ms: int) -> int:
@@ -202,6 +267,33 @@ def _parse_ms(text: str, max_delay_ms: int) -> int:
     return value
 
 
+def _parse_count(key: str, text: str) -> int:
+    if not _COUNT.fullmatch(text) or int(text) > MAX_STREAM_MESSAGES:
+        raise DirectiveError(RejectReason.BAD_COUNT, f"{key}={text[:16]}")
+    return int(text)
+
+
+def _parse_options(parts: list[str]) -> dict:
+    """`@KEY=VALUE` options (keys and `sent` in any case, any order, each at most once) as Directive fields."""
+    out: dict = {}
+    for part in parts:
+        key, sep, value = part.partition("=")
+        key = key.lower()
+        if not sep or key not in ("after", "read", "headers") or key in out:
+            raise DirectiveError(RejectReason.BAD_OPTION, part[:32] or "empty option")
+        if key == "headers":
+            if value.lower() != "sent":
+                raise DirectiveError(RejectReason.BAD_OPTION, part[:32])
+            out[key] = True
+        else:
+            out[key] = _parse_count(key, value)
+    if "after" in out and "read" in out:
+        raise DirectiveError(RejectReason.CONFLICTING_OPTIONS, "after and read")
+    if "after" in out and "headers" in out:
+        raise DirectiveError(RejectReason.CONFLICTING_OPTIONS, "after implies headers=sent")
+    return {"after": out.get("after", 0), "read": out.get("read", 0), "headers_sent": out.get("headers", False)}
+
+
 def parse_directive(raw: str | None, max_delay_ms: int = 60_000) -> Directive:
     """Parse an `x-fault` value; raise DirectiveError with a reason for anything unsafe or malformed."""
     if raw is None or not raw.strip():
@@ -212,7 +304,16 @@ def parse_directive(raw: str | None, max_delay_ms: int = 60_000) -> Directive:
     if not _ALLOWED.fullmatch(text):
         raise DirectiveError(RejectReason.BAD_CHARS)
     max_delay_ms = min(max_delay_ms, ABSOLUTE_MAX_DELAY_MS)
-    mode_text, sep, arg = text.partition(":")
+    head, *option_parts = text.split("@")
+    directive = _parse_head(text, head, max_delay_ms)
+    if not option_parts:
+        return directive
+    return dataclasses.replace(directive, **_parse_options(option_parts))
+
+
+def _parse_head(text: str, head: str, max_delay_ms: int) -> Directive:
+    """`MODE:ARGUMENT` (the part before any `@`); `text` is the whole directive, kept as `raw`."""
+    mode_text, sep, arg = head.partition(":")
     mode_text = mode_text.lower()
     if mode_text not in ("delay", "abort", "drop"):
         raise DirectiveError(RejectReason.UNKNOWN_MODE, mode_text)

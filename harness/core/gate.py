@@ -16,6 +16,7 @@ from harness.core.faults import (
     ABSOLUTE_MAX_DELAY_MS,
     Directive,
     DirectiveError,
+    Kind,
     Mode,
     RejectReason,
     Scope,
@@ -98,9 +99,10 @@ class FaultGate:
         """Traffic class by tenant alone (no secret); with a secret, `decide` also needs a valid token."""
         return h.traffic_of(tenant, self.settings.tenants)
 
-    def decide(self, md: dict[str, str], method: str = "") -> Decision:
+    def decide(self, md: dict[str, str], method: str = "", kind: Kind | None = None) -> Decision:
+        """`kind`: the called method's kind, when known (a directive's options must fit it at the target)."""
         try:
-            return self._decide(md, method)
+            return self._decide(md, method, kind)
         except Exception as exc:  # pragma: no cover - defensive: a gate bug must never fail a call
             return Decision(
                 Outcome.REJECTED,
@@ -127,7 +129,7 @@ class FaultGate:
             max_ttl_s=s.token_max_ttl_s,
         )
 
-    def _decide(self, md: dict[str, str], method: str) -> Decision:
+    def _decide(self, md: dict[str, str], method: str, kind: Kind | None) -> Decision:
         raw = md.get(h.FAULT)
         tenant = md.get(h.TENANT, "")
         if raw is None and not tenant:
@@ -184,6 +186,9 @@ class FaultGate:
             return Decision(Outcome.SKIPPED, reason=SkipReason.TARGET.value, propagate=fwd, **base)
         if directive.high_ms > min(s.max_delay_ms, ABSOLUTE_MAX_DELAY_MS):
             return Decision(Outcome.REJECTED, reason=RejectReason.OVER_MAX.value, **base)
+        if kind is not None and directive.refusal_for(kind) is not None:
+            detail = f"{directive.options} on a {kind.value} method"
+            return Decision(Outcome.REJECTED, reason=RejectReason.WRONG_KIND.value, detail=detail, **base)
         if not instance_selected(s.seed, s.instance_id, instances):
             return Decision(Outcome.SKIPPED, reason=SkipReason.INSTANCE.value, **base)
         if not is_hit_attempt(s.seed, request_id, raw, ratio, attempt, fault_scope):

@@ -10,6 +10,14 @@ overloaded server does no work, and injects no fault, for callers that are gone.
 `server_sync`) only say how to wait, how to abort and how to tell the final
 status; they walk the same `steps`.
 
+Every kind of method takes that path (unary, server-, client- and bidi-streaming:
+`CallPlan.kind`). A fault acts at the start of the call (`steps`), or, for a
+directive with `@after=N` / `@read=N`, at a message boundary of the stream: the
+flavours report each response message sent and each request message the handler
+asks for to the call's `Tripwire`, which answers, once, with the steps to perform
+there. `CallPlan.acted` says whether the fault acted (a stream that ends before
+its point is not faulted: no marker, recorded with fault_mode none).
+
 Most calls carry no drill key: for them the request id is read in one pass over
 the metadata (no dict, no gate), the method's label and metric children are
 looked up once per method (`ServerCore.method`, `_server_metrics`), and
@@ -24,7 +32,6 @@ and with no tracer there is no span.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import math
 import time
@@ -34,12 +41,14 @@ import grpc
 from harness.core import audit, safety, scope
 from harness.core import headers as h
 from harness.core import metrics as m
-from harness.core.faults import Mode
+from harness.core.faults import Kind, Mode
 from harness.core.gate import Decision, FaultGate, Outcome, SkipReason
 from harness.core.metrics import MethodLabels, is_infrastructure, method_label
 from harness.core.settings import FaultSettings
 from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span, trace_id_hex
+from harness.interceptors._fault_steps import PASS_STEPS, START_STEPS, Step, Tripwire
+from harness.interceptors._handlers import BUILD, behavior_of, unary_unary_handler
 from harness.interceptors._server_metrics import MethodMetrics, ServerMetrics
 
 #: Methods whose lookups `ServerCore.method` keeps (a server's methods are a bounded set).
@@ -99,6 +108,14 @@ class CallPlan:
     real_method: str = ""
     #: Holds a DRILL_FAULT_MAX_ACTIVE slot (released in `end`).
     slot: bool = False
+    kind: Kind = Kind.UNARY
+    #: The fault has acted (at handler entry for a fault at the start; when its tripwire fired for one
+    #: mid-stream): the call carries the marker and is recorded with its fault_mode.
+    acted: bool = False
+    #: A mid-stream fault (`@after=N` / `@read=N`) still to act, set at handler entry.
+    trip: Tripwire | None = None
+    #: The fault sent the response headers (`@headers=sent`): the handler's own can no longer go out.
+    headers_out: bool = False
 
 
 #: A caller whose deadline is this close (or past) when its call ends left because of the
@@ -108,21 +125,6 @@ DEADLINE_SLACK_S = 0.002
 
 def ended_by_deadline(time_remaining: float | None) -> bool:
     return time_remaining is not None and time_remaining <= DEADLINE_SLACK_S
-
-
-class Step(enum.Enum):
-    """What a flavour does next for a call: wait (`CallPlan.wait_s`), abort, or run the handler."""
-
-    WAIT = "wait"
-    ABORT = "abort"
-    RUN = "run"
-
-
-_PASS_STEPS = (Step.RUN,)
-_ABORT_STEPS = (Step.ABORT,)
-_DROP_STEPS = (Step.WAIT, Step.ABORT)
-_DELAY_UNARY_STEPS = (Step.RUN, Step.WAIT)  # contracts §3: the handler runs, the response is late
-_DELAY_STREAM_STEPS = (Step.WAIT, Step.RUN)  # a stream's first message is late
 
 
 class ServerCore:
@@ -172,14 +174,18 @@ class ServerCore:
                 self._known[full_method] = known
         return known
 
-    def plan(self, full_method: str, metadata, scanned: tuple[str, bool] | None = None) -> CallPlan:
+    def plan(
+        self, full_method: str, metadata, scanned: tuple[str, bool] | None = None, kind: Kind = Kind.UNARY
+    ) -> CallPlan:
         """The call's plan; `scanned`: `_scan(metadata)` when the caller has read it already."""
         request_id, gated = _scan(metadata) if scanned is None else scanned
         if not gated:  # no drill key: organic, untouched (what the gate decides, without a dict copy)
-            return self.organic_plan(self.method(full_method), request_id)
+            plan = self.organic_plan(self.method(full_method), request_id)
+            plan.kind = kind
+            return plan
         real, method, metrics = self.method(full_method)
         md = h.metadata_dict(metadata)
-        decision = self.gate.decide(md, real)
+        decision = self.gate.decide(md, real, kind)
         # Only (authenticated) drill traffic may say when the edge caller gives up; organic
         # calls neither use nor forward the key.
         origin = _origin_deadline(md, time.time()) if decision.traffic == "drill" else None
@@ -193,7 +199,7 @@ class ServerCore:
             propagate=decision.propagate,
         )
         deadline = None if origin is None else time.monotonic() + (origin - time.time())
-        plan = CallPlan(method, decision, sc, metrics, deadline=deadline, real_method=real)
+        plan = CallPlan(method, decision, sc, metrics, deadline=deadline, real_method=real, kind=kind)
         if decision.outcome is not Outcome.PASS:
             self._count_decision(plan)
         return plan
@@ -208,16 +214,18 @@ class ServerCore:
         return CallPlan(method, _ORGANIC, self.organic_scope(known, request_id), metrics, real_method=real)
 
     @staticmethod
-    def steps(plan: CallPlan, *, streaming: bool = False) -> tuple[Step, ...]:
-        """The fault as steps; the flavour performs them in order."""
+    def steps(plan: CallPlan) -> tuple[Step, ...]:
+        """The fault at the start of the call as steps around RUN; the flavour performs them in order.
+        A mid-stream fault (`plan.trip`) adds nothing here: it acts where its tripwire fires."""
         d = plan.decision
-        if d.outcome is not Outcome.HIT:
-            return _PASS_STEPS
-        if d.mode is Mode.ABORT:
-            return _ABORT_STEPS
-        if d.mode is Mode.DROP:
-            return _DROP_STEPS
-        return _DELAY_STREAM_STEPS if streaming else _DELAY_UNARY_STEPS
+        if d.outcome is not Outcome.HIT or plan.trip is not None:
+            return PASS_STEPS
+        return START_STEPS[(d.mode, d.directive.headers_sent, plan.kind.response_streaming)]
+
+    @staticmethod
+    def after_run(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+        """The steps after RUN (a delay's on a unary response): they hold the handler's errors too."""
+        return steps[steps.index(Step.RUN) + 1 :] if Step.RUN in steps else ()
 
     @staticmethod
     def wait_s(plan: CallPlan) -> float:
@@ -265,6 +273,11 @@ class ServerCore:
         d = plan.decision
         if d.outcome is Outcome.HIT:
             d = self._admit(plan)
+            if d.outcome is Outcome.HIT:
+                if d.directive.after or d.directive.read:
+                    plan.trip = Tripwire(plan, self.stop)
+                else:
+                    plan.acted = True
         if self.tracer is not None:
             hit = d.outcome is Outcome.HIT
             plan.span = start_server_span(
@@ -365,7 +378,7 @@ class ServerCore:
                     if end >= plan.deadline:
                         gap = end - plan.deadline
                 d = plan.decision
-                plan.metrics.finished(status, d.traffic, d.mode.value, elapsed, span, gap)
+                plan.metrics.finished(status, d.traffic, d.mode.value if plan.acted else _NONE_MODE, elapsed, span, gap)
             if span is not None:
                 end_server_span(span, status)
         except Exception:  # noqa: BLE001 - observability must never fail a call
@@ -422,6 +435,7 @@ class ServerCore:
             method=plan.real_method,
             mode=d.mode.value,
             argument=(str(d.delay_ms) if d.mode is not Mode.ABORT else directive.argument) if directive else "",
+            **({"options": directive.options} if directive and directive.options else {}),
             ratio=d.ratio,
             scope=d.scope,
             attempt=d.attempt,
@@ -435,14 +449,14 @@ class ServerCore:
 _MARKERS = {mode: (h.FAULT_MARKER, mode.value) for mode in (Mode.DELAY, Mode.ABORT, Mode.DROP)}
 
 
-def marker(decision: Decision) -> tuple[str, str] | None:
-    """`(x-drill-fault, MODE)` for an injected call, else None."""
-    return _MARKERS.get(decision.mode) if decision.outcome is Outcome.HIT else None
+def marker(plan: CallPlan) -> tuple[str, str] | None:
+    """`(x-drill-fault, MODE)` for a call whose fault has acted, else None."""
+    return _MARKERS.get(plan.decision.mode) if plan.acted else None
 
 
-def mark(context, decision: Decision) -> None:
+def mark(context, plan: CallPlan) -> None:
     """Add the injected-fault marker to the call's trailing metadata, keeping what the handler set."""
-    pair = marker(decision)
+    pair = marker(plan)
     if pair is None:
         return
     try:
@@ -453,6 +467,14 @@ def mark(context, decision: Decision) -> None:
         context.set_trailing_metadata((*existing, pair))
 
 
+def fault_headers(plan: CallPlan) -> tuple[tuple[str, str], ...]:
+    """The response headers a fault sends (`@headers=sent`): the marker. Not empty on purpose: gRPC's HTTP/2
+    transport turns empty headers that have not gone out before the status into a trailers-only response,
+    which a client may retry (gRFC A6), the very thing `@headers=sent` must rule out."""
+    pair = _MARKERS.get(plan.decision.mode)
+    return (pair,) if pair is not None else ()
+
+
 def abort_details(decision: Decision) -> tuple[str, str]:
     """(status name, description) for an injected abort or drop."""
     if decision.mode is Mode.DROP:
@@ -461,58 +483,12 @@ def abort_details(decision: Decision) -> tuple[str, str]:
     return code, f"injected fault: {code}"
 
 
-def _noop(request, context):  # pragma: no cover - never called: a probe's behaviour
-    return None
-
-
-#: grpc's RpcMethodHandler type, built positionally when its fields are the documented ones:
-#: grpc's own `unary_unary_rpc_method_handler` imports a module on every call (~1 µs of the
-#: ~1.4 µs it costs per wrapped call). None: the public functions are used.
-_FIELDS = (
-    "request_streaming", "response_streaming", "request_deserializer", "response_serializer",
-    "unary_unary", "unary_stream", "stream_unary", "stream_stream",
-)  # fmt: skip
-
-
-def _handler_type():
-    probe = grpc.unary_unary_rpc_method_handler(_noop)
-    kind = type(probe)
-    try:
-        ok = kind._fields == _FIELDS and kind(False, False, None, None, _noop, None, None, None) == probe
-    except Exception:  # noqa: BLE001 - not a namedtuple of that shape: use the public functions
-        ok = False
-    return kind if ok else None
-
-
-_HANDLER = _handler_type()
-_new = tuple.__new__
-
-
-def unary_unary_handler(behavior, like):
-    """`grpc.unary_unary_rpc_method_handler(behavior, ...)` with `like`'s (de)serializers."""
-    if _HANDLER is not None:  # tuple.__new__: what the namedtuple's own __new__ does, without its Python frame
-        fields = (False, False, like.request_deserializer, like.response_serializer, behavior, None, None, None)
-        return _new(_HANDLER, fields)
-    return grpc.unary_unary_rpc_method_handler(
-        behavior, request_deserializer=like.request_deserializer, response_serializer=like.response_serializer
-    )
-
-
-def unary_stream_handler(behavior, like):
-    """`grpc.unary_stream_rpc_method_handler(behavior, ...)` with `like`'s (de)serializers."""
-    if _HANDLER is not None:
-        fields = (False, True, like.request_deserializer, like.response_serializer, None, behavior, None, None)
-        return _new(_HANDLER, fields)
-    return grpc.unary_stream_rpc_method_handler(
-        behavior, request_deserializer=like.request_deserializer, response_serializer=like.response_serializer
-    )
-
-
 class ServerInterceptorBase:
     """What both flavours do when grpc hands over a handler: decide whether to wrap it, plan the call.
 
-    Subclasses provide `_wrap_unary(behavior, plan, metadata)` and `_wrap_stream(...)`
-    for their flavour. With the switch off, no metrics and no tracer, the original
+    Subclasses provide `_wrap_unary(behavior, plan, metadata)` (a single response: unary and
+    client-streaming methods) and `_wrap_stream(...)` (a response stream: server-streaming and
+    bidi methods) for their flavour. With the switch off, no metrics and no tracer, the original
     handler is returned: no wrap, no cost.
     """
 
@@ -531,24 +507,35 @@ class ServerInterceptorBase:
 
     def _wrapped(self, handler, handler_call_details, scanned: tuple[str, bool] | None = None):
         """`scanned`: `_scan` of the call's metadata, when the flavour has read it already."""
-        if not self._active or handler is None or handler.request_streaming:
-            return handler  # request-streaming methods pass through untouched
+        if not self._active or handler is None:
+            return handler
         if is_infrastructure(handler_call_details.method):
             return handler  # health checks and reflection are probes, not traffic: no fault, no series
-        if not self._can_wrap(handler.unary_stream if handler.response_streaming else handler.unary_unary):
+        request_streaming, response_streaming = handler.request_streaming, handler.response_streaming
+        if request_streaming or response_streaming:
+            return self._wrapped_stream(handler, handler_call_details, Kind.of(request_streaming, response_streaming))
+        if not self._can_wrap(handler.unary_unary):
             return handler
         md = handler_call_details.invocation_metadata
         if scanned is None:
             scanned = _scan(md)
-        if not handler.response_streaming:
-            request_id, gated = scanned
-            if not gated:  # most calls: organic, nothing to inject
-                full = handler_call_details.method
-                return self._organic_unary(handler, self.core.method(full), request_id, md, full)
+        request_id, gated = scanned
+        if not gated:  # most calls: organic, nothing to inject
+            full = handler_call_details.method
+            return self._organic_unary(handler, self.core.method(full), request_id, md, full)
         plan = self.core.plan(handler_call_details.method, md, scanned)
-        if handler.response_streaming:
-            return unary_stream_handler(self._wrap_stream(handler.unary_stream, plan, md), handler)
         return unary_unary_handler(self._wrap_unary(handler.unary_unary, plan, md), handler)
+
+    def _wrapped_stream(self, handler, handler_call_details, kind: Kind):
+        """A streaming method's handler, wrapped: a single response (client-streaming) the way a unary one is,
+        a response stream (server-streaming, bidi) by `_wrap_stream`."""
+        behavior = behavior_of(handler, kind)
+        if not self._can_wrap(behavior):
+            return handler
+        md = handler_call_details.invocation_metadata
+        plan = self.core.plan(handler_call_details.method, md, None, kind)
+        wrap = self._wrap_stream if kind.response_streaming else self._wrap_unary
+        return BUILD[kind](wrap(behavior, plan, md), handler)
 
     def _can_wrap(self, behavior) -> bool:
         """Whether this flavour can wrap the handler without changing where it runs."""

@@ -2,6 +2,12 @@
 
 CANCELLED (from active cancel or the caller) is counted as CANCELLED, never as
 an error, and surfaces to the caller as an `AioRpcError` with that code.
+
+grpc.aio files each interceptor object under one call type only, so a channel
+takes `interceptor.with_streams()`: this object for unary calls and one companion
+per streaming kind, sharing its state. Every kind is tagged the same way; a
+streaming call is recorded (status, latency, the `x-drill-fault` trailer) when it
+ends, whoever reads it.
 """
 
 from __future__ import annotations
@@ -54,20 +60,22 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
         return tagging, tenant, details, method
 
     def with_streams(self) -> list:
-        """[self, its unary-stream companion]: pass this as a channel's `interceptors`.
+        """[self, a companion per streaming kind]: pass this as a channel's `interceptors`.
 
         grpc.aio files each interceptor object under one call type only, so
-        server-streaming calls need a second object; it shares this one's state.
+        server-, client- and bidi-streaming calls each need an object of their own;
+        the companions share this one's state (tagging, recorder, tracer).
         """
-        return [self, _StreamCompanion(self)]
+        return [self, _UnaryStreamCompanion(self), _StreamUnaryCompanion(self), _StreamStreamCompanion(self)]
 
-    async def intercept_unary_stream(self, continuation, client_call_details, request):
-        """Streams are tagged like unary calls; their status is recorded when the stream ends."""
-        tagging, tenant, details, method = self._prepare(client_call_details)
+    async def intercept_streaming(self, continuation, client_call_details, request_or_iterator):
+        """A streaming call of any kind, tagged like a unary one; its status is recorded when it ends."""
+        span = start_client_span(self.tracer, client_call_details.method) if self.tracer is not None else None
+        tagging, tenant, details, method = self._prepare(client_call_details, span)
         rec = self.recorder
         rec.attempt_started(method)
         start = time.perf_counter()
-        call = await continuation(details, request)
+        call = await continuation(details, request_or_iterator)
         traffic = traffic_of(tenant, self.drill_tenants)
         if self.cancel_after_ms is not None:
             timer = asyncio.get_running_loop().call_later(self.cancel_after_ms / 1000.0, call.cancel)
@@ -79,10 +87,20 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
             rec.attempt_finished(method, code, elapsed)
             if self.record_calls:
                 injected = not c.cancelled() and has_fault_marker(await c.trailing_metadata())
-                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic, injected=injected)
+                exemplar = None
+                if span is not None:
+                    tid = trace_id_hex(span)
+                    exemplar = {"trace_id": tid} if tid else None
+                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic, exemplar, injected)
+            if span is not None:
+                end_client_span(span, code)
 
         call.add_done_callback(lambda c: asyncio.ensure_future(record(c)))
         return call
+
+    async def intercept_unary_stream(self, continuation, client_call_details, request):
+        """Server-streaming calls: `intercept_streaming` (through the companion `with_streams` adds)."""
+        return await self.intercept_streaming(continuation, client_call_details, request)
 
     async def intercept_unary_unary(self, continuation, client_call_details, request):
         span = start_client_span(self.tracer, client_call_details.method) if self.tracer is not None else None
@@ -134,11 +152,31 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
         return call
 
 
-class _StreamCompanion(aio.UnaryStreamClientInterceptor):
+class _UnaryStreamCompanion(aio.UnaryStreamClientInterceptor):
     """Routes server-streaming calls to the DrillClientInterceptor it belongs to."""
 
     def __init__(self, parent: DrillClientInterceptor) -> None:
         self.parent = parent
 
     async def intercept_unary_stream(self, continuation, client_call_details, request):
-        return await self.parent.intercept_unary_stream(continuation, client_call_details, request)
+        return await self.parent.intercept_streaming(continuation, client_call_details, request)
+
+
+class _StreamUnaryCompanion(aio.StreamUnaryClientInterceptor):
+    """Routes client-streaming calls to the DrillClientInterceptor it belongs to."""
+
+    def __init__(self, parent: DrillClientInterceptor) -> None:
+        self.parent = parent
+
+    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+        return await self.parent.intercept_streaming(continuation, client_call_details, request_iterator)
+
+
+class _StreamStreamCompanion(aio.StreamStreamClientInterceptor):
+    """Routes bidi-streaming calls to the DrillClientInterceptor it belongs to."""
+
+    def __init__(self, parent: DrillClientInterceptor) -> None:
+        self.parent = parent
+
+    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+        return await self.parent.intercept_streaming(continuation, client_call_details, request_iterator)

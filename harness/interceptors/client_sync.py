@@ -28,9 +28,14 @@ class _Details(grpc.ClientCallDetails):
 
 
 class SyncDrillClientInterceptor(
-    ClientInterceptorBase, grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor
+    ClientInterceptorBase,
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
 ):
-    """Tags calls and records client metrics; cancels `.future()` calls after `cancel_after_ms`."""
+    """Tags calls of every kind and records client metrics; cancels `.future()` calls (and streams) after
+    `cancel_after_ms`. grpc's call object of every kind is also a future: a call is recorded when it ends."""
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
         tagging = self.tagging
@@ -81,6 +86,12 @@ class SyncDrillClientInterceptor(
     def intercept_unary_stream(self, continuation, client_call_details, request):
         """Streams are tagged and recorded like unary calls (the call object is also a future)."""
         return self.intercept_unary_unary(continuation, client_call_details, request)
+
+    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+        return self.intercept_unary_unary(continuation, client_call_details, request_iterator)
+
+    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+        return self.intercept_unary_unary(continuation, client_call_details, request_iterator)
 
 
 def call_with_cancel(multicallable, request, cancel_after_ms: float, **kwargs):

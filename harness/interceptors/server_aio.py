@@ -13,13 +13,17 @@ default executor (grpc's pool when the server has no `migration_thread_pool`)
 with grpc's sync servicer context, and the fault's waits and aborts stay on the
 loop. If grpc's sync context adapter is unavailable, sync handlers are left
 unwrapped.
+
+Every kind of method is wrapped: a client-streaming one the way a unary one is
+(`_wrap_unary`: one response), a bidi one the way a server-streaming one is
+(`_wrap_stream`); `_server_aio_contexts` hands the handler its request stream and
+context so that a mid-stream fault sees every message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 from time import monotonic, perf_counter
 
 import grpc
@@ -30,17 +34,26 @@ from harness.core.faults import Mode
 from harness.core.safety import EmergencyStop
 from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span
+from harness.interceptors._fault_steps import Step
+from harness.interceptors._handlers import unary_unary_handler
+from harness.interceptors._server_aio_contexts import (
+    FaultContext,
+    HeldAbortContext,
+    HeldAbortSyncContext,
+    Requests,
+    SyncHeadersContext,
+    SyncRequests,
+)
 from harness.interceptors._server_pipeline import (
     _KNOWN_METHODS,
     CallPlan,
     ServerInterceptorBase,
-    Step,
     _scan,
     abort_details,
     ended_by_deadline,
+    fault_headers,
     mark,
     marker,
-    unary_unary_handler,
 )
 
 try:  # grpc's adapter that gives a sync handler the sync context API on an aio server
@@ -83,48 +96,6 @@ class _OnLoop:
         return on_loop
 
 
-def _with_marker(args: tuple, kwargs: dict, pair: tuple[str, str] | None) -> tuple[tuple, dict]:
-    """`abort(code, details, trailing_metadata)` arguments with the injected-fault marker added."""
-    if pair is None:
-        return args, kwargs
-    if len(args) >= 3:
-        args = (*args[:2], (*tuple(args[2] or ()), pair), *args[3:])
-    elif "trailing_metadata" in kwargs:
-        kwargs = {**kwargs, "trailing_metadata": (*tuple(kwargs["trailing_metadata"] or ()), pair)}
-    return args, kwargs
-
-
-class _HeldAbortContext:
-    """The handler's context under an injected delay: `abort` waits out the delay first.
-
-    grpc.aio's `context.abort` sends the status at once, before the handler's exception
-    reaches the interceptor, so the hold has to happen inside `abort` itself. The
-    call stays marked as injected whatever trailing metadata the handler passes.
-    """
-
-    def __init__(self, context, hold, pair=None) -> None:
-        self._context = context
-        self._hold = hold
-        self._pair = pair
-
-    def __getattr__(self, name):
-        return getattr(self._context, name)
-
-    async def abort(self, *args, **kwargs):
-        await self._hold()
-        args, kwargs = _with_marker(args, kwargs, self._pair)
-        return await self._context.abort(*args, **kwargs)
-
-
-class _HeldAbortSyncContext(_HeldAbortContext):
-    """The same for a sync handler on its executor thread (grpc's sync context adapter)."""
-
-    def abort(self, *args, **kwargs):
-        self._hold()
-        args, kwargs = _with_marker(args, kwargs, self._pair)
-        return self._context.abort(*args, **kwargs)
-
-
 async def releasable_sleep(seconds: float, stop: EmergencyStop) -> None:
     """`asyncio.sleep(seconds)` that the emergency stop ends at once (from any thread)."""
     loop = asyncio.get_running_loop()
@@ -140,16 +111,6 @@ async def releasable_sleep(seconds: float, stop: EmergencyStop) -> None:
         await fut
     finally:
         timer.cancel()
-        stop.remove_releaser(key)
-
-
-def releasable_sleep_sync(seconds: float, stop: EmergencyStop) -> None:
-    """`time.sleep(seconds)` on a worker thread that the emergency stop ends at once."""
-    done = threading.Event()
-    key = stop.add_releaser(done.set)
-    try:
-        done.wait(seconds)
-    finally:
         stop.remove_releaser(key)
 
 
@@ -180,15 +141,36 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     async def _perform(self, step: Step, plan: CallPlan, context) -> None:
         if step is Step.WAIT:
             await releasable_sleep(self.core.wait_s(plan), self.core.stop)
+        elif step is Step.HEADERS:
+            plan.headers_out = True
+            try:
+                await context.send_initial_metadata(fault_headers(plan))
+            except aio.UsageError:
+                pass  # already sent (by the handler, or with a message): what the step asks for
         else:  # Step.ABORT
             code, details = abort_details(plan.decision)
             await context.abort(grpc.StatusCode[code], details)
+
+    async def _act(self, steps: tuple[Step, ...], plan: CallPlan, context) -> None:
+        """A mid-stream fault fired (or a held error): mark the call, perform the steps."""
+        mark(context, plan)
+        for step in steps:
+            await self._perform(step, plan, context)
+
+    @staticmethod
+    def _sync_context(plan: CallPlan, context):
+        """grpc's sync context adapter for a sync handler (skipping its own headers once a fault sent them)."""
+        sync_context = _SyncServicerContext(context)
+        if plan.trip is not None or plan.headers_out:
+            sync_context = SyncHeadersContext(sync_context, plan)
+        return sync_context
 
     @staticmethod
     def _end_code(sc: scope.CallScope, context, exc: BaseException | None):
         if exc is None:
             return context.code() or _OK
-        if isinstance(exc, asyncio.CancelledError):
+        if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):  # GeneratorExit: grpc stopped pulling a
+            # response stream, whose caller left while a message was being written
             return grpc.StatusCode.DEADLINE_EXCEEDED if ended_by_deadline(sc.time_remaining()) else (
                 grpc.StatusCode.CANCELLED
             )
@@ -197,30 +179,48 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         return grpc.StatusCode.UNKNOWN
 
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
+        """A call with one response: a unary method, or a client-streaming one (`request` is then its stream)."""
         core = self.core
         on_loop = self._on_loop(behavior)
+        streams_in = plan.kind.request_streaming
 
-        async def run(request, context, held: list[bool], hold_errors: bool):
-            pair = marker(plan.decision)
+        async def run(request, context, after: tuple[Step, ...], held: list[bool]):
+            """The handler where grpc would run it; `after`: a delay's steps, which hold its aborts too."""
+            pair = marker(plan)
+            trip = plan.trip
+            act = None if trip is None else (lambda steps: self._act(steps, plan, context))
+            if streams_in and trip is not None and trip.reads:
+                request = Requests(request, trip, act)
             if on_loop:
-                if hold_errors:
+                handler_context = context
+                if trip is not None or plan.headers_out:
+                    handler_context = FaultContext(context, plan, act)
+                if after:
 
                     async def hold() -> None:
                         held.append(True)
-                        await self._perform(Step.WAIT, plan, context)
+                        for step in after:
+                            await self._perform(step, plan, context)
 
-                    context = _HeldAbortContext(context, hold, pair)
-                return await behavior(request, context)
+                    handler_context = HeldAbortContext(handler_context, hold, pair)
+                return await behavior(request, handler_context)
             loop = asyncio.get_running_loop()
-            sync_context = _SyncServicerContext(context)
-            if hold_errors:
+            sync_context = self._sync_context(plan, context)
+            if after:
 
-                def hold_sync() -> None:
+                def hold_sync() -> None:  # on the handler's thread: the steps run on the loop
                     held.append(True)
-                    releasable_sleep_sync(core.wait_s(plan), core.stop)
+                    asyncio.run_coroutine_threadsafe(self._act(after, plan, context), loop).result()
 
-                sync_context = _HeldAbortSyncContext(sync_context, hold_sync, pair)
-            return await loop.run_in_executor(None, scope.run_bound, plan.scope, behavior, request, sync_context)
+                sync_context = HeldAbortSyncContext(sync_context, hold_sync, pair)
+            bridge = SyncRequests(request, loop) if streams_in else None
+            try:
+                return await loop.run_in_executor(
+                    None, scope.run_bound, plan.scope, behavior, bridge or request, sync_context
+                )
+            finally:
+                if bridge is not None:
+                    bridge.cancel()
 
         async def unary(request, context):
             remaining = context.time_remaining()
@@ -229,8 +229,8 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 await context.abort(left, "deadline passed before the handler began")
             t0, token = core.begin(plan, remaining, metadata)
             steps = core.steps(plan)  # after begin: the cap and the stop may have turned a hit into a pass
-            hold_errors = Step.RUN in steps and Step.WAIT in steps[steps.index(Step.RUN) + 1 :]  # a delay
-            mark(context, plan.decision)
+            after = core.after_run(steps)  # a delay: it holds handler errors and aborts too (contracts §3)
+            mark(context, plan)
             exc: BaseException | None = None
             response = None
             held: list[bool] = []
@@ -241,11 +241,12 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                             await self._perform(step, plan, context)
                         continue
                     try:
-                        response = await run(request, context, held, hold_errors)
-                        mark(context, plan.decision)  # the handler may have set trailers of its own
+                        response = await run(request, context, after, held)
+                        mark(context, plan)  # the handler may have set trailers of its own
                     except Exception:
-                        if hold_errors and not held:  # a delay holds errors and aborts too (contracts §3)
-                            await self._perform(Step.WAIT, plan, context)
+                        if after and not held:
+                            for late in after:
+                                await self._perform(late, plan, context)
                         raise
                 return response
             except BaseException as e:
@@ -327,8 +328,10 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         return serve
 
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
+        """A call with a response stream: a server-streaming method, or a bidi one (`request` is its stream)."""
         core = self.core
         on_loop = self._on_loop(behavior)
+        streams_in = plan.kind.request_streaming
 
         async def stream(request, context):
             remaining = context.time_remaining()
@@ -336,38 +339,77 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             if left is not None:  # the caller is gone: no work, no fault for it
                 await context.abort(left, "deadline passed before the handler began")
             t0, token = core.begin(plan, remaining, metadata)
-            steps = core.steps(plan, streaming=True)
-            mark(context, plan.decision)
+            steps = core.steps(plan)
+            mark(context, plan)
             exc: BaseException | None = None
+            bridge = responses = None
             try:
                 for step in steps:
                     if step is not Step.RUN:
                         await self._perform(step, plan, context)
                         continue
+                    trip = plan.trip
+                    act = None if trip is None else (lambda steps: self._act(steps, plan, context))
+                    counts_sent = trip is not None and not trip.reads
+                    if streams_in and trip is not None and trip.reads:
+                        request = Requests(request, trip, act)
                     if not on_loop:  # a plain generator: each step of it on the executor, as grpc does
                         loop = asyncio.get_running_loop()
-                        sync_context = _SyncServicerContext(context)
+                        if streams_in:
+                            request = bridge = SyncRequests(request, loop)
                         gen = await loop.run_in_executor(
-                            None, scope.run_bound, plan.scope, behavior, request, sync_context
+                            None, scope.run_bound, plan.scope, behavior, request, self._sync_context(plan, context)
                         )
-                        it = iter(gen)
+                        responses = iter(gen)
                         while True:
-                            item = await loop.run_in_executor(None, scope.run_bound, plan.scope, next, it, _DONE)
+                            item = await loop.run_in_executor(
+                                None, scope.run_bound, plan.scope, next, responses, _DONE
+                            )
                             if item is _DONE:
                                 break
-                            yield item
-                        continue
-                    result = behavior(request, context)
-                    if inspect.isasyncgen(result):
-                        async for item in result:
-                            yield item
+                            yield item  # resumed once grpc has sent it
+                            if counts_sent:
+                                fired = trip.sent()
+                                if fired:
+                                    await act(fired)
                     else:
-                        await result
-                    mark(context, plan.decision)
+                        handler_context = context
+                        if trip is not None or plan.headers_out:
+                            handler_context = FaultContext(context, plan, act)
+                        result = behavior(request, handler_context)
+                        if inspect.isasyncgen(result):
+                            responses = result
+                            async for item in result:
+                                yield item  # resumed once grpc has sent it
+                                if counts_sent:
+                                    fired = trip.sent()
+                                    if fired:
+                                        await act(fired)
+                        else:
+                            await result
+                    mark(context, plan)
             except BaseException as e:
                 exc = e
                 raise
             finally:
+                if bridge is not None:
+                    bridge.cancel()
+                if responses is not None and exc is not None:
+                    await _close(responses)  # a fault ended the stream: the handler's cleanup runs now
                 core.end(plan, token, self._end_code(plan.scope, context, exc), t0)
 
         return stream
+
+
+async def _close(responses) -> None:
+    """Close a handler's response generator that the call left (its `finally` runs now, off the loop for a
+    sync one); one still running in a worker thread is left to finish there. Never raises."""
+    try:
+        if inspect.isasyncgen(responses):
+            await responses.aclose()
+            return
+        close = getattr(responses, "close", None)
+        if close is not None and not getattr(responses, "gi_running", False):
+            await asyncio.get_running_loop().run_in_executor(None, close)
+    except BaseException:  # noqa: BLE001 - the call is over; its handler's cleanup must not change that
+        pass

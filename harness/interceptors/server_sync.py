@@ -4,6 +4,13 @@ Sync handlers cannot be cancelled, so an injected wait returns early when the
 call terminates (`context.add_callback`), freeing the worker thread; the deadline
 gap still counts the time the fault would have held. Everything else is in
 `_server_pipeline`.
+
+Every kind of method is wrapped: a client-streaming one the way a unary one is
+(`_wrap_unary`: one response), a bidi one the way a server-streaming one is
+(`_wrap_stream`). A mid-stream fault sees the request messages through
+`_requests` (on the thread of the handler that reads them) and the response
+messages as grpc takes them from the wrapped generator (which it does once the
+previous one is sent).
 """
 
 from __future__ import annotations
@@ -14,12 +21,13 @@ import grpc
 
 from harness.core.gate import Outcome
 from harness.core.safety import EmergencyStop
+from harness.interceptors._fault_steps import Step
 from harness.interceptors._server_pipeline import (
     CallPlan,
     ServerInterceptorBase,
-    Step,
     abort_details,
     ended_by_deadline,
+    fault_headers,
     mark,
 )
 
@@ -45,12 +53,44 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
         return self._wrapped(continuation(handler_call_details), handler_call_details)
 
     def _perform(self, step: Step, plan: CallPlan, context) -> bool:
-        """Do a WAIT or ABORT step; False when the caller left during a wait."""
+        """Do a WAIT, HEADERS or ABORT step; False when the caller left during a wait."""
         if step is Step.WAIT:
             return _wait(context, self.core.wait_s(plan), self.core.stop)
+        if step is Step.HEADERS:
+            plan.headers_out = True
+            try:
+                context.send_initial_metadata(fault_headers(plan))
+            except Exception:  # noqa: BLE001 - already sent (what the step asks for), or the call is gone
+                pass
+            return True
         code, details = abort_details(plan.decision)
         context.abort(grpc.StatusCode[code], details)  # raises; on a dead call grpc drops it quietly
         return False  # pragma: no cover - abort raised
+
+    def _act(self, steps: tuple[Step, ...], plan: CallPlan, context) -> bool:
+        """Perform steps after the handler began (a tripwire fired, or a delay's after the handler); False when
+        the caller left during a wait. A drop whose caller left still aborts (grpc drops it)."""
+        mark(context, plan)
+        going = True
+        for step in steps:
+            if step is Step.ABORT or going:
+                going = self._perform(step, plan, context) and going
+        return going
+
+    def _requests(self, source, plan: CallPlan, context):
+        """The request stream as the handler reads it, counted for the call's `@read` tripwire."""
+        trip = plan.trip
+        it = iter(source)
+        while True:
+            steps = trip.before_read()
+            if steps:
+                self._act(steps, plan, context)  # a caller that left: the next read raises grpc's error
+            try:
+                message = next(it)
+            except StopIteration:
+                return
+            trip.read()
+            yield message
 
     @staticmethod
     def _end_code(context, failed: bool):
@@ -81,7 +121,16 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
 
         return unary
 
+    def _handler_args(self, request, plan: CallPlan, context):
+        """(request or request stream, context) as the handler gets them on a call with a fault."""
+        if plan.trip is not None and plan.trip.reads:
+            request = self._requests(request, plan, context)
+        if plan.trip is not None or plan.headers_out:
+            context = _HeadersContext(context, plan)
+        return request, context
+
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
+        """A call with one response: a unary method, or a client-streaming one (`request` is then its stream)."""
         core = self.core
         if plan.decision.outcome is not Outcome.HIT:  # nothing to inject (begin never adds one): steps (RUN,)
             return self._pass_unary(behavior, plan, metadata)
@@ -89,23 +138,25 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
         def unary(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
             steps = core.steps(plan)  # after begin: the cap and the stop may have turned a hit into a pass
-            mark(context, plan.decision)
+            after = core.after_run(steps)  # a delay: it holds handler errors and aborts too (contracts §3)
+            mark(context, plan)
             failed = False
             response = None
             try:
-                for i, step in enumerate(steps):
+                for step in steps:
                     if step is Step.RUN:
                         try:
-                            response = behavior(request, context)
-                            mark(context, plan.decision)  # the handler may have set trailers of its own
+                            response = behavior(*self._handler_args(request, plan, context))
+                            mark(context, plan)  # the handler may have set trailers of its own
                         except Exception:
-                            if Step.WAIT in steps[i + 1 :]:  # a delay holds errors and aborts too (contracts §3)
-                                self._perform(Step.WAIT, plan, context)
+                            if after:
+                                self._act(after, plan, context)
                             raise
-                    else:
-                        # a drop whose caller left still aborts (grpc drops it); a delay whose
-                        # caller left returns now and grpc drops the send
-                        self._perform(step, plan, context)
+                        if after:
+                            self._act(after, plan, context)  # a caller that left: grpc drops the send
+                        return response
+                    # a drop whose caller left still aborts (grpc drops it)
+                    self._perform(step, plan, context)
                 return response
             except BaseException:
                 failed = True
@@ -116,20 +167,36 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
         return unary
 
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
+        """A call with a response stream: a server-streaming method, or a bidi one (`request` is its stream)."""
         core = self.core
 
         def stream(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
-            steps = core.steps(plan, streaming=True)
-            mark(context, plan.decision)
+            steps = core.steps(plan)
+            mark(context, plan)
             failed = False
             try:
                 for step in steps:
-                    if step is Step.RUN:
-                        yield from behavior(request, context)
-                        mark(context, plan.decision)
-                    elif not self._perform(step, plan, context):
-                        return  # the caller left during the wait
+                    if step is not Step.RUN:
+                        if not self._perform(step, plan, context):
+                            return  # the caller left during the wait
+                        continue
+                    trip = plan.trip
+                    if trip is None or trip.reads:
+                        yield from behavior(*self._handler_args(request, plan, context))
+                    else:
+                        responses = iter(behavior(*self._handler_args(request, plan, context)))
+                        try:
+                            for item in responses:
+                                yield item  # resumed once grpc has sent it
+                                fired = trip.sent()
+                                if fired and not self._act(fired, plan, context):
+                                    return  # the caller left during the wait
+                        finally:
+                            close = getattr(responses, "close", None)
+                            if close is not None:
+                                close()  # a fault ended the stream: the handler's cleanup runs now
+                    mark(context, plan)
             except BaseException:
                 failed = True
                 raise
@@ -137,3 +204,19 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
                 core.end(plan, token, self._end_code(context, failed), t0)
 
         return stream
+
+
+class _HeadersContext:
+    """The handler's context once a fault may send the response headers: its own are skipped after they went
+    (they cannot follow, and the call must not fail for it)."""
+
+    def __init__(self, context, plan: CallPlan) -> None:
+        self._context = context
+        self._plan = plan
+
+    def __getattr__(self, name):
+        return getattr(self._context, name)
+
+    def send_initial_metadata(self, metadata) -> None:
+        if not self._plan.headers_out:
+            self._context.send_initial_metadata(metadata)

@@ -240,19 +240,25 @@ def test_call_starts_are_counted_before_any_read():
 
 def test_the_wrapped_handlers_are_what_grpcs_public_constructors_build():
     """The pipeline builds grpc's RpcMethodHandler positionally (grpc's function imports a module per
-    call); the result must be exactly what the public constructors give, for both shapes it wraps."""
+    call); the result must be exactly what the public constructors give, for all four kinds it wraps."""
     import grpc
 
-    from harness.interceptors import _server_pipeline as sp
+    from harness.core.faults import Kind
+    from harness.interceptors import _handlers
 
     def behavior(request, context):
         return request
 
     like = grpc.unary_unary_rpc_method_handler(behavior, request_deserializer=bytes, response_serializer=str)
-    assert sp.unary_unary_handler(behavior, like) == grpc.unary_unary_rpc_method_handler(
-        behavior, request_deserializer=bytes, response_serializer=str
-    )
-    assert sp.unary_stream_handler(behavior, like) == grpc.unary_stream_rpc_method_handler(
-        behavior, request_deserializer=bytes, response_serializer=str
-    )
-    assert sp._HANDLER is not None, "grpc's handler changed shape: the public constructors are used (still correct)"
+    public = {
+        Kind.UNARY: grpc.unary_unary_rpc_method_handler,
+        Kind.SERVER_STREAMING: grpc.unary_stream_rpc_method_handler,
+        Kind.CLIENT_STREAMING: grpc.stream_unary_rpc_method_handler,
+        Kind.BIDI_STREAMING: grpc.stream_stream_rpc_method_handler,
+    }
+    for kind, build in public.items():
+        expected = build(behavior, request_deserializer=bytes, response_serializer=str)
+        assert _handlers.BUILD[kind](behavior, like) == expected, kind
+        assert _handlers.behavior_of(expected, kind) is behavior
+        assert Kind.of(expected.request_streaming, expected.response_streaming) is kind
+    assert _handlers.HANDLER is not None, "grpc's handler changed shape: the public constructors are used (correct)"
