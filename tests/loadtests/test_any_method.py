@@ -126,17 +126,7 @@ def test_the_user_drives_every_call_kind_tagged_and_untagged(notes, tmp_path, me
         assert counted == total(client, "drill_client_calls_total", traffic=traffic, grpc_status="OK")
 
 
-@pytest.mark.parametrize(
-    "method",
-    [
-        "Put",
-        "Watch",
-        pytest.param("Upload", marks=pytest.mark.xfail(strict=True, reason="the server interceptors do not fault "
-                                                         "client streams yet: drop this mark when they do")),
-        pytest.param("Chat", marks=pytest.mark.xfail(strict=True, reason="the server interceptors do not fault "
-                                                       "bidi streams yet: drop this mark when they do")),
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize("method", ["Put", "Watch", "Upload", "Chat"])
 def test_an_injected_failure_of_any_kind_is_reported_as_injected(notes, tmp_path, method):
     request = KINDS[method][0]
     plan = f"abort{method.lower()}"
