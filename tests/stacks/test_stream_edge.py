@@ -13,17 +13,14 @@ hit function predicts among those the plan's schedule tags. Every call of these 
 from __future__ import annotations
 
 import json
-import os
-import sys
-import time
 
 import pytest
 import yaml
 
 from harness.core.faults import is_hit
 from harness.drills.load import ids_digest
-from harness.procs.spawn import spawn, stop_processes
-from tests.conftest import ROOT, drill_inprocess, drill_process
+from tests.conftest import drill_inprocess, drill_process
+from tests.stacks.notes_server import notes_server
 
 SEED = 5
 #: three messages of notes.v1.Note, 20 ms apart (message_rate 50)
@@ -32,20 +29,8 @@ MESSAGES = [{"text": "a"}, {"text": "b"}, {"text": "c"}]
 
 @pytest.fixture(scope="module")
 def notes(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("notes")
-    ready, log = tmp / "ready.json", tmp / "notes.log"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DRILL_FAULT_ENABLED="1", DRILL_FAULT_SEED=str(SEED))
-    argv = [sys.executable, "-m", "tests.loadtests.notes_service", "--ready-file", str(ready),
-            "--record", str(tmp / "record.jsonl")]  # fmt: skip
-    proc = spawn(argv, log, env)
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-            time.sleep(0.05)
-        yield {**json.loads(ready.read_text()), "log": str(log)}
-    finally:
-        stop_processes([proc])
+    with notes_server(tmp_path_factory.mktemp("notes"), SEED) as info:
+        yield info
 
 
 def plan(notes: dict, method: str, directive: str, **edge) -> dict:
