@@ -140,3 +140,20 @@ def test_a_message_rate_out_of_bounds_is_refused_before_anything_starts(notes, t
     proc = drill_inprocess("run", write(tmp_path, data), "--out", str(tmp_path / "out"), "--no-live")
     assert proc.returncode == 2 and "stack.edge.message_rate" in proc.stderr and needle in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_stack_load_gets_the_streams_messages_and_rate_from_the_stack_file(tmp_path):
+    """`stack.load` (a Locust master with this project's locustfile) reads the edge from `LOCUST_DRILL_*`: a list of
+    messages and their rate reach it as the stack file gives them, so its command names neither."""
+    from harness.drills.load import CommandLoad
+    from harness.drills.plan import from_dict
+
+    data = plan({"port": 1, "metrics_port": 2, "log": "x.log"}, "Chat", "abort:UNAVAILABLE")
+    data["stack"]["load"] = {"command": "true", "metrics": ["http://127.0.0.1:3/metrics"]}
+    p = from_dict(data, source=str(tmp_path / "stack.yaml"))
+    load = CommandLoad(plan=p.name, seed=p.seed, config_label="mine", traffic=p.traffic, fault=p.fault,
+                       phases=p.phases, spec=p.stack.load, prometheus=None, workdir=tmp_path,
+                       edge=p.stack.edge)  # fmt: skip
+    env = load.environment()
+    assert json.loads(env["LOCUST_DRILL_REQUEST"]) == MESSAGES and env["LOCUST_DRILL_MESSAGE_RATE"] == "50"
+    assert env["LOCUST_DRILL_METHOD"] == "notes.v1.Notes/Chat"
