@@ -157,3 +157,15 @@ def test_a_stack_load_gets_the_streams_messages_and_rate_from_the_stack_file(tmp
     env = load.environment()
     assert json.loads(env["LOCUST_DRILL_REQUEST"]) == MESSAGES and env["LOCUST_DRILL_MESSAGE_RATE"] == "50"
     assert env["LOCUST_DRILL_METHOD"] == "notes.v1.Notes/Chat"
+
+
+def test_the_dry_run_of_a_streaming_edge_predicts_the_ids_a_run_marks(notes, tmp_path):
+    """What the dry run prints for the bidi edge: its kind and messages, and the hits the runs above marked."""
+    directive = "abort:UNAVAILABLE@after=2"
+    proc = drill_inprocess("run", write(tmp_path, plan(notes, "Chat", directive)), "--dry-run",
+                           "--out", str(tmp_path / "out"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ok  edge method /notes.v1.Notes/Chat (bidi-streaming, 3 messages at 50/s) and its request resolve" \
+        in proc.stdout, proc.stdout
+    want = predicted(directive)
+    assert f"mine: {len(want)} of {len(want)} tagged ids (digest {ids_digest(want)})" in proc.stdout, proc.stdout
