@@ -330,9 +330,9 @@ class FirstStatus:
     grpc.aio replaces the status the server sent with INTERNAL "Internal error from Core" when one of the
     stream's writes was in flight as the server ended the call (grpc/grpc#36066, still so in 1.85): a server
     that aborts before reading the whole stream (an injected abort, `@read=N`) would often look like a real
-    INTERNAL without its `x-drill-fault` marker. The call's done callbacks
-    run once, when the first status is set, and there its status coroutines finish without waiting; this
-    keeps what they say. None where they would wait (grpc's own status is then all there is).
+    INTERNAL without its `x-drill-fault` marker. The call's done callbacks run once, when the first status
+    is set, and there its status coroutines finish without waiting; this keeps what they say. None where
+    they would wait (grpc's own status is then all there is).
     """
 
     __slots__ = ("code", "trailers")
