@@ -33,6 +33,10 @@ MAX_DEADLINE_S = ABSOLUTE_MAX_DELAY_MS / 1000
 #: (epoll) have 1-ms resolution: a user cannot keep a schedule tighter than one call a millisecond.
 MAX_USER_RATE = 1000.0
 
+#: Messages/s within one client stream (`stack.edge.message_rate`): each message is timed on the event
+#: loop's clock, as a user's calls are (MAX_USER_RATE), so no stream keeps a tighter pace.
+MAX_MESSAGE_RATE = 1000.0
+
 #: Calls/s one load process offers, all users together. The aio client costs ~250 µs of CPU per
 #: call (benchmarks/results/perf-interceptor_overhead-1.txt: ~2,900 calls/s on one core), a Locust
 #: worker ~400 µs (perf-summary.txt: 2,255 calls/s); 10,000 is past what any core sends, so a plan
@@ -84,7 +88,7 @@ MAX_ANALYZE_RANGE_S = 31 * 86_400.0
 
 __all__ = [
     "MAX_ATTEMPTS", "MAX_PORT", "MIN_SEED", "MAX_SEED", "MAX_PHASE_S", "MAX_DEADLINE_S", "MAX_USER_RATE",
-    "MAX_LOAD_RPS", "MAX_USERS", "MAX_INFLIGHT", "MAX_QUEUE", "MAX_P99_S", "MAX_CHANNEL_MS", "MAX_WAIT_S",
-    "MAX_TRIALS", "MAX_WORKERS", "MAX_REPLICAS", "MAX_PROBE_CONNECTIONS", "MAX_CLIENT_CALLS", "MAX_PID",
+    "MAX_MESSAGE_RATE", "MAX_LOAD_RPS", "MAX_USERS", "MAX_INFLIGHT", "MAX_QUEUE", "MAX_P99_S", "MAX_CHANNEL_MS",
+    "MAX_WAIT_S", "MAX_TRIALS", "MAX_WORKERS", "MAX_REPLICAS", "MAX_PROBE_CONNECTIONS", "MAX_CLIENT_CALLS", "MAX_PID",
     "MAX_ANALYZE_RANGE_S",
 ]  # fmt: skip

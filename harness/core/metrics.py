@@ -178,6 +178,14 @@ CLIENT_CALLS = Counter(
     "the server marked the call as injected (x-drill-fault trailer).",
     ["service", "grpc_method", "grpc_status", "fault_mode", "traffic", "config", "injected"],
 )
+CLIENT_STREAM_MESSAGES = Counter(
+    "drill_client_stream_messages",
+    "Messages the load's streaming calls sent and received (direction sent|received), counted apart: a "
+    "stream is one call of drill_client_calls_total, whatever its messages.",
+    ["service", "grpc_method", "direction", "traffic", "config"],
+)
+#: `direction` of drill_client_stream_messages_total (the Locust user's `messages_sent`/`messages_received`)
+STREAM_DIRECTIONS = ("sent", "received")
 
 # --- resilience --------------------------------------------------------------------------
 RETRY_ATTEMPTS = Counter(

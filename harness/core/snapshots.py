@@ -193,13 +193,15 @@ def _le(bound: float) -> str:
 
 
 class LoadExport(Collector):
-    """A load process's /metrics: its `EdgeCounts` (stamped), the drill timeline gauges and the process
-    metrics, live. Nothing else of the process's registry: a test process (or an embedding program) may
+    """A load process's /metrics: its `EdgeCounts` (stamped), the drill timeline gauges, its streams' messages
+    and the process metrics, live. Nothing else of the process's registry: a test process (or an embedding program) may
     hold thousands of unrelated series, and a 1-s scrape must stay small."""
 
     def __init__(self, counts: EdgeCounts) -> None:
         self.counts = counts
-        self.sources = (m.PHASE, m.FAULT_ACTIVE, m.TRIAL_PHASE_START, m.PLAN_INFO, PROCESS_COLLECTOR)
+        self.sources = (
+            m.PHASE, m.FAULT_ACTIVE, m.TRIAL_PHASE_START, m.PLAN_INFO, m.CLIENT_STREAM_MESSAGES, PROCESS_COLLECTOR,
+        )  # fmt: skip
 
     def collect(self) -> Iterator[Metric]:
         yield from self.counts.collect()

@@ -61,15 +61,15 @@ async def start_server(
     """
     settings = settings or FaultSettings.from_env()
     interceptors = [*extra_interceptors, FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)]
-    if admission:
-        interceptors.insert(
-            0, AdmissionInterceptor(
-                settings.service, capacity or Capacity(), orphan_work=orphan_work, tenants=settings.tenants
-            )
+    admitter = None
+    if admission:  # it admits unary calls itself, and the servicer asks it for each message of an Exchange
+        admitter = AdmissionInterceptor(
+            settings.service, capacity or Capacity(), orphan_work=orphan_work, tenants=settings.tenants
         )
+        interceptors.insert(0, admitter)
         capacity = Capacity(concurrency=1_000_000, queue=0, work_ms=0.0)
     server = aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0), *server_options])
-    servicer = DemoServicer(settings.service, settings.instance_id, capacity, downstream)
+    servicer = DemoServicer(settings.service, settings.instance_id, capacity, downstream, admission=admitter)
     drill_pb2_grpc.add_DemoServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()  # the aio flavour: the sync one cannot serve an aio server
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -19,14 +19,25 @@ work or downstream calls, and counted in `drill_server_expired_total{where="queu
 (grpc.aio cancels such a call at its deadline, but only once the event loop gets to
 it: under overload that can be late.) `orphan_work=True` is the exception, on
 purpose: it models a server that never checks.
+
+`Exchange`, the demo's one bidi method, is served message by message: each message it
+receives is one `Call` (its work time, then one unary `Call` down the chain under the
+stream's drill scope, so the next hops see ordinary unary calls carrying the stream's
+request id and drill keys) answered with one reply, in order, until the caller
+half-closes. A failed downstream call ends the stream with its status. Capacity is
+per message, not per stream: with `AdmissionInterceptor` each message takes a slot
+(or a queue place, else the stream ends with the shed code) and pays the work time
+(`admit_message`), as a unary call does; a stream's messages are never orphan work
+(its handler ends with the caller).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import grpc
 from grpc import aio
@@ -72,11 +83,14 @@ class DemoServicer(drill_pb2_grpc.DemoServicer):
         instance_id: str,
         capacity: Capacity | None = None,
         downstream: Downstream | None = None,
+        admission: AdmissionInterceptor | None = None,
     ) -> None:
         self.service = service
         self.instance_id = instance_id
         self.capacity = capacity or Capacity()
         self.downstream = downstream
+        #: the server's admission (None: `capacity` bounds the work): it admits each message of an Exchange
+        self.admission = admission
         self._slots = asyncio.Semaphore(self.capacity.concurrency)
         self._waiting = 0
         self._expired = m.ChildCache(m.SERVER_EXPIRED)
@@ -121,6 +135,16 @@ class DemoServicer(drill_pb2_grpc.DemoServicer):
             yield drill_pb2.CallReply(
                 payload=f"{request.payload}#{i}", served_by=self.instance_id, path=[self.service]
             )
+
+    async def Exchange(self, request_iterator, context):  # noqa: N802
+        """Bidi: each message served as a `Call` (down the chain under this stream's scope), one reply each."""
+        async for request in request_iterator:
+            if self.admission is None:
+                yield await self._serve("Call", request, context)
+            else:
+                yield await self.admission.admit_message(
+                    f"{_DEMO_SERVICE}/Exchange", context, lambda r=request: self._serve("Call", r, context)
+                )
 
 
 def plain_downstream(
@@ -180,7 +204,9 @@ class AdmissionInterceptor(aio.ServerInterceptor):
         self._orphans: set[asyncio.Task] = set()
         self._expired = m.ChildCache(m.SERVER_EXPIRED)
 
-    async def _admitted(self, behavior, request, context, method: str):
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """Hold one of the `concurrency` slots, waiting in the queue for it."""
         self._waiting += 1
         self._queue.set(self._waiting)
         try:
@@ -189,6 +215,27 @@ class AdmissionInterceptor(aio.ServerInterceptor):
             self._waiting -= 1
             self._queue.set(self._waiting)
         try:
+            yield
+        finally:
+            self._slots.release()
+
+    async def admit_message(self, method: str, context, serve: Callable[[], Awaitable]):
+        """One message of a stream the servicer serves itself (the demo's `Exchange`): a slot, else the stream
+        ends with the shed code; the work time; then `serve()`. The fault interceptor saw the stream begin and
+        counts its status, so a shed or expired message counts only in `drill_server_shed_total` or
+        `drill_server_expired_total` here."""
+        if self._slots.locked() and self._waiting >= self.capacity.queue:
+            self._shed(self.service, method).inc()
+            await context.abort(self._code, f"{self.service} overloaded")
+        async with self._slot():
+            if deadline_passed(context):
+                await abort_expired(context, self.service, method, self._expired)
+            if self.capacity.work_ms > 0:
+                await asyncio.sleep(self.capacity.work_ms / 1000.0)
+            return await serve()
+
+    async def _admitted(self, behavior, request, context, method: str):
+        async with self._slot():
             if not self.orphan_work and deadline_passed(context):
                 tenant = None
                 try:
@@ -201,8 +248,6 @@ class AdmissionInterceptor(aio.ServerInterceptor):
             if self.capacity.work_ms > 0:
                 await asyncio.sleep(self.capacity.work_ms / 1000.0)
             return await behavior(request, context)
-        finally:
-            self._slots.release()
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)

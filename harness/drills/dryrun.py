@@ -83,7 +83,7 @@ async def check_stack(plan: Plan) -> list[str]:
         call = await asyncio.to_thread(resolve_edge, stack.edge)
         source = ("descriptor set" if stack.edge.descriptor_set else ".proto" if stack.edge.proto
                   else "server reflection")  # fmt: skip
-        said.append(f"edge method {call.method} and its request resolve by {source}")
+        said.append(f"edge method {call.describe()} and its request resolve by {source}")
     for hop in stack.hops:
         for url in hop.metrics:
             try:

@@ -62,21 +62,60 @@ class EdgeCall:
     message_rate: float | None = None
 
     @property
-    def streaming(self) -> bool:
-        """Server-streaming: the response is a stream and the request one message (the demo's Stream)."""
-        return self.kind == SERVER_STREAMING
+    def streams_in(self) -> bool:
+        """The request side is a stream (client-streaming, bidi): the call sends `messages`."""
+        return self.kind in CLIENT_STREAMS
+
+    @property
+    def streams_out(self) -> bool:
+        """The response side is a stream (server-streaming, bidi): the call reads replies to the end."""
+        return self.kind in (SERVER_STREAMING, BIDI)
 
     def messages(self, request_id: str) -> tuple[bytes, ...]:
         return self.stream(request_id) if self.stream is not None else (self.request(request_id),)
 
+    def multicallable(self, channel):
+        """The channel's callable for this kind, bytes in and out (no serializers, as ghz and grpcurl call)."""
+        open_call = {UNARY: channel.unary_unary, SERVER_STREAMING: channel.unary_stream,
+                     CLIENT_STREAMING: channel.stream_unary, BIDI: channel.stream_stream}[self.kind]  # fmt: skip
+        return open_call(self.method)
+
+    def describe(self) -> str:
+        """`/pkg.S/M (bidi-streaming, 3 messages at 20/s)`: what one call of the load is, for a log line (a unary
+        method's is its name)."""
+        if self.kind == UNARY:
+            return self.method
+        kind = self.kind.replace("_", "-")
+        if self.streams_in:
+            n = len(self.messages(""))
+            rate = f" at {self.message_rate:g}/s" if self.message_rate else ""
+            kind += f", {n} message{'s' if n != 1 else ''}{rate}"
+        return f"{self.method} ({kind})"
+
+
+#: Messages one call of the demo's bidi `Exchange` sends (`ID#0`, `ID#1`, …), each relayed down the chain
+#: as one `Call` (harness.demo.service), as fast as the stream takes them
+DEMO_EXCHANGE_MESSAGES = 3
+#: The kind of each demo method (`traffic.method`)
+DEMO_KINDS = {"Call": UNARY, "Write": UNARY, "Stream": SERVER_STREAMING, "Exchange": BIDI}
+
 
 def demo_edge(method: str) -> EdgeCall:
-    """The demo's `Call`, `Write` or `Stream`, with the request id as the payload."""
+    """The demo's `Call`, `Write`, `Stream` or `Exchange`, with the request id as the payload."""
 
     def request(rid: str) -> bytes:
         return drill_pb2.CallRequest(payload=rid).SerializeToString()
 
-    return EdgeCall(f"/{DEMO_SERVICE}/{method}", request, kind=SERVER_STREAMING if method == "Stream" else UNARY)
+    kind = DEMO_KINDS[method]
+    if kind != BIDI:
+        return EdgeCall(f"/{DEMO_SERVICE}/{method}", request, kind=kind)
+
+    def stream(rid: str) -> tuple[bytes, ...]:
+        return tuple(
+            drill_pb2.CallRequest(payload=f"{rid}#{i}").SerializeToString() for i in range(DEMO_EXCHANGE_MESSAGES)
+        )
+
+    return EdgeCall(f"/{DEMO_SERVICE}/{method}", request, kind, stream)
 
 
 def constant_edge(
@@ -124,21 +163,25 @@ class MethodSpec:
 
 
 def resolve_edge(spec) -> EdgeCall:
-    """The stack edge the runner's own load calls: unary only (`resolve_call` with the stack's key names).
+    """The stack edge the runner's own load calls, of any kind (`resolve_call` with the stack's key names).
 
-    A streaming method is bad input here; a stack whose `stack.load` is the Locust user for any
-    service drives every kind (`loadtests/method_target.py`).
-    """
-    return resolve_call(spec, kinds=(UNARY,))
+    A `message_rate` on a method whose request is one message is bad input here (a stack file says what
+    it means; the Locust user's option stays a default for whatever method it is given)."""
+    call = resolve_call(spec)
+    if getattr(spec, "message_rate", None) and not call.streams_in:
+        raise BadInput(f"{STACK_NAMES.edge}.message_rate: {call.method.lstrip('/')} is a "
+                       f"{call.kind.replace('_', '-')} method: it sends one message (a rate is for a client-"
+                       "streaming or bidi method's list of messages)")  # fmt: skip
+    return call
 
 
-def resolve_call(spec, *, names: InputNames = STACK_NAMES, kinds: tuple[str, ...] = KINDS) -> EdgeCall:
+def resolve_call(spec, *, names: InputNames = STACK_NAMES) -> EdgeCall:
     """A method's call: found in a descriptor pool (descriptor set, .proto or the server's reflection at
     `spec.address`), the JSON request parsed into its input type and serialized once.
 
-    `spec` has `MethodSpec`'s fields (a stack's `EdgeSpec` does). A method that does not exist, one of a
-    kind not in `kinds`, or a request that does not fit the type is bad input (exit 2); an address that
-    cannot be reached for reflection is a failed run (exit 1). Each says which input, by `names`.
+    `spec` has `MethodSpec`'s fields (a stack's `EdgeSpec` does). A method that does not exist or a request
+    that does not fit the type is bad input (exit 2); an address that cannot be reached for reflection is a
+    failed run (exit 1). Each says which input, by `names`.
     """
     from google.protobuf import message_factory
 
@@ -159,20 +202,12 @@ def resolve_call(spec, *, names: InputNames = STACK_NAMES, kinds: tuple[str, ...
             known = ", ".join(sorted(svc.methods_by_name))
             raise BadInput(f"{where}: {service} has no method {method!r} (it has: {known})")
         kind = kind_of(m.client_streaming, m.server_streaming)
-        if kind not in kinds:
-            raise BadInput(f"{where}: a {kind.replace('_', '-')} method: {_refusal(kinds)}")
         cls = message_factory.GetMessageClass(m.input_type)
         body = encode_request(cls, spec.request, kind, names.request)
     finally:
         pool.close()
     rate = getattr(spec, "message_rate", None)
     return constant_edge(full, body, kind, message_rate=rate if kind in CLIENT_STREAMS and rate else None)
-
-
-def _refusal(kinds: tuple[str, ...]) -> str:
-    if kinds == (UNARY,):
-        return "the runner's own load calls unary methods at a stack's edge (the Locust user, as stack.load, any kind)"
-    return "expected " + " or ".join(k.replace("_", "-") for k in kinds)
 
 
 def encode_request(cls, request: Any, kind: str, name: str = STACK_NAMES.request) -> bytes | tuple[bytes, ...]:

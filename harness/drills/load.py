@@ -9,7 +9,11 @@ same ids carry the directive: the hit set is a pure function of the plan.
 
 `AioLoad` is open loop (a user does not slow down when the system does, up to
 `max_inflight` outstanding calls per user), bounded in count (rate × duration)
-and in time (every call has a deadline; stop() cancels what is left).
+and in time (every call has a deadline; stop() cancels what is left). It calls a
+method of any kind: a streaming call is one call like a unary one (one request
+id, one tagging, one status for the SLO, one deadline for the whole stream); its
+messages are counted apart (`drill_client_stream_messages_total`, results.json
+`messages`).
 `LocustLoad` is open loop too (loadtests/openloop.py): its users keep the same
 per-user rates and send ids of the same form, and each Locust process logs the
 ids it sent with the directive, so both drivers know their expected hits.
@@ -29,6 +33,7 @@ import signal
 import sys
 import time
 import urllib.request
+from collections import Counter
 from typing import Protocol
 
 from grpc import aio
@@ -40,7 +45,7 @@ from harness.core.faults import is_hit
 from harness.core.headers import has_fault_marker
 from harness.core.snapshots import EdgeCounts, next_second
 from harness.core.status import status_name
-from harness.drills.edge import EdgeCall
+from harness.drills.edge import UNARY, EdgeCall
 from harness.drills.model import Fault, Phases, Traffic
 from harness.drills.plan import locust_profile
 from harness.interceptors import DrillClientInterceptor, Tagging
@@ -119,6 +124,11 @@ class AioLoad:
     Prometheus read the same per-second numbers. Every call's trailing metadata is
     read: the ids that came back with the `x-drill-fault` marker are the hits the
     services themselves reported (`observed_hits`).
+
+    A streaming call opens the stream, sends the edge's messages (message i at
+    i / `message_rate` s after the call starts) and half-closes, while its replies
+    are read to the end; it is filed once, by its status, like a unary call. The
+    messages each way are counted apart (`message_counts`).
     """
 
     name = "aio"
@@ -158,6 +168,9 @@ class AioLoad:
         self.start_unix: float | None = None
         self.t_start: float | None = None
         self.sent = 0
+        #: messages of the streaming calls, by (traffic, direction): `message_counts`
+        self._messages: Counter = Counter()
+        self._message_metric = m.ChildCache(m.CLIENT_STREAM_MESSAGES)
 
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
         return [(None, self.metrics_url)] if self.metrics_url else []
@@ -168,6 +181,10 @@ class AioLoad:
         self.t_start = time.monotonic() + (self.start_unix - time.time())
         mark_trial(self.plan, self.config_label, self.trial, self.start_unix, self.phases)
         self.counts.declare(self.config_label, self.method_label)
+        if self.edge_call.kind != UNARY:  # every series at 0 from the start: none is born inside a reader's window
+            for traffic in ("organic", "drill"):
+                for direction in m.STREAM_DIRECTIONS:
+                    self._message_metric(self.counts.service, self.method_label, direction, traffic, self.config_label)
         tr = self.traffic
         for k, (user, kind, rate, offset) in enumerate(users(tr)):
             addr = edge[k % len(edge)]
@@ -186,10 +203,7 @@ class AioLoad:
                 )
                 channel = aio.insecure_channel(addr, interceptors=icpt.with_streams())
                 self._channels.append(channel)
-                if self.edge_call.streaming:
-                    callables.append(channel.unary_stream(self.edge_call.method))
-                else:
-                    callables.append(channel.unary_unary(self.edge_call.method))
+                callables.append(self.edge_call.multicallable(channel))
             modes = [t.fault_mode for t in taggings]
             self._tasks.append(asyncio.create_task(self._user(user, kind, rate, offset, callables, modes)))
 
@@ -215,35 +229,62 @@ class AioLoad:
             self.sent += 1
 
     async def _one(self, method, rid: str, slots: asyncio.Semaphore, traffic: str, mode: str) -> None:
-        request = self.edge_call.request(rid)
-        trailers = None
+        edge = self.edge_call
+        trailers = first = None
         status = "OK"
+        sent, received = [0 if edge.streams_in else 1], 0
         start = time.perf_counter()
         self.counts.start(self.config_label, self.method_label, traffic)
         try:
+            # the request id travels in metadata: every message of a stream belongs to the call it names
+            request = _paced(edge.messages(rid), edge.message_rate, sent) if edge.streams_in else edge.request(rid)
             call = method(request, timeout=self.traffic.timeout_s, metadata=((h.REQUEST_ID, rid),))
-            if self.edge_call.streaming:
+            first = FirstStatus(call) if edge.streams_in else None
+            if edge.streams_out:
                 async for _ in call:
-                    pass
+                    received += 1
             else:
                 await call
+                received = 1
             trailers = await call.trailing_metadata()
         except aio.AioRpcError as err:
             status = status_name(err.code())
             trailers = err.trailing_metadata()
-        except asyncio.CancelledError:  # stop(): the call is abandoned, not counted
-            slots.release()
-            if asyncio.current_task() in self._guard_cancelled:  # a guard's cancel: the client cancelled it
-                self.counts.record(self.config_label, self.method_label, traffic, "CANCELLED", mode, False,
-                                   time.perf_counter() - start)  # fmt: skip
-            return
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task.cancelling() and task not in self._guard_cancelled:  # stop(): abandoned, not counted
+                slots.release()
+                return
+            # the client cancelled it: a guard's cancel, or `traffic.cancel_ms` on a stream (grpc.aio raises
+            # CancelledError for a stream cancelled under a task that was not; a unary call's is an AioRpcError)
+            status = "CANCELLED"
+            trailers = first = None
         slots.release()
+        if first is not None and first.code is not None:  # the status the server sent, not grpc.aio's INTERNAL
+            status, trailers = status_name(first.code), first.trailers
+        if edge.kind != UNARY:
+            self._count_messages(traffic, sent[0], received)
         injected = trailers is not None and has_fault_marker(trailers)
         if injected:
             self._marked.append(rid)
         # filed under the second it ended in: the runner's and every reader's per-second counts
         self.counts.record(self.config_label, self.method_label, traffic, status, mode, injected,
                            time.perf_counter() - start)  # fmt: skip
+
+    def _count_messages(self, traffic: str, sent: int, received: int) -> None:
+        for direction, n in zip(m.STREAM_DIRECTIONS, (sent, received), strict=True):
+            self._messages[traffic, direction] += n
+            if n:
+                self._message_metric(self.counts.service, self.method_label, direction, traffic,
+                                     self.config_label).inc(n)  # fmt: skip
+
+    def message_counts(self) -> dict | None:
+        """The trial's stream messages for results.json (`messages`): sent and received in all and by traffic
+        class, over every call that ended (None for a unary method: one message each way per call)."""
+        if self.edge_call.kind == UNARY:
+            return None
+        by = {t: {d: self._messages[t, d] for d in m.STREAM_DIRECTIONS} for t in ("organic", "drill")}
+        return {**{d: sum(v[d] for v in by.values()) for d in m.STREAM_DIRECTIONS}, "by_traffic": by}
 
     def expected_hits(self) -> list[str]:
         f = self.fault
@@ -281,6 +322,51 @@ class AioLoad:
         for c in self._channels:
             await c.close(grace=None)
         self._channels.clear()
+
+
+class FirstStatus:
+    """The status a client stream's call was given first (code and trailing metadata), read as it is set.
+
+    grpc.aio replaces the status the server sent with INTERNAL "Internal error from Core" when one of the
+    stream's writes was in flight as the server ended the call (grpc/grpc#36066, still so in 1.85): a server
+    that aborts before reading the whole stream (an injected abort, `@read=N`) would often look like a real
+    INTERNAL without its `x-drill-fault` marker. The call's done callbacks run once, when the first status
+    is set, and there its status coroutines finish without waiting; this keeps what they say. None where
+    they would wait (grpc's own status is then all there is).
+    """
+
+    __slots__ = ("code", "trailers")
+
+    def __init__(self, call) -> None:
+        self.code = self.trailers = None
+        call.add_done_callback(self._set)
+
+    def _set(self, call) -> None:
+        self.code = _settled(call.code())
+        self.trailers = _settled(call.trailing_metadata())
+
+
+def _settled(coro):
+    """A coroutine's value if it completes without waiting; else None (and it is closed unrun)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    return None
+
+
+async def _paced(messages: tuple[bytes, ...], rate: float | None, sent: list[int]):
+    """A client stream's messages, message i at i / rate s after the first (at once without a rate), as the
+    Locust user sends them; grpc.aio pulls them from its own task. `sent[0]` counts those handed over."""
+    first = time.monotonic()
+    for i, message in enumerate(messages):
+        if rate and i:
+            wait = first + i / rate - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        sent[0] = i + 1
+        yield message
 
 
 def mark_trial(plan: str, config: str, trial: int, start_unix: float, phases: Phases) -> None:

@@ -78,14 +78,19 @@ class Topology(_Strict):
 
 # --- a stack: services the runner did not start (contracts §13) -----------------------------------
 class EdgeSpec(_Strict):
-    """What the load calls: an address, a full method and a JSON request typed like ghz/grpcurl take it."""
+    """What the load calls: an address, a full method of any kind and a JSON request typed like ghz/grpcurl
+    take it (for a client-streaming or bidi method, the stream's messages in order)."""
 
     #: HOST:PORT the load calls (a port-forward for a cluster)
     address: str = Field(pattern=r"^[^\s:]+:\d+$")
     #: full method name, `pkg.Service/Method`
     method: str = Field(pattern=r"^/?[A-Za-z_][\w.]*/[A-Za-z_]\w*$")
-    #: the request as JSON (protobuf's JSON mapping); {} = the default message
-    request: dict = Field(default_factory=dict)
+    #: the request as JSON (protobuf's JSON mapping); {} = the default message. For a client-streaming or bidi
+    #: method a list of messages, sent in order (an object alone is a stream of one, [] a stream of none)
+    request: dict | list[dict] = Field(default_factory=dict)
+    #: messages/s within a client stream: message i leaves i / rate s after the call starts (None: each as
+    #: soon as the stream takes it). Only for a client-streaming or bidi method.
+    message_rate: float | None = Field(None, gt=0, le=lim.MAX_MESSAGE_RATE)
     #: where the request's type comes from: a .proto file (needs grpcio-tools), a descriptor set
     #: (`protoc --include_imports --descriptor_set_out=FILE`), or the server's reflection (default)
     proto: str | None = None
@@ -294,7 +299,8 @@ class Traffic(_Strict):
     drill_users: int = Field(1, ge=0, le=lim.MAX_USERS)
     drill_rate: float = Field(10.0, ge=0, le=lim.MAX_USER_RATE)  # per user, req/s
     timeout_s: float = Field(2.0, gt=0, le=lim.MAX_DEADLINE_S)
-    method: Literal["Call", "Write", "Stream"] = "Call"
+    #: the demo's method (a topology's load; a stack names its own in stack.edge.method)
+    method: Literal["Call", "Write", "Stream", "Exchange"] = "Call"
     cancel_ms: float | None = Field(None, gt=0, le=lim.MAX_DEADLINE_S * 1000)  # drill users cancel after this
     max_inflight: int = Field(64, ge=1, le=lim.MAX_INFLIGHT)
     driver: Literal["aio", "locust"] = "aio"

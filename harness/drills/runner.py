@@ -325,6 +325,8 @@ class Runner:
                 "observed": len(observed), "observed_digest": ids_digest(observed),
                 "observed_subset_of_expected": observed <= expected if expected else None,
             })  # fmt: skip
+        if isinstance(load, AioLoad) and load.message_counts() is not None:  # a streaming edge's messages
+            extras["messages"] = load.message_counts()
         if isinstance(load, AioLoad):  # what the load itself was told: ids answered with the x-drill-fault marker
             marked = set(load.observed_hits())
             extras["hits"].update({"marked": len(marked), "marked_digest": ids_digest(marked)})

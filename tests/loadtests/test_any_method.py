@@ -126,17 +126,7 @@ def test_the_user_drives_every_call_kind_tagged_and_untagged(notes, tmp_path, me
         assert counted == total(client, "drill_client_calls_total", traffic=traffic, grpc_status="OK")
 
 
-@pytest.mark.parametrize(
-    "method",
-    [
-        "Put",
-        "Watch",
-        pytest.param("Upload", marks=pytest.mark.xfail(strict=True, reason="the server interceptors do not fault "
-                                                         "client streams yet: drop this mark when they do")),
-        pytest.param("Chat", marks=pytest.mark.xfail(strict=True, reason="the server interceptors do not fault "
-                                                       "bidi streams yet: drop this mark when they do")),
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize("method", ["Put", "Watch", "Upload", "Chat"])
 def test_an_injected_failure_of_any_kind_is_reported_as_injected(notes, tmp_path, method):
     request = KINDS[method][0]
     plan = f"abort{method.lower()}"
@@ -243,7 +233,8 @@ def test_one_resolver_gives_every_kind_and_a_client_stream_its_list_of_messages(
         "Put": edge.UNARY, "Watch": edge.SERVER_STREAMING, "Upload": edge.CLIENT_STREAMING, "Chat": edge.BIDI,
     }  # fmt: skip
     assert got["Put"].method == "/notes.v1.Notes/Put" and got["Put"].messages("r") == (b"\n\x01a",)
-    assert got["Watch"].streaming and not got["Put"].streaming  # what the runner's load reads today
+    assert [m for m, c in got.items() if c.streams_in] == ["Upload", "Chat"]  # they send messages
+    assert [m for m, c in got.items() if c.streams_out] == ["Watch", "Chat"]  # they read replies to the end
     assert got["Upload"].messages("r") == (b"\n\x01a", b"\n\x01b", b"\n\x01c")
     assert got["Chat"].message_rate == 20.0 and got["Put"].message_rate is None  # a rate only within a stream
     # an object alone is a stream of one message; an empty list a stream of none
@@ -252,11 +243,13 @@ def test_one_resolver_gives_every_kind_and_a_client_stream_its_list_of_messages(
     assert one.messages("r") == (b"\n\x01a",) and none.messages("r") == ()
 
 
-def test_the_runners_stack_edge_still_refuses_a_stream_and_says_which_kind(descriptor_set):
-    with pytest.raises(BadInput, match=r"stack.edge.method 'notes.v1.Notes/Chat': a bidi-streaming method: the "
-                                       r"runner's own load calls unary methods at a stack's edge"):  # fmt: skip
-        edge.resolve_edge(_spec(descriptor_set, "notes.v1.Notes/Chat", []))
-    assert edge.resolve_edge(_spec(descriptor_set, "notes.v1.Notes/Put", NOTE)).kind == edge.UNARY
+def test_the_runners_stack_edge_takes_every_kind_and_a_rate_only_for_a_client_stream(descriptor_set):
+    kinds = {m: edge.resolve_edge(_spec(descriptor_set, f"notes.v1.Notes/{m}", KINDS[m][0])).kind
+             for m in ("Upload", "Chat")}  # fmt: skip
+    assert kinds == {"Upload": edge.CLIENT_STREAMING, "Chat": edge.BIDI}
+    with pytest.raises(BadInput, match=r"stack.edge.message_rate: notes.v1.Notes/Watch is a server-streaming "
+                                       r"method: it sends one message"):  # fmt: skip
+        edge.resolve_edge(_spec(descriptor_set, "notes.v1.Notes/Watch", NOTE))
 
 
 def test_locust_decides_a_calls_phase_as_the_runners_load_does():

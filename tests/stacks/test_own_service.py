@@ -127,7 +127,8 @@ def test_a_service_on_another_seed_exits_4_before_any_fail_on_is_judged(tmp_path
     [
         ({"method": "shop.v1.Cart/Remove"}, 2, ("shop.v1.Cart has no method 'Remove'", "Add", "Watch")),
         ({"method": "shop.v1.Basket/Add"}, 2, ("no service 'shop.v1.Basket' by reflection", "shop.v1.Cart")),
-        ({"method": "shop.v1.Cart/Watch"}, 2, ("streaming method",)),
+        ({"request": [{"item": "book"}]}, 2, ("stack.edge.request: a unary method takes one message",)),
+        ({"method": "shop.v1.Cart/Watch", "message_rate": 5}, 2, ("stack.edge.message_rate", "server-streaming")),
         ({"request": {"item": "book", "qty": "many"}}, 2, ("does not fit shop.v1.AddRequest",)),
     ],
 )  # fmt: skip

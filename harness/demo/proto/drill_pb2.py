@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0b\x64rill.proto\x12\x08\x64rill.v1\">\n\x0b\x43\x61llRequest\x12\x0f\n\x07payload\x18\x01 \x01(\t\x12\x0f\n\x07work_ms\x18\x02 \x01(\x05\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\"=\n\tCallReply\x12\x0f\n\x07payload\x18\x01 \x01(\t\x12\x11\n\tserved_by\x18\x02 \x01(\t\x12\x0c\n\x04path\x18\x03 \x03(\t2\xa7\x01\n\x04\x44\x65mo\x12\x32\n\x04\x43\x61ll\x12\x15.drill.v1.CallRequest\x1a\x13.drill.v1.CallReply\x12\x33\n\x05Write\x12\x15.drill.v1.CallRequest\x1a\x13.drill.v1.CallReply\x12\x36\n\x06Stream\x12\x15.drill.v1.CallRequest\x1a\x13.drill.v1.CallReply0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0b\x64rill.proto\x12\x08\x64rill.v1\">\n\x0b\x43\x61llRequest\x12\x0f\n\x07payload\x18\x01 \x01(\t\x12\x0f\n\x07work_ms\x18\x02 \x01(\x05\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\"=\n\tCallReply\x12\x0f\n\x07payload\x18\x01 \x01(\t\x12\x11\n\tserved_by\x18\x02 \x01(\t\x12\x0c\n\x04path\x18\x03 \x03(\t2\xe3\x01\n\x04\x44\x65mo\x12\x32\n\x04\x43\x61ll\x12\x15.drill.v1.CallRequest\x1a\x13.drill.v1.CallReply\x12\x33\n\x05Write\x12\x15.drill.v1.CallRequest\x1a\x13.drill.v1.CallReply\x12\x36\n\x06Stream\x12\x15.drill.v1.CallRequest\x1a\x13.drill.v1.CallReply0\x01\x12:\n\x08\x45xchange\x12\x15.drill.v1.CallRequest\x1a\x13.drill.v1.CallReply(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,5 +36,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CALLREPLY']._serialized_start=89
   _globals['_CALLREPLY']._serialized_end=150
   _globals['_DEMO']._serialized_start=153
-  _globals['_DEMO']._serialized_end=320
+  _globals['_DEMO']._serialized_end=380
 # @@protoc_insertion_point(module_scope)

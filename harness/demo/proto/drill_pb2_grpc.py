@@ -49,6 +49,11 @@ class DemoStub:
                 request_serializer=drill__pb2.CallRequest.SerializeToString,
                 response_deserializer=drill__pb2.CallReply.FromString,
                 _registered_method=True)
+        self.Exchange = channel.stream_stream(
+                '/drill.v1.Demo/Exchange',
+                request_serializer=drill__pb2.CallRequest.SerializeToString,
+                response_deserializer=drill__pb2.CallReply.FromString,
+                _registered_method=True)
 
 
 class DemoServicer:
@@ -72,6 +77,12 @@ class DemoServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Exchange(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DemoServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -87,6 +98,11 @@ def add_DemoServicer_to_server(servicer, server):
             ),
             'Stream': grpc.unary_stream_rpc_method_handler(
                     servicer.Stream,
+                    request_deserializer=drill__pb2.CallRequest.FromString,
+                    response_serializer=drill__pb2.CallReply.SerializeToString,
+            ),
+            'Exchange': grpc.stream_stream_rpc_method_handler(
+                    servicer.Exchange,
                     request_deserializer=drill__pb2.CallRequest.FromString,
                     response_serializer=drill__pb2.CallReply.SerializeToString,
             ),
@@ -170,6 +186,33 @@ class Demo:
             request,
             target,
             '/drill.v1.Demo/Stream',
+            drill__pb2.CallRequest.SerializeToString,
+            drill__pb2.CallReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exchange(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/drill.v1.Demo/Exchange',
             drill__pb2.CallRequest.SerializeToString,
             drill__pb2.CallReply.FromString,
             options,

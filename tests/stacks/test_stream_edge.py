@@ -1,0 +1,171 @@
+"""`drill run` on a stack whose edge is a streaming method of a service that is not the demo.
+
+The service (tests/loadtests/notes_service.py: its own proto compiled in the test, server reflection on, the
+interceptors from `server_interceptors()` as docs/stacks.md adds them, its audit lines in its log) has a bidi
+`Chat` (one reply per message) and a client-streaming `Upload` (one reply at the end). The runner's own aio load
+opens one stream per call, sends the stack file's list of messages at its `message_rate`, half-closes and reads
+the replies to the end; the request id and the directive travel once per call, so the ids the service answered
+with the `x-drill-fault` marker (`hits.marked`) and the ids it audited (`hits.observed`) are exactly the ids the
+hit function predicts among those the plan's schedule tags. Every call of these plans ends within its deadline
+(three messages 20 ms apart against 5 s), so the messages each call sent and received are exact too.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from harness.core.faults import is_hit
+from harness.drills.load import ids_digest
+from tests.conftest import drill_inprocess, drill_process
+from tests.stacks.notes_server import notes_server
+
+SEED = 5
+#: three messages of notes.v1.Note, 20 ms apart (message_rate 50)
+MESSAGES = [{"text": "a"}, {"text": "b"}, {"text": "c"}]
+
+
+@pytest.fixture(scope="module")
+def notes(tmp_path_factory):
+    with notes_server(tmp_path_factory.mktemp("notes"), SEED) as info:
+        yield info
+
+
+def plan(notes: dict, method: str, directive: str, **edge) -> dict:
+    return {
+        "name": "notes",
+        "seed": SEED,
+        "stack": {
+            "edge": {"address": f"127.0.0.1:{notes['port']}", "method": f"notes.v1.Notes/{method}",
+                     "request": MESSAGES, "message_rate": 50, **edge},  # fmt: skip
+            "hops": [{"name": "notes", "metrics": [f"http://127.0.0.1:{notes['metrics_port']}/metrics"]}],
+            "audit": {"files": [notes["log"]]},
+            "configs": [{"name": "mine", "ready": {"checks": 2, "timeout_s": 20, "interval_s": 0.1}}],
+        },
+        "traffic": {"organic_users": 1, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 5.0},
+        "fault": {"directive": directive, "ratio": 100, "target": "notes"},
+        "phases": {"warmup": 1, "fault": 2, "recovery": 1},
+        "slo": {"max_error_rate": 0.05, "hold_s": 1, "traffic": "drill"},
+    }
+
+
+def write(tmp_path, data: dict, name: str = "stack.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def predicted(directive: str) -> set[str]:
+    """The drill user (2nd of 2, offset 1/2 of its period) sends notes-5-drill0-N at N/10 + 1/20 s after the
+    trial's first second; those in the fault window [1 s, 3 s) carry the directive (N = 10 … 29)."""
+    tagged = [f"notes-{SEED}-drill0-{n}" for n in range(40) if 1 <= n / 10 + 1 / 20 < 3]
+    hit = {i for i in tagged if is_hit(SEED, i, directive, 100)}
+    assert len(hit) == 20
+    return hit
+
+
+def one_trial(tmp_path, data: dict) -> dict:
+    proc = drill_process("run", write(tmp_path, data), "--out", str(tmp_path / "out"), "--no-live")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert r["notes"] == [], r["notes"]
+    (t,) = r["configs"]["mine"]["trials"]
+    assert t["driver"] == "aio" and t["requests_by_traffic"] == {"organic": 40, "drill": 40}, t
+    return t
+
+
+def assert_hits_as_predicted(t: dict, directive: str) -> None:
+    want = predicted(directive)
+    digest = (len(want), ids_digest(want))
+    h = t["hits"]
+    assert (h["expected"], h["expected_digest"]) == digest, h
+    assert (h["marked"], h["marked_digest"]) == digest, h  # the x-drill-fault marker on the streams' trailers
+    assert (h["observed"], h["observed_digest"]) == digest, h  # the service's audit lines
+    assert h["as_planned"] is True and h["note"] is None, h
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "directive, drill_received",
+    [
+        # aborted before the handler runs: a hit stream gets no reply; the 20 untagged drill calls get 3 each
+        ("abort:UNAVAILABLE", 20 * 3),
+        # aborted right after the server sent its 2nd reply: every hit stream saw exactly 2
+        ("abort:UNAVAILABLE@after=2", 20 * 3 + 20 * 2),
+    ],
+)  # fmt: skip
+def test_a_bidi_edge_of_your_own_service_is_hit_as_predicted(notes, tmp_path, directive, drill_received):
+    t = one_trial(tmp_path, plan(notes, "Chat", directive))
+    assert_hits_as_predicted(t, directive)
+    m = t["messages"]
+    # every organic call sent its 3 messages and got a reply to each (nothing hits organic traffic)
+    assert m["by_traffic"]["organic"] == {"sent": 40 * 3, "received": 40 * 3}, m
+    assert m["by_traffic"]["drill"]["received"] == drill_received, m
+    assert (m["sent"], m["received"]) == (sum(v["sent"] for v in m["by_traffic"].values()), 120 + drill_received)
+
+
+@pytest.mark.slow
+def test_a_client_streaming_edge_is_hit_as_predicted(notes, tmp_path):
+    directive = "abort:UNAVAILABLE@read=2"  # the server reads two messages, then aborts
+    t = one_trial(tmp_path, plan(notes, "Upload", directive))
+    assert_hits_as_predicted(t, directive)
+    m = t["messages"]["by_traffic"]
+    # one reply per call that succeeded: every organic call, the 20 untagged drill calls
+    assert m["organic"] == {"sent": 40 * 3, "received": 40} and m["drill"]["received"] == 20, m
+
+
+@pytest.mark.parametrize(
+    "method, edge, needles",
+    [
+        ("Put", {}, ("stack.edge.request", "a unary method takes one message (a JSON object), not a list of 3")),
+        ("Put", {"request": {"text": "a"}}, ("stack.edge.message_rate", "notes.v1.Notes/Put is a unary method")),
+        ("Watch", {"request": {"text": "a"}}, ("stack.edge.message_rate", "a server-streaming method")),
+        ("Chat", {"request": [{"text": 7}]}, ("stack.edge.request[0] does not fit notes.v1.Note",)),
+    ],
+)  # fmt: skip
+def test_a_request_that_does_not_fit_the_kind_is_one_line(notes, tmp_path, method, edge, needles):
+    proc = drill_inprocess("run", write(tmp_path, plan(notes, method, "abort:UNAVAILABLE", **edge)),
+                           "--out", str(tmp_path / "out"), "--no-live")  # fmt: skip
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("drill:")]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.mark.parametrize("rate, needle", [(0, "greater than 0"), (1001, "less than or equal to 1000")])
+def test_a_message_rate_out_of_bounds_is_refused_before_anything_starts(notes, tmp_path, rate, needle):
+    data = plan(notes, "Chat", "abort:UNAVAILABLE", message_rate=rate)
+    proc = drill_inprocess("run", write(tmp_path, data), "--out", str(tmp_path / "out"), "--no-live")
+    assert proc.returncode == 2 and "stack.edge.message_rate" in proc.stderr and needle in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_stack_load_gets_the_streams_messages_and_rate_from_the_stack_file(tmp_path):
+    """`stack.load` (a Locust master with this project's locustfile) reads the edge from `LOCUST_DRILL_*`: a list of
+    messages and their rate reach it as the stack file gives them, so its command names neither."""
+    from harness.drills.load import CommandLoad
+    from harness.drills.plan import from_dict
+
+    data = plan({"port": 1, "metrics_port": 2, "log": "x.log"}, "Chat", "abort:UNAVAILABLE")
+    data["stack"]["load"] = {"command": "true", "metrics": ["http://127.0.0.1:3/metrics"]}
+    p = from_dict(data, source=str(tmp_path / "stack.yaml"))
+    load = CommandLoad(plan=p.name, seed=p.seed, config_label="mine", traffic=p.traffic, fault=p.fault,
+                       phases=p.phases, spec=p.stack.load, prometheus=None, workdir=tmp_path,
+                       edge=p.stack.edge)  # fmt: skip
+    env = load.environment()
+    assert json.loads(env["LOCUST_DRILL_REQUEST"]) == MESSAGES and env["LOCUST_DRILL_MESSAGE_RATE"] == "50"
+    assert env["LOCUST_DRILL_METHOD"] == "notes.v1.Notes/Chat"
+
+
+def test_the_dry_run_of_a_streaming_edge_predicts_the_ids_a_run_marks(notes, tmp_path):
+    """What the dry run prints for the bidi edge: its kind and messages, and the hits the runs above marked."""
+    directive = "abort:UNAVAILABLE@after=2"
+    proc = drill_inprocess("run", write(tmp_path, plan(notes, "Chat", directive)), "--dry-run",
+                           "--out", str(tmp_path / "out"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ok  edge method /notes.v1.Notes/Chat (bidi-streaming, 3 messages at 50/s) and its request resolve" \
+        in proc.stdout, proc.stdout
+    want = predicted(directive)
+    assert f"mine: {len(want)} of {len(want)} tagged ids (digest {ids_digest(want)})" in proc.stdout, proc.stdout
