@@ -7,7 +7,7 @@ The reasons stay short enum values where machines read them (the `reason` label 
 
 from __future__ import annotations
 
-from harness.core.faults import MAX_ATTEMPTS, DirectiveError, RejectReason
+from harness.core.faults import MAX_ATTEMPTS, MAX_STREAM_MESSAGES, DirectiveError, RejectReason
 from harness.core.headers import MAX_VALUE_LEN
 
 _FORMS = "delay:MS, delay:MIN-MAX, abort:CODE or drop:MS"
@@ -28,6 +28,13 @@ TEXT: dict[RejectReason, str] = {
     RejectReason.BAD_SCOPE: "the scope {detail} is neither request nor attempt",
     RejectReason.BAD_ATTEMPTS: f"the attempts {{detail}} are not a whole number 1-{MAX_ATTEMPTS}",
     RejectReason.BAD_ATTEMPT_NUMBER: f"the attempt number {{detail}} is not a whole number 0-{MAX_ATTEMPTS}",
+    RejectReason.BAD_OPTION: "unknown or repeated option {detail!r} (a directive may end in @after=N, @read=N or "
+    "@headers=sent)",
+    RejectReason.BAD_COUNT: f"{{detail}}: a message count is a whole number 1-{MAX_STREAM_MESSAGES:,}",
+    RejectReason.CONFLICTING_OPTIONS: "options that cannot go together ({detail}): @after with @read, or @after with "
+    "@headers=sent",
+    RejectReason.WRONG_KIND: "an option the method's kind cannot have ({detail}): @after needs a response stream, "
+    "@read a request stream",
 }
 
 

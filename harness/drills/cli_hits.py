@@ -97,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
     columns = args.attempts or 1
     hits = total = 0
     out = sys.stdout
-    for _, request_id in request_ids(sys.stdin.buffer):
+    stdin = getattr(sys.stdin, "buffer", None)  # bytes, to tell a binary file from text; a text-only stand-in
+    lines = stdin if stdin is not None else (line.encode() for line in sys.stdin)  # (tests, an embedding) is text
+    for _, request_id in request_ids(lines):
         row = [
             is_hit_attempt(seed, request_id, args.directive, args.ratio, n, args.scope)
             for n in range(columns)

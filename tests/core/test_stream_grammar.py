@@ -198,7 +198,7 @@ def test_drill_hits_refuses_wrong_grammar_with_one_line(raw):
 
 def test_plans_accept_the_stream_grammar_and_refuse_wrong_grammar():
     assert Fault(directive="delay:500@after=3").directive == "delay:500@after=3"
-    with pytest.raises(ValueError, match="conflicting_options"):
+    with pytest.raises(ValueError, match="cannot go together"):
         Fault(directive="abort:UNAVAILABLE@after=3@headers=sent")
 
 

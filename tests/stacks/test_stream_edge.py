@@ -109,7 +109,11 @@ def test_a_bidi_edge_of_your_own_service_is_hit_as_predicted(notes, tmp_path, di
 @pytest.mark.slow
 def test_a_client_streaming_edge_is_hit_as_predicted(notes, tmp_path):
     directive = "abort:UNAVAILABLE@read=2"  # the server reads two messages, then aborts
-    t = one_trial(tmp_path, plan(notes, "Upload", directive))
+    # 5 messages/s: the third write leaves 200 ms after the second, long after the abort it follows. A write still
+    # in flight as the server ends the call makes grpc.aio's client drop the status and its trailers, marker
+    # included (grpc/grpc#36066; FirstStatus in harness/drills/load.py keeps them when it can): at 50/s a starved
+    # box once lost 1 marker of 20 that way. That race is grpc's; this test is about the marker.
+    t = one_trial(tmp_path, plan(notes, "Upload", directive, message_rate=5))
     assert_hits_as_predicted(t, directive)
     m = t["messages"]["by_traffic"]
     # one reply per call that succeeded: every organic call, the 20 untagged drill calls
