@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/drill demo --out drill-out
 
-# three workers on two cores: most of the suite waits on wall-clock drill phases, not on the CPU
+# four workers on two cores: most of the suite waits on wall-clock drill phases, not on the CPU
 # (one run: user+sys 0.9 of one core over the wall time with two workers); every test holds beside two CPU hogs
 test: $(STAMP)
 	scripts/system-deps
@@ -25,7 +25,7 @@ test: $(STAMP)
 	@# would cache its imports: compiled once here, each start is ~0.2 s of CPU cheaper
 	$(PY) -m compileall -q harness loadtests tests >/dev/null
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=15
+	$(PY) -m pytest -q -p no:cacheprovider -n 4 --dist loadfile --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check harness tests benchmarks loadtests dashboards

@@ -3,7 +3,8 @@
 Modules are imported lazily per subcommand so `drill hits` never pays for
 Locust, rich or the Grafana SDK. Every expected failure ends here as one line
 on stderr, `drill: MESSAGE`, with its exit code (`harness.core.errors`): 2 bad
-input or usage, 1 the run failed, 3 a `--fail-on` condition held. Set
+input or usage, 1 the run failed, 3 a `--fail-on` condition held, 4 a fault phase
+that expected hits saw none land, 5 a guard stopped injection. Set
 `DRILL_DEBUG=1` to see the traceback of an unexpected error.
 """
 
