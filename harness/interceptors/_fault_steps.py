@@ -99,3 +99,20 @@ class Tripwire:
             return ()
         self._plan.acted = True
         return self._steps
+
+
+class HeadersContext:
+    """A sync handler's context on a call whose fault may send the response headers (`@headers=sent`): the
+    handler's own are skipped once they have gone (they cannot follow, and the call must not fail for it).
+    Both flavours use it: the sync server's context and grpc.aio's adapter for a sync handler."""
+
+    def __init__(self, context, plan: CallPlan) -> None:
+        self._context = context
+        self._plan = plan
+
+    def __getattr__(self, name):
+        return getattr(self._context, name)
+
+    def send_initial_metadata(self, metadata) -> None:
+        if not self._plan.headers_out:
+            self._context.send_initial_metadata(metadata)

@@ -133,22 +133,6 @@ class FaultContext:
             await self._context.send_initial_metadata(metadata)
 
 
-class SyncHeadersContext:
-    """grpc's sync context adapter on a call whose fault may send the headers: the handler's own are skipped
-    once they have gone."""
-
-    def __init__(self, context, plan) -> None:
-        self._context = context
-        self._plan = plan
-
-    def __getattr__(self, name):
-        return getattr(self._context, name)
-
-    def send_initial_metadata(self, metadata) -> None:
-        if not self._plan.headers_out:
-            self._context.send_initial_metadata(metadata)
-
-
 class SyncRequests:
     """A sync iterator over an async request stream, for a sync handler on an executor thread.
 

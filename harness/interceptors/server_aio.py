@@ -34,14 +34,13 @@ from harness.core.faults import Mode
 from harness.core.safety import EmergencyStop
 from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span
-from harness.interceptors._fault_steps import Step
+from harness.interceptors._fault_steps import HeadersContext, Step
 from harness.interceptors._handlers import unary_unary_handler
 from harness.interceptors._server_aio_contexts import (
     FaultContext,
     HeldAbortContext,
     HeldAbortSyncContext,
     Requests,
-    SyncHeadersContext,
     SyncRequests,
 )
 from harness.interceptors._server_pipeline import (
@@ -162,7 +161,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         """grpc's sync context adapter for a sync handler (skipping its own headers once a fault sent them)."""
         sync_context = _SyncServicerContext(context)
         if plan.trip is not None or plan.headers_out:
-            sync_context = SyncHeadersContext(sync_context, plan)
+            sync_context = HeadersContext(sync_context, plan)
         return sync_context
 
     @staticmethod

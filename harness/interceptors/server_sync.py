@@ -21,7 +21,7 @@ import grpc
 
 from harness.core.gate import Outcome
 from harness.core.safety import EmergencyStop
-from harness.interceptors._fault_steps import Step
+from harness.interceptors._fault_steps import HeadersContext, Step
 from harness.interceptors._server_pipeline import (
     CallPlan,
     ServerInterceptorBase,
@@ -126,7 +126,7 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
         if plan.trip is not None and plan.trip.reads:
             request = self._requests(request, plan, context)
         if plan.trip is not None or plan.headers_out:
-            context = _HeadersContext(context, plan)
+            context = HeadersContext(context, plan)
         return request, context
 
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
@@ -204,19 +204,3 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
                 core.end(plan, token, self._end_code(context, failed), t0)
 
         return stream
-
-
-class _HeadersContext:
-    """The handler's context once a fault may send the response headers: its own are skipped after they went
-    (they cannot follow, and the call must not fail for it)."""
-
-    def __init__(self, context, plan: CallPlan) -> None:
-        self._context = context
-        self._plan = plan
-
-    def __getattr__(self, name):
-        return getattr(self._context, name)
-
-    def send_initial_metadata(self, metadata) -> None:
-        if not self._plan.headers_out:
-            self._context.send_initial_metadata(metadata)

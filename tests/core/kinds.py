@@ -249,6 +249,19 @@ class Seen:
         return len(self.messages)
 
 
+@contextlib.contextmanager
+def servers(prefix: str, flavours: tuple[str, ...]):
+    """One server per flavour, each under its own service name `PREFIX-FLAVOUR`: {flavour: (port, log, service)}
+    (a module's servers, shared by its tests)."""
+    with contextlib.ExitStack() as stack:
+        out = {}
+        for flavour in flavours:
+            service = f"{prefix}-{flavour}"
+            port, log = stack.enter_context(server(flavour, settings(service)))
+            out[flavour] = (port, log, service)
+        yield out
+
+
 def drill_md(directive: str | None, rid: str, **extra: str) -> tuple:
     md = [(h.TENANT, "tenant-drill"), (h.REQUEST_ID, rid)]
     if directive:

@@ -50,14 +50,7 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:
 @pytest.fixture(scope="module")
 def servers():
     """One server per flavour for the whole module; yields {flavour: (port, log, service)}."""
-    import contextlib
-
-    with contextlib.ExitStack() as stack:
-        out = {}
-        for flavour in FLAVOURS:
-            service = f"sf-{flavour}"
-            port, log = stack.enter_context(K.server(flavour, K.settings(service)))
-            out[flavour] = (port, log, service)
+    with K.servers("sf", FLAVOURS) as out:
         yield out
 
 

@@ -11,7 +11,6 @@ first). A drop of D after message N closes the call at least D after the handler
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 
@@ -31,12 +30,8 @@ D = 0.3
 
 @pytest.fixture(scope="module")
 def servers():
-    with contextlib.ExitStack() as stack:
-        out = {}
-        for flavour in FLAVOURS:
-            service = f"mid-{flavour}"
-            port, log = stack.enter_context(K.server(flavour, K.settings(service)))
-            out[flavour] = (port, log, service)
+    """One server per flavour for the whole module; yields {flavour: (port, log, service)}."""
+    with K.servers("mid", FLAVOURS) as out:
         yield out
 
 
