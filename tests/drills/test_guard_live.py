@@ -51,8 +51,11 @@ PLAN = {
 
 def _hop_reader(ready_file, readings: list, done: threading.Event) -> None:
     """Every 0.1 s: (unix time, injected calls in flight, switch, faults injected so far) from the hop's /metrics,
-    once it is ready."""
+    once it is ready, until that hop is gone. The next trial's hop may bind the same metrics port before this
+    thread notices the gap (a busy box): a reading from another process (its `process_start_time_seconds`) ends
+    the readings and is not kept."""
     url = None
+    started = None
     while not done.is_set():
         if url is None:
             try:
@@ -70,9 +73,13 @@ def _hop_reader(ready_file, readings: list, done: threading.Event) -> None:
             continue
         values: dict[str, float] = {}
         for line in text.splitlines():
-            for name in ("drill_fault_active_calls", "drill_fault_switch", "drill_fault_hits_total"):
+            for name in ("drill_fault_active_calls", "drill_fault_switch", "drill_fault_hits_total",
+                         "process_start_time_seconds"):
                 if line.startswith(name + "{") or line.startswith(name + " "):
                     values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        started = values.get("process_start_time_seconds") if started is None else started
+        if values.get("process_start_time_seconds") != started:
+            return  # another trial's hop on the same port
         readings.append((time.time(), values.get("drill_fault_active_calls"), values.get("drill_fault_switch"),
                          values.get("drill_fault_hits_total", 0.0)))  # fmt: skip
         time.sleep(0.1)
