@@ -97,7 +97,10 @@ def assert_hits_as_predicted(t: dict, directive: str) -> None:
     ],
 )  # fmt: skip
 def test_a_bidi_edge_of_your_own_service_is_hit_as_predicted(notes, tmp_path, directive, drill_received):
-    t = one_trial(tmp_path, plan(notes, "Chat", directive))
+    # 5 messages/s, as for the client-streaming edge below: a write still in flight as the server ends the call
+    # makes grpc.aio's client drop the status and its trailers (grpc/grpc#36066); at 50/s a busy box once lost
+    # 3 markers of 20 that way after `@after=2`. The third write leaves 200 ms after the second, long after it.
+    t = one_trial(tmp_path, plan(notes, "Chat", directive, message_rate=5))
     assert_hits_as_predicted(t, directive)
     m = t["messages"]
     # every organic call sent its 3 messages and got a reply to each (nothing hits organic traffic)
