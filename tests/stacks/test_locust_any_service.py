@@ -13,10 +13,8 @@ hit function predicts.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import sys
-import time
 
 import pytest
 import yaml
@@ -24,8 +22,8 @@ import yaml
 from harness.core.faults import is_hit
 from harness.drills.load import ids_digest
 from harness.procs.ports import private_loopback
-from harness.procs.spawn import spawn, stop_processes
-from tests.conftest import ROOT, drill_process
+from tests.conftest import drill_process
+from tests.stacks.notes_server import notes_server
 
 pytestmark = pytest.mark.slow
 
@@ -35,20 +33,8 @@ LOCUST = pathlib.Path(sys.executable).with_name("locust")
 
 @pytest.fixture(scope="module")
 def notes(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("notes")
-    ready, log = tmp / "ready.json", tmp / "notes.log"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DRILL_FAULT_ENABLED="1", DRILL_FAULT_SEED=str(SEED))
-    argv = [sys.executable, "-m", "tests.loadtests.notes_service", "--ready-file", str(ready),
-            "--record", str(tmp / "record.jsonl")]  # fmt: skip
-    proc = spawn(argv, log, env)
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-            time.sleep(0.05)
-        yield {**json.loads(ready.read_text()), "log": str(log)}
-    finally:
-        stop_processes([proc])
+    with notes_server(tmp_path_factory.mktemp("notes"), SEED) as info:
+        yield info
 
 
 def plan(notes: dict, load: dict | None = None, **edge) -> dict:
