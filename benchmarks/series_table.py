@@ -20,8 +20,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness.drills import analysis as a  # noqa: E402
-from harness.drills.report import read_series_document  # noqa: E402
+from harness.drills.analysis import trial as a  # noqa: E402
+from harness.drills.readings.series import read_series_document  # noqa: E402
 
 
 def queue_reader(data_dir: str):

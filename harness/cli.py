@@ -18,16 +18,16 @@ import sys
 #: name -> (module, one-line help). A module provides add_arguments(parser) and run(args) -> int.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
-        "harness.drills.cli_demo",
+        "harness.drills.cli.demo",
         "run the embedded demo drill (topology + load + MTTR report), no Docker",
     ),
-    "run": ("harness.drills.cli_run", "run a drill plan (YAML) and write results.json and report.html"),
+    "run": ("harness.drills.cli.run", "run a drill plan (YAML) and write results.json and report.html"),
     "analyze": (
-        "harness.drills.cli_analyze",
+        "harness.drills.cli.analyze",
         "compute MTTR and the report from a Prometheus that watched a drill",
     ),
     "serve": ("harness.demo.serve", "serve one demo hop with the fault interceptor"),
-    "hits": ("harness.drills.cli_hits", "preview which request ids (stdin) a directive would hit"),
+    "hits": ("harness.drills.cli.hits", "preview which request ids (stdin) a directive would hit"),
     "client": ("harness.demo.client_cli", "send tagged and untagged calls to a service and summarise"),
     "probe": ("harness.demo.probe", "socket-level probes (half-open connections)"),
     "stop": ("harness.demo.stop", "emergency stop: turn fault injection off for good in running servers (SIGUSR1)"),

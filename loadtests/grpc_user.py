@@ -50,7 +50,7 @@ from locust.runners import WorkerRunner  # noqa: E402
 from harness.core.headers import has_fault_marker  # noqa: E402
 from harness.core.metrics import method_label  # noqa: E402
 from harness.core.status import classify, status_name  # noqa: E402
-from harness.drills.edge import CLIENT_STREAMING, CLIENT_STREAMS  # noqa: E402
+from harness.drills.stack.edge import CLIENT_STREAMING, CLIENT_STREAMS  # noqa: E402
 from harness.interceptors import ORGANIC, CallTags, ClientRecorder, Tagging  # noqa: E402
 from loadtests import openloop  # noqa: E402
 from loadtests import options as drill_options  # noqa: E402

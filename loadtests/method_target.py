@@ -5,7 +5,7 @@ with the request `--drill-request` gives as protobuf JSON (an object; for a clie
 a list of objects, sent `--drill-message-rate` a second), its types found by the server's
 reflection at `--host` (default), in `--drill-descriptor-set` or in `--drill-proto`
 (compiled with grpcio-tools). The method is resolved once per process by
-`harness.drills.edge.resolve_call`, the runner's own resolver, so a stack edge and a
+`harness.drills.stack.edge.resolve_call`, the runner's own resolver, so a stack edge and a
 Locust user read a method and a request alike: the request is serialized once and every
 call sends the same bytes (the request id travels in metadata), through grpc's
 multicallables without serializers, as ghz and grpcurl do. Without `--drill-method` the
@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 from harness.core.errors import BadInput, DrillError
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
-from harness.drills import edge
+from harness.drills.stack import edge
 from loadtests.options import DrillOptions
 
 log = logging.getLogger("drill.loadtests")

@@ -48,7 +48,7 @@ def inflight_bound(rate: float, timeout_s: float) -> int:
 
 
 def request_id(plan: str, seed: int, user: str, n: int) -> str:
-    """The same id form as `harness.drills.load.request_id` (the in-runner load)."""
+    """The same id form as `harness.drills.load.schedule.request_id` (the in-runner load)."""
     return f"{plan}-{seed}-{user}-{n}"
 
 
@@ -119,7 +119,7 @@ class Schedule:
 
 def runner_offset(users: int, weights: dict[str, int], traffic: str, k: int, rate: float) -> float:
     """The offset the in-runner load gives user k of a class: its users are organic 0…O-1 then drill 0…D-1,
-    user i of them first calls at i / (O + D) / rate (harness.drills.load.AioLoad). O is the organic
+    user i of them first calls at i / (O + D) / rate (harness.drills.load.aio.AioLoad). O is the organic
     weight when the weights count the users (as `drill run` passes them), else the organic share of `users`."""
     wo, wd = weights.get("organic", 1), weights.get("drill", 1)
     organic = wo if wo + wd == users else round(users * wo / max(1, wo + wd))

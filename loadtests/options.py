@@ -93,7 +93,7 @@ class DrillOptions:
 
 def phase_at(phases: tuple[Phase, ...], t: float) -> str:
     """The phase at `t` s after the first one starts (`done` after the last), as the in-runner load decides
-    a call's phase from its scheduled time (`harness.drills.model.Phases.at`: same sums, same comparisons)."""
+    a call's phase from its scheduled time (`harness.drills.plan.sections.Phases.at`: same sums, same comparisons)."""
     end = 0.0
     for phase in phases:
         end += phase.seconds

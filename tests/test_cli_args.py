@@ -202,7 +202,7 @@ def test_hits_refuses_a_bad_argument_in_words(args, needles):
 
 
 def test_a_plan_with_a_bad_directive_says_why_in_words(tmp_path):
-    from harness.drills.plan import PlanError, from_dict
+    from harness.drills.plan.files import PlanError, from_dict
 
     with pytest.raises(PlanError) as err:
         from_dict({"topology": {"hops": [{"name": "gateway"}]}, "fault": {"directive": "abort:OK"}})

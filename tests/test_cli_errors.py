@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from harness.drills.plan import SCHEMA_PATH, schema
+from harness.drills.plan.files import SCHEMA_PATH, schema
 from harness.procs.ports import refused_port
 from tests.conftest import drill_inprocess, drill_process
 
@@ -128,7 +128,7 @@ def test_analyze_with_start_after_end(tmp_path):
 
 
 def test_the_shipped_plan_schema_is_current():
-    assert json.loads(SCHEMA_PATH.read_text()) == schema(), "run harness.drills.plan.write_schema()"
+    assert json.loads(SCHEMA_PATH.read_text()) == schema(), "run harness.drills.plan.files.write_schema()"
 
 
 @pytest.mark.parametrize(
@@ -137,7 +137,7 @@ def test_the_shipped_plan_schema_is_current():
      ({"fault": {"directive": "explode:1"}}, "fault.directive"), ({"topology": {"hops": []}}, "topology.hops")],
 )  # fmt: skip
 def test_out_of_range_values_are_refused_with_their_path(mutation, path):
-    from harness.drills.plan import PlanError, from_dict
+    from harness.drills.plan.files import PlanError, from_dict
 
     data = {"fault": {"directive": "abort:UNAVAILABLE"}, **mutation}
     if "fault" in mutation:
@@ -166,7 +166,7 @@ def test_a_plan_number_past_its_bound_is_refused_with_its_key_path(tmp_path, yam
 
     Checked by loading the plan, as `drill run` does first: before the bounds, most of these ran (for ever).
     """
-    from harness.drills.plan import PlanError, load_plan
+    from harness.drills.plan.files import PlanError, load_plan
 
     text = PLAN.replace("configs: [naive]\n", "") if yaml_text.startswith("variants") else PLAN
     key = yaml_text.split(":")[0]
@@ -263,7 +263,7 @@ def test_probe_with_every_connection_refused_is_a_failed_run():
 
 
 def test_prometheus_auto_without_prometheus_says_so(tmp_path, monkeypatch):
-    from harness.drills import cli_run
+    from harness.drills.cli import run as cli_run
     from harness.procs import prometheus
 
     monkeypatch.setattr(prometheus, "PROMETHEUS", "no-such-prometheus")
@@ -271,7 +271,7 @@ def test_prometheus_auto_without_prometheus_says_so(tmp_path, monkeypatch):
     with contextlib.redirect_stderr(err):
         import argparse
 
-        from harness.drills.plan import load_plan
+        from harness.drills.plan.files import load_plan
 
         assert cli_run._prometheus(argparse.Namespace(prometheus="auto"), tmp_path, print, load_plan("basics")) is None
     assert err.getvalue().startswith("drill: warning: --prometheus auto: no 'no-such-prometheus' on PATH")

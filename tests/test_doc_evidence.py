@@ -307,7 +307,7 @@ def test_the_fewest_trials_that_name_a_winner_are_what_the_docs_say():
     alone need 4 + 4 trials (Fisher, two-sided, 0.05); a bootstrap CI names a winner from 3 + 3 when every
     trial of one configuration is better than every trial of the other, not when one pair overlaps; two
     trials each never name one."""
-    from harness.drills import stats, verdict
+    from harness.drills.analysis import stats, verdict
 
     assert stats.fisher_p(0, 3, 3, 3) > stats.ALPHA > stats.fisher_p(0, 4, 4, 4)
     assert round(stats.fisher_p(0, 3, 3, 3), 2) == 0.10 and round(stats.fisher_p(0, 4, 4, 4), 3) == 0.029

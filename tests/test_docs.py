@@ -88,7 +88,7 @@ def _check_drill(words: list[str], doc: str) -> None:
     # a plan the doc itself shows ("saved as `cart.yaml`") is checked with the doc's YAML blocks
     shown = f"saved as `{getattr(args, 'plan', '')}`" in (ROOT / doc).read_text()
     if sub == "run" and not _placeholder(args.plan) and not shown:
-        from harness.drills.plan import load_plan
+        from harness.drills.plan.files import load_plan
 
         load_plan(args.plan, quick=getattr(args, "quick", False))
     for flag in ("series", "results"):
@@ -162,7 +162,7 @@ PLANS = [(doc, body) for doc, body in blocks("yaml") if re.search(r"^(stack|topo
 
 @pytest.mark.parametrize("doc, body", PLANS, ids=[f"{d}:{i}" for i, (d, _) in enumerate(PLANS)])
 def test_plan_examples_are_valid_plans(doc, body, tmp_path):
-    from harness.drills.plan import from_dict
+    from harness.drills.plan.files import from_dict
 
     data = yaml.safe_load(body)
     edge = (data.get("stack") or {}).get("edge") or {}
@@ -174,7 +174,7 @@ def test_plan_examples_are_valid_plans(doc, body, tmp_path):
 
 
 def test_shipped_stack_files_load():
-    from harness.drills.plan import load_plan
+    from harness.drills.plan.files import load_plan
 
     for path in ("compose/stack.yaml", "deploy/k8s/stack.yaml", "benchmarks/stacks/external-chain.yaml"):
         assert load_plan(str(ROOT / path)).stack is not None, path

@@ -22,10 +22,10 @@ def test_ruff_check_is_clean():
 
 def test_the_package_imports_without_optional_extras():
     # `drill hits` and the interceptors must not need Locust, rich or the Grafana SDK.
-    code = "import harness.interceptors, harness.drills.cli_hits, harness.core.faults, harness.core.gate; print('ok')"
+    code = "import harness.interceptors, harness.drills.cli.hits, harness.core.faults, harness.core.gate; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
     heavy = "{'locust', 'gevent', 'grafana_foundation_sdk', 'rich'}"
-    code = f"import sys, harness.interceptors, harness.drills.cli_hits; print(sorted({heavy} & set(sys.modules)))"
+    code = f"import sys, harness.interceptors, harness.drills.cli.hits; print(sorted({heavy} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

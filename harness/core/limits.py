@@ -1,6 +1,6 @@
 """The largest (and smallest) values the harness accepts, in one place, each with the reason for it.
 
-A plan's fields (`harness.drills.model`) and the commands' flags (`harness.core.cliargs`) take
+A plan's fields (`harness.drills.plan`) and the commands' flags (`harness.core.cliargs`) take
 their bounds from here, so `phases.fault: .inf` and `drill serve --port 99999` are refused the
 same way: on one line naming the key or flag, before anything starts (exit 2). A bound is never a
 target: it sits past anything a drill on one machine can use, so that a typo (`1e12` for `12`)

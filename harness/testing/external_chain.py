@@ -55,7 +55,7 @@ def hop_args(hop: str, bounded: bool) -> list[str]:
     """Capacity flags of one hop: the demo default, or with `bounded` the retry-storm plan's own (one source)."""
     if not bounded:
         return ["--work-ms", "1"]
-    from harness.drills.plan import load_plan
+    from harness.drills.plan.files import load_plan
 
     spec = next(h for h in load_plan("retry-storm").hops if h.name == hop)
     args = ["--work-ms", str(spec.work_ms), "--concurrency", str(spec.concurrency), "--queue", str(spec.queue)]

@@ -106,7 +106,7 @@ class Hop:
 
 @dataclasses.dataclass
 class InProcessChain:
-    """Demo hops served in this process (not `harness.drills.topology`'s processes)."""
+    """Demo hops served in this process (not `harness.drills.stack.topology`'s processes)."""
 
     hops: list[Hop]
 

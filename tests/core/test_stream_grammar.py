@@ -20,7 +20,7 @@ from harness.core.faults import (
 from harness.core.gate import FaultGate, Outcome
 from harness.core.safety import EmergencyStop
 from harness.core.settings import FaultSettings
-from harness.drills.model import Fault
+from harness.drills.plan.sections import Fault
 from harness.interceptors._fault_steps import Step
 from harness.interceptors._server_pipeline import CallPlan, ServerCore
 from tests.conftest import drill_inprocess

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness.drills.model import SeriesKey as K
-from harness.drills.series import RunSeries
+from harness.drills.plan.outputs import SeriesKey as K
+from harness.drills.readings.series import RunSeries
 
 
 def make_series(

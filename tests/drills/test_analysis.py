@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.drills import analysis as a
-from harness.drills.model import SeriesKey as K
-from harness.drills.series import build_series
+from harness.drills.analysis import trial as a
+from harness.drills.plan.outputs import SeriesKey as K
+from harness.drills.readings.series import build_series
 from tests.drills.synth import make_series, rates
 
 SLO = a.Slo(max_error_rate=0.05, hold_s=3)

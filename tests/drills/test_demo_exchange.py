@@ -22,8 +22,8 @@ from harness.core.settings import FaultSettings
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.demo.serve import start_server
 from harness.demo.service import Capacity, plain_downstream
-from harness.drills.edge import DEMO_EXCHANGE_MESSAGES
-from harness.drills.load import ids_digest
+from harness.drills.load.schedule import ids_digest
+from harness.drills.stack.edge import DEMO_EXCHANGE_MESSAGES
 from tests.conftest import drill_process
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from harness.drills.plan import load_plan, shipped_plans
+from harness.drills.plan.files import load_plan, shipped_plans
 from harness.procs import spawn
 from tests.conftest import drill_inprocess
 

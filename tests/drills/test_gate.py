@@ -7,9 +7,10 @@ import json
 import pytest
 
 from harness.core.errors import BadInput, ConditionFailed
-from harness.drills import gate, report
-from harness.drills.model import Slo
-from harness.drills.results import assemble
+from harness.drills.analysis import gate
+from harness.drills.analysis.results import assemble
+from harness.drills.plan.sections import Slo
+from harness.drills.report import page as report
 from tests.conftest import drill_inprocess
 from tests.drills.synth import make_series, read_back
 

@@ -3,7 +3,7 @@ watch finds what the whole series says, a tripped configuration never wins, and 
 
 Synthetic series (tests/drills/synth.py) have one sample per second at t = 1..n, sample t covering (t−1, t],
 and the trial's first second as t = 0: trial time = t. Every expected trip time below is derived from the
-guard's definition (harness/drills/guard.py), not observed.
+guard's definition (harness/drills/trials/guard.py), not observed.
 """
 
 from __future__ import annotations
@@ -14,15 +14,17 @@ import random
 import pytest
 
 from harness.core.errors import GuardTripped
-from harness.drills import analysis
-from harness.drills import guard as g
-from harness.drills.gate import parse_conditions
-from harness.drills.model import Guard, SeriesKey, Slo
-from harness.drills.plan import PlanError, from_dict
-from harness.drills.results import assemble, config_entry
-from harness.drills.runner import Runner
-from harness.drills.series import RunSeries
-from harness.drills.verdict import judge
+from harness.drills.analysis import trial as analysis
+from harness.drills.analysis.gate import parse_conditions
+from harness.drills.analysis.results import assemble, config_entry
+from harness.drills.analysis.verdict import judge
+from harness.drills.plan.files import PlanError, from_dict
+from harness.drills.plan.guards import Guard
+from harness.drills.plan.outputs import SeriesKey
+from harness.drills.plan.sections import Slo
+from harness.drills.readings.series import RunSeries
+from harness.drills.trials import guard as g
+from harness.drills.trials.runner import Runner
 from tests.drills.synth import make_series, rates
 
 SLO = Slo(max_error_rate=0.05, hold_s=3, traffic="organic")
@@ -82,7 +84,8 @@ def test_burn_rate_trips_when_both_windows_burn_faster_than_the_bound():
 
 
 def test_burn_rate_counts_bad_calls_as_the_trials_budget_burn_does():
-    # with a latency SLO, slow successes are bad calls too (harness.drills.impact): 40 % of calls slower than 1 s
+    # with a latency SLO, slow successes are bad calls too (harness.drills.analysis.impact): 40 % of calls slower
+    # than 1 s
     slo = Slo(max_error_rate=0.05, max_p99_s=1.0, traffic="organic")
     s = make_series([0.0] * 40, slow=[0.0] * 11 + [0.4] * 29)
     # each slow second burns 0.4 / 0.05 = 8×; over the last 5 s, k slow seconds burn 1.6·k×: above 4× at k = 3
@@ -309,7 +312,7 @@ def test_the_safeguards_example_in_docs_is_a_guard_the_plan_accepts():
 def test_the_live_view_shows_each_guards_value_then_the_trip():
     from rich.console import Console
 
-    from harness.drills.live import LiveView
+    from harness.drills.trials.live import LiveView
 
     update = {"config": "naive", "index": 0, "count": 2, "phase": "fault", "elapsed": 9.0, "total": 42.0,
               "samples": [], "hops": [], "guard": {"watch": {"organic-errors": "26.3%", "cap": "9 s"},

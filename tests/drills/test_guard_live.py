@@ -28,8 +28,8 @@ import urllib.request
 import pytest
 
 from harness.core.snapshots import second_of
-from harness.drills.load import ids_digest
-from harness.drills.report import read_series_document
+from harness.drills.load.schedule import ids_digest
+from harness.drills.readings.series import read_series_document
 from tests.conftest import drill_inprocess
 from tests.fake_grafana import FakeGrafana
 
@@ -155,7 +155,7 @@ def test_the_trip_stops_injection_within_a_second(run):
     # and the hop injected nothing new: its fault counter stands still from then on
     assert len({hits for *_, hits in after}) == 1 and after[0][3] > 0, after
     # the load's own filing of every call it got back: none with the trailer after trip + 1 s
-    from harness.drills.runner import runner_metrics
+    from harness.drills.trials.runner import runner_metrics
 
     counts = runner_metrics()[1]
     start = int(results["configs"]["drop"]["trials"][0]["started_unix"])

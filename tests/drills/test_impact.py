@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.drills import analysis as a
-from harness.drills import impact
-from harness.drills.model import Slo
+from harness.drills.analysis import impact
+from harness.drills.analysis import trial as a
+from harness.drills.plan.sections import Slo
 from tests.drills.synth import make_series, rates, read_back
 
 SLO = Slo(max_error_rate=0.05, hold_s=3)

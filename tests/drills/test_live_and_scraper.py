@@ -7,9 +7,9 @@ import asyncio
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from rich.console import Console
 
-from harness.drills.live import LiveView, last_second
-from harness.drills.model import SeriesKey as K
-from harness.drills.scraper import Scraper, reduce_text
+from harness.drills.plan.outputs import SeriesKey as K
+from harness.drills.readings.scraper import Scraper, reduce_text
+from harness.drills.trials.live import LiveView, last_second
 
 
 def _update(samples):
@@ -77,7 +77,7 @@ def test_reduce_text_keys_edge_calls_and_hop_calls():
 
 
 def test_a_missed_scrape_repeats_the_last_values_instead_of_a_reset(monkeypatch):
-    from harness.drills import scraper as sc
+    from harness.drills.readings import scraper as sc
 
     answers = iter(['drill_server_calls_total{service="a"} 10\n', OSError("down"),
                     'drill_server_calls_total{service="a"} 30\n'])  # fmt: skip

@@ -28,10 +28,10 @@ import threading
 import pytest
 
 from harness.core.faults import is_hit
-from harness.drills.analysis import total_requests
-from harness.drills.load import ids_digest
-from harness.drills.model import SeriesKey
-from harness.drills.report import read_series_document
+from harness.drills.analysis.trial import total_requests
+from harness.drills.load.schedule import ids_digest
+from harness.drills.plan.outputs import SeriesKey
+from harness.drills.readings.series import read_series_document
 from harness.procs.prometheus import LocalPrometheus
 from tests.conftest import drill_process
 from tests.fake_grafana import FakeGrafana

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from harness.drills.report import read_series_document
+from harness.drills.readings.series import read_series_document
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow  # a live run: scheduled first (tests/conftest.py)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from harness.drills import analysis as a
-from harness.drills import results as res
-from harness.drills.model import SeriesKey as K
-from harness.drills.series import RunSeries
+from harness.drills.analysis import results as res
+from harness.drills.analysis import trial as a
+from harness.drills.plan.outputs import SeriesKey as K
+from harness.drills.readings.series import RunSeries
 from tests.drills.synth import make_series
 
 SLO = a.Slo(max_error_rate=0.05, hold_s=3)
@@ -93,7 +93,7 @@ def test_without_a_plan_the_check_is_absent_not_failed():
 
 
 def test_the_report_shows_offered_load_per_trial_and_which_fell_behind():
-    from harness.drills import report
+    from harness.drills.report import page as report
 
     ok = make_series([0.0] * 40, config="ok")
     ok.planned_rps = {"organic": 90.0, "drill": 10.0}

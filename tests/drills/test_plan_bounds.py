@@ -1,6 +1,6 @@
 """Every number a plan holds has a finite lower and upper bound, and docs/drills.md lists each one as the code has it.
 
-Read from the plan's JSON Schema (generated from `harness.drills.model`, shipped for editors), so a field
+Read from the plan's JSON Schema (generated from `harness.drills.plan`, shipped for editors), so a field
 added without a bound, or a bound changed without the doc, fails here.
 """
 
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from harness.drills.plan import from_dict, schema
+from harness.drills.plan.files import from_dict, schema
 from tests.conftest import ROOT
 
 
@@ -79,7 +79,7 @@ def test_docs_list_every_plan_number_with_the_bound_the_code_has():
 )  # fmt: skip
 def test_all_users_together_offer_what_their_load_processes_can(driver, workers, ok, monkeypatch):
     """10 users × 1000/s + 1 × 10/s = 10,010 calls/s: one process may offer 10,000, two Locust workers 20,000."""
-    from harness.drills import plan
+    from harness.drills.plan import files as plan
 
     monkeypatch.setattr(plan, "_check_locust_profile", lambda *a: None)  # about Locust being installed, not bounds
     data = {"topology": {"hops": [{"name": "gateway"}]}, "fault": {"directive": "abort:UNAVAILABLE"},

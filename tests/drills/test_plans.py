@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from harness.core.faults import instance_selected
-from harness.drills.plan import PlanError, from_dict, load_plan, shipped_plans
+from harness.drills.plan.files import PlanError, from_dict, load_plan, shipped_plans
 
 SHIPPED = {"retry-storm", "slow-half", "basics", "half-open"}
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "harness" / "configs"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import pathlib
 
-from harness.drills.model import Slo
-from harness.drills.report import write_outputs
-from harness.drills.results import assemble
+from harness.drills.analysis.results import assemble
+from harness.drills.plan.sections import Slo
+from harness.drills.report.page import write_outputs
 from harness.procs.ports import refused_port
 from tests.conftest import drill_inprocess as drill
 from tests.drills.synth import make_series

@@ -10,9 +10,9 @@ import zlib
 
 import pytest
 
-from harness.drills import analysis as a
-from harness.drills import report
-from harness.drills.results import assemble
+from harness.drills.analysis import trial as a
+from harness.drills.analysis.results import assemble
+from harness.drills.report import page as report
 from tests.drills.synth import make_series, rates
 
 SLO = a.Slo()
@@ -235,8 +235,8 @@ def test_the_mttr_table_fits_a_1280_px_window_without_scrolling(tmp_path):
 
 
 def test_a_read_back_time_shows_its_plus_minus_and_where_it_came_from(capsys, tmp_path):
-    from harness.drills import cells
-    from harness.drills.cli_run import print_summary
+    from harness.drills.cli.run import print_summary
+    from harness.drills.report import cells
     from tests.drills.synth import read_back
 
     runs = {"naive": [read_back(make_series(rates({(11, 25): 0.5}), config="naive"), 1.0) for _ in range(3)]}

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from harness.drills import stats
-from harness.drills.model import Slo
-from harness.drills.results import assemble
-from harness.drills.verdict import judge
+from harness.drills.analysis import stats
+from harness.drills.analysis.results import assemble
+from harness.drills.analysis.verdict import judge
+from harness.drills.plan.sections import Slo
 from tests.drills.synth import make_series
 
 
@@ -120,9 +120,9 @@ def test_assemble_keeps_trials_summary_and_a_representative_trial():
 
 
 def test_the_prometheus_cross_check_analyses_every_trial_the_read_back_found(monkeypatch, tmp_path):
-    from harness.drills import prom
-    from harness.drills.plan import from_dict
-    from harness.drills.runner import Runner
+    from harness.drills.plan.files import from_dict
+    from harness.drills.readings import prom
+    from harness.drills.trials.runner import Runner
 
     calls = []
 

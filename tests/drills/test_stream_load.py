@@ -18,9 +18,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from harness.core.snapshots import EdgeCounts, LoadExport
-from harness.drills.edge import resolve_edge
-from harness.drills.load import AioLoad
-from harness.drills.model import EdgeSpec, Fault, Phases, Traffic
+from harness.drills.load.aio import AioLoad
+from harness.drills.plan.sections import Fault, Phases, Traffic
+from harness.drills.plan.stack import EdgeSpec
+from harness.drills.stack.edge import resolve_edge
 from tests.stacks.notes_server import notes_server
 
 pytestmark = pytest.mark.slow

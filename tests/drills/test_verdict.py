@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 
-from harness.drills import cells, stats
-from harness.drills.model import Slo
-from harness.drills.results import assemble
+from harness.drills.analysis import stats
+from harness.drills.analysis.results import assemble
+from harness.drills.plan.sections import Slo
+from harness.drills.report import cells
 from tests.drills.synth import make_series, rates
 
 SLO = Slo(max_error_rate=0.05, hold_s=3)
@@ -112,7 +113,7 @@ def test_the_table_order_follows_the_rule():
 def test_pairwise_comparisons_are_one_test_seen_from_both_sides():
     r = run(a=[{(11, 13): 0.9}] * 3, b=[{(11, 20): 0.1}] * 3)
     (c,) = r["verdict"]["comparisons"]
-    from harness.drills.verdict import _mirror
+    from harness.drills.analysis.verdict import _mirror
 
     m = _mirror(c)
     assert m["median_outage_diff_s"] == -c["median_outage_diff_s"] and m["ci95_s"] == [-x for x in c["ci95_s"][::-1]]
@@ -128,7 +129,7 @@ def test_regression_counts_a_worse_budget_burn():
 
 
 def test_a_trade_off_names_each_measure_with_its_numbers():
-    from harness.drills.verdict import tradeoff_text
+    from harness.drills.analysis.verdict import tradeoff_text
 
     c = {"breaches": [0, 6], "other_breaches": [6, 6], "fisher_p": 0.0022, "median_outage_s": [0.0, 4.0],
          "median_outage_diff_s": -4.0, "ci95_s": [-5.0, -3.0], "ci_trusted": True, "budget_burn": [2.5, 0.5],
@@ -140,7 +141,7 @@ def test_a_trade_off_names_each_measure_with_its_numbers():
         "the difference +1.50 to +2.50)"
     )
     # seen from b, the same pair reads the same way round: the one that recovers better first
-    from harness.drills.verdict import _mirror
+    from harness.drills.analysis.verdict import _mirror
 
     assert tradeoff_text("b", "a", _mirror(c)) == tradeoff_text("a", "b", c)
 

@@ -19,8 +19,8 @@ import time
 import pytest
 
 from harness.core.errors import BadInput
-from harness.drills import edge
-from harness.drills.model import Phases
+from harness.drills.plan.sections import Phases
+from harness.drills.stack import edge
 from harness.procs.ports import private_loopback
 from harness.procs.spawn import spawn, stop_processes
 from loadtests import options
@@ -210,7 +210,7 @@ def test_bad_input_with_forked_workers_is_one_line_and_leaves_no_worker_behind(n
     _one_line(log.read_text(), rc, 2, "notes.v1.Notes has no method 'Remove'")
 
 
-# --- the shared resolver (harness.drills.edge), from a descriptor set: no server -----------------------------
+# --- the shared resolver (harness.drills.stack.edge), from a descriptor set: no server -----------------------------
 @pytest.fixture(scope="module")
 def descriptor_set(tmp_path_factory) -> str:
     from grpc_tools import protoc

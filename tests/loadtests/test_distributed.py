@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from harness.drills.load import read_tagged_ids
+from harness.drills.load.locust import read_tagged_ids
 from harness.procs.ports import private_loopback
 from tests.loadtests.conftest import (
     LOCUST,

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from harness.drills.load import read_tagged_ids
-from harness.drills.load import request_id as aio_request_id
+from harness.drills.load.locust import read_tagged_ids
+from harness.drills.load.schedule import request_id as aio_request_id
 from loadtests import openloop
 
 

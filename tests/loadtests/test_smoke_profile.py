@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 
 from harness.core.faults import is_hit
-from harness.drills.load import read_tagged_ids
-from harness.drills.topology import audit_hit_ids
+from harness.drills.load.locust import read_tagged_ids
+from harness.drills.stack.topology import audit_hit_ids
 from tests.loadtests.conftest import run_locust, total, unexpected_tracebacks
 
 RATIO = 30

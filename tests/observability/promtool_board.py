@@ -35,9 +35,9 @@ import pytest
 import yaml
 
 from harness.core.status import StatusClass, classify
-from harness.drills.model import SeriesKey, Slo
-from harness.drills.report import read_series_document
-from harness.drills.series import RunSeries
+from harness.drills.plan.outputs import SeriesKey
+from harness.drills.plan.sections import Slo
+from harness.drills.readings.series import RunSeries, read_series_document
 
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -82,7 +82,7 @@ class Case:
 
     def fault_samples(self) -> list[int]:
         """`drill_fault_active` at samples 0 … n: 1 for the runner's fault-window seconds."""
-        from harness.drills.analysis import _window
+        from harness.drills.analysis.trial import _window
 
         win = _window(self.series, self.series.fault_on, self.series.fault_off)
         return [0] + [1 if i in win else 0 for i in range(self.n)]

@@ -22,8 +22,7 @@ import pathlib
 import re
 import sys
 
-from harness.drills.report import read_series_document, series_document
-from harness.drills.series import RunSeries
+from harness.drills.readings.series import RunSeries, read_series_document, series_document
 
 KINDS = ("calls", "srv")
 #: results.json fields computed from `calls` and `srv` alone (not latency: offered load, p99)

@@ -21,7 +21,7 @@ import yaml
 from harness.core.status import SERVER_FAULT_CODES, error_rate
 from harness.dashboards import build_all, default_values, iter_queries, substitute
 from harness.dashboards.rules import plan_window_rules
-from harness.drills.cli_run import _prometheus
+from harness.drills.cli.run import _prometheus
 from harness.procs.prometheus import LocalPrometheus, finite_values
 from tests.observability.live_drill import CONFIG, RULES, SERVICE, DrillRun, LiveDrill
 
@@ -172,7 +172,7 @@ def test_the_runners_prometheus_loads_the_rules_the_dashboards_read(tmp_path: pa
     TSDB a drill leaves behind holds every recorded series and alert the dashboards read: all their groups are
     loaded. (Its wait for a first scrape, up to 20 s, is skipped: rules are loaded at start.)"""
     monkeypatch.setattr(LocalPrometheus, "wait_first_sample", lambda self, timeout_s=20.0: True)
-    from harness.drills.plan import load_plan
+    from harness.drills.plan.files import load_plan
 
     prom = _prometheus(argparse.Namespace(prometheus="auto", prometheus_sd=None), tmp_path, print, load_plan("basics"))
     assert prom is not None, "prometheus not on PATH"

@@ -1,6 +1,6 @@
 """The MTTR board's logic on recorded runs, exactly: `promtool test rules` evaluates the real rule files and the
 board's panel queries (with the dashboard's default variables) on a recorded drill's per-second counts, and
-every value must equal what the runner's own analysis (harness.drills.analysis) computes from the same series.
+every value must equal what the runner's own analysis (harness.drills.analysis.trial) computes from the same series.
 
 The recordings (`recorded/*.series.json`, made as `recorded_series.py` says) are real `drill run`s of
 `plans/storm-3hop.yaml`: retry-storm on 3 hops, naive and resilient, the SLO and window the dashboards default
@@ -29,7 +29,7 @@ import yaml
 from harness.dashboards import build_all, default_values, iter_queries, substitute
 from harness.dashboards.mttr import UID
 from harness.dashboards.rules import BURN_ALERTS, PLAN
-from harness.drills import analysis
+from harness.drills.analysis import trial as analysis
 from tests.observability.promtool_board import (
     RULES,
     Case,

@@ -20,8 +20,8 @@ import sys
 
 import pytest
 
-from harness.drills.model import HopSpec
-from harness.drills.topology import Topology
+from harness.drills.plan.sections import HopSpec
+from harness.drills.stack.topology import Topology
 from harness.procs.ports import listening_ports, refused_port, wait_listening
 from harness.procs.prometheus import LocalPrometheus
 

@@ -3,7 +3,7 @@
 A relative `--out` (the default `drill-out`) once put a relative file_sd path in the config, which
 Prometheus reads relative to the config file's folder (no targets, ever). And every trial starts its hops
 on new ports, which Prometheus discovers on a 5-s tick: the runner relays them at paths that outlive a
-trial (`harness.drills.relay`), so a new trial's hops are read without a new discovery.
+trial (`harness.drills.readings.relay`), so a new trial's hops are read without a new discovery.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from harness.drills.relay import relayed, serve
+from harness.drills.readings.relay import relayed, serve
 from harness.procs.prometheus import LocalPrometheus
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,8 @@ import sys
 import pytest
 
 from harness.core.status import StatusClass, classify
-from harness.drills import analysis as a
-from harness.drills.report import read_series_document
+from harness.drills.analysis import trial as a
+from harness.drills.readings.series import read_series_document
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow  # a live run: scheduled first (tests/conftest.py)

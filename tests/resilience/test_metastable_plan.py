@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from harness.drills.plan import load_plan
+from harness.drills.plan.files import load_plan
 from harness.resilience import config as rconfig
 
 

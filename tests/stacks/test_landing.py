@@ -1,4 +1,4 @@
-"""Whether a drill's fault landed as planned (harness.drills.landing), and how a service names itself.
+"""Whether a drill's fault landed as planned (harness.drills.analysis.landing), and how a service names itself.
 
 The judgement is pure: each case below is what a trial's witnesses (audit, marker, the hops' counters, the
 target's gates) would say in a real situation, named in the test. The real run of each end (a service that
@@ -15,9 +15,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from harness.core import metrics as m
 from harness.core import settings as settings_module
 from harness.core.settings import FaultSettings, SettingsError
-from harness.drills import landing
-from harness.drills.landing import Gates, Witnesses, judge
-from harness.drills.model import Fault, SeriesKey
+from harness.drills.analysis import landing
+from harness.drills.analysis.landing import Gates, Witnesses, judge
+from harness.drills.plan.outputs import SeriesKey
+from harness.drills.plan.sections import Fault
 
 IDS = {f"cart-5-drill0-{n}" for n in range(12)}
 CART = Fault(directive="abort:UNAVAILABLE", ratio=50, target="cart")

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from harness.core.faults import is_hit
-from harness.drills.load import ids_digest
+from harness.drills.load.schedule import ids_digest
 from harness.procs.ports import private_loopback
 from tests.conftest import drill_process
 from tests.stacks.notes_server import notes_server

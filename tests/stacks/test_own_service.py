@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from harness.core.faults import is_hit
-from harness.drills.load import ids_digest
+from harness.drills.load.schedule import ids_digest
 from harness.procs.ports import refused_port
 from harness.procs.spawn import spawn, stop_processes
 from tests.conftest import ROOT, drill_inprocess, drill_process

@@ -25,7 +25,7 @@ import sys
 import pytest
 
 from harness.core.faults import is_hit
-from harness.drills.load import ids_digest
+from harness.drills.load.schedule import ids_digest
 from harness.procs.ports import wait_listening
 from harness.procs.spawn import stop_processes
 from tests.conftest import ROOT

@@ -18,8 +18,8 @@ import sys
 import pytest
 import yaml
 
-from harness.drills.model import SeriesKey
-from harness.drills.report import read_series_document
+from harness.drills.plan.outputs import SeriesKey
+from harness.drills.readings.series import read_series_document
 from tests.conftest import ROOT, drill_process
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from harness.core.faults import is_hit
-from harness.drills.load import ids_digest
+from harness.drills.load.schedule import ids_digest
 from tests.conftest import drill_inprocess, drill_process
 from tests.stacks.notes_server import notes_server
 
@@ -114,7 +114,7 @@ def test_a_client_streaming_edge_is_hit_as_predicted(notes, tmp_path):
     directive = "abort:UNAVAILABLE@read=2"  # the server reads two messages, then aborts
     # 5 messages/s: the third write leaves 200 ms after the second, long after the abort it follows. A write still
     # in flight as the server ends the call makes grpc.aio's client drop the status and its trailers, marker
-    # included (grpc/grpc#36066; FirstStatus in harness/drills/load.py keeps them when it can): at 50/s a starved
+    # included (grpc/grpc#36066; FirstStatus in harness/drills/load/ keeps them when it can): at 50/s a starved
     # box once lost 1 marker of 20 that way. That race is grpc's; this test is about the marker.
     t = one_trial(tmp_path, plan(notes, "Upload", directive, message_rate=5))
     assert_hits_as_predicted(t, directive)
@@ -152,8 +152,8 @@ def test_a_message_rate_out_of_bounds_is_refused_before_anything_starts(notes, t
 def test_a_stack_load_gets_the_streams_messages_and_rate_from_the_stack_file(tmp_path):
     """`stack.load` (a Locust master with this project's locustfile) reads the edge from `LOCUST_DRILL_*`: a list of
     messages and their rate reach it as the stack file gives them, so its command names neither."""
-    from harness.drills.load import CommandLoad
-    from harness.drills.plan import from_dict
+    from harness.drills.load.command import CommandLoad
+    from harness.drills.plan.files import from_dict
 
     data = plan({"port": 1, "metrics_port": 2, "log": "x.log"}, "Chat", "abort:UNAVAILABLE")
     data["stack"]["load"] = {"command": "true", "metrics": ["http://127.0.0.1:3/metrics"]}

@@ -1,0 +1,90 @@
+"""results.json, assembled once for `drill run` and `drill analyze` (see `plan.outputs.Results`).
+
+Per configuration: `trials` (each trial's `analyze_run` fields plus what
+the runner adds), `summary` (`stats.summarize`), and, at the top level of
+`configs[NAME]`, the fields of its representative trial (the median one,
+`representative_trial` names its index) so a one-trial reader keeps working.
+`ranking` and `verdict` come from `verdict.judge`. `notes` start with what the
+trials' `hits` say when the fault did not land as predicted (`landing.summary`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from harness.drills.analysis import landing, stats, verdict
+from harness.drills.analysis.trial import analyze_run
+from harness.drills.plan.model import Plan
+from harness.drills.plan.outputs import Results
+from harness.drills.plan.sections import Fault, Slo
+from harness.drills.readings.series import RunSeries
+
+Trials = Mapping[str, Sequence[RunSeries]]
+
+
+def _stamp(t: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+def as_trials(series: Mapping[str, RunSeries | Sequence[RunSeries]]) -> dict[str, list[RunSeries]]:
+    """`{config: RunSeries}` (one trial each) or `{config: [RunSeries, …]}` → the latter."""
+    return {n: [s] if isinstance(s, RunSeries) else list(s) for n, s in series.items()}
+
+
+def config_entry(trials: Sequence[dict]) -> dict:
+    """`configs[NAME]`: the representative trial's fields, `trials`, `summary`."""
+    rep = stats.representative(trials)
+    return {**trials[rep], "representative_trial": rep, "trials": list(trials), "summary": stats.summarize(trials)}
+
+
+def representative_series(series: Trials, configs: Mapping[str, dict]) -> dict[str, RunSeries]:
+    """The series of each configuration's representative trial (what the report plots over time)."""
+    return {n: s[configs[n].get("representative_trial", 0)] for n, s in series.items() if s}
+
+
+def assemble(
+    series: Mapping[str, RunSeries | Sequence[RunSeries]],
+    slo: Slo,
+    hops: Sequence[str] | None,
+    *,
+    plan: Plan | None = None,
+    plan_name: str | None = None,
+    fault: Fault | None = None,
+    extras: Mapping[str, dict | Sequence[dict]] | None = None,
+    started: float | None = None,
+    source: dict | None = None,
+) -> Results:
+    """Analyse every trial of every configuration and wrap the numbers with what produced them."""
+    trials = as_trials(series)
+    extras = extras or {}
+    configs = {}
+    for name, runs in trials.items():
+        extra = extras.get(name, {})
+        per = [extra] * len(runs) if isinstance(extra, Mapping) else list(extra)
+        configs[name] = config_entry(
+            [{"trial": i + 1, **analyze_run(s, slo, hops), **(per[i] if i < len(per) else {}),
+              **({"guard": s.guard} if s.guard else {})} for i, s in enumerate(runs)]
+        )  # fmt: skip
+    if hops is None:
+        hops = sorted({h for c in configs.values() for h in c["amplification_by_hop"]})
+    fault = fault or (plan.fault if plan else None)
+    ranking, judged = verdict.judge(configs, seed=plan.seed if plan else 0)
+    return Results(
+        plan=plan.name if plan else plan_name,
+        seed=plan.seed if plan else None,
+        fault=fault.model_dump() if fault else {"directive": "(from Prometheus)", "target": None},
+        slo=slo.model_dump(),
+        hops=list(hops),
+        configs=configs,
+        ranking=ranking,
+        verdict=judged,
+        notes=landing.summary(configs),
+        started_at=_stamp(started) if started else None,
+        finished_at=_stamp(),
+        duration_s=round(time.time() - started, 1) if started else None,
+        phases=plan.phases.model_dump() if plan else None,
+        probe=plan.probe.model_dump() if plan and plan.probe else None,
+        plan_spec=plan.to_dict() if plan else None,
+        source=source,
+    )

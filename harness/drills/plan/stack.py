@@ -1,0 +1,149 @@
+"""A stack: services the runner did not start (contracts §13) — where the load calls, where each hop's series
+come from, how each configuration is switched on and when it is ready, the services' audit lines, an
+external load and the emergency stop."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from harness.core import limits as lim
+from harness.drills.plan.sections import HOP_NAME, Section
+
+
+class EdgeSpec(Section):
+    """What the load calls: an address, a full method of any kind and a JSON request typed like ghz/grpcurl
+    take it (for a client-streaming or bidi method, the stream's messages in order)."""
+
+    #: HOST:PORT the load calls (a port-forward for a cluster)
+    address: str = Field(pattern=r"^[^\s:]+:\d+$")
+    #: full method name, `pkg.Service/Method`
+    method: str = Field(pattern=r"^/?[A-Za-z_][\w.]*/[A-Za-z_]\w*$")
+    #: the request as JSON (protobuf's JSON mapping); {} = the default message. For a client-streaming or bidi
+    #: method a list of messages, sent in order (an object alone is a stream of one, [] a stream of none)
+    request: dict | list[dict] = Field(default_factory=dict)
+    #: messages/s within a client stream: message i leaves i / rate s after the call starts (None: each as
+    #: soon as the stream takes it). Only for a client-streaming or bidi method.
+    message_rate: float | None = Field(None, gt=0, le=lim.MAX_MESSAGE_RATE)
+    #: where the request's type comes from: a .proto file (needs grpcio-tools), a descriptor set
+    #: (`protoc --include_imports --descriptor_set_out=FILE`), or the server's reflection (default)
+    proto: str | None = None
+    descriptor_set: str | None = None
+    #: import path for `proto` (default: the .proto's folder)
+    proto_path: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_type_source(self) -> EdgeSpec:
+        if self.proto and self.descriptor_set:
+            raise ValueError("give proto or descriptor_set, not both (neither = server reflection)")
+        return self
+
+
+class StackHop(Section):
+    """One hop of a running stack, in chain order: where its series come from."""
+
+    name: str = Field(min_length=1, pattern=HOP_NAME)
+    #: its replicas' /metrics URLs, scraped by the runner each second
+    metrics: list[str] = Field(default_factory=list)
+    #: or a PromQL label selector read from `stack.prometheus` after each trial, e.g. {namespace="d", app="x"}
+    selector: str | None = Field(None, pattern=r"^\{.*\}$")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> StackHop:
+        if bool(self.metrics) == bool(self.selector):
+            raise ValueError(f"hop {self.name!r}: give metrics (URLs) or selector (read from stack.prometheus)")
+        for url in self.metrics:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"hop {self.name!r}: {url!r} is not an http:// URL")
+        return self
+
+
+class ReadyProbe(Section):
+    """The edge serves a configuration once its gRPC health check passed `checks` times in a row."""
+
+    checks: int = Field(3, ge=1, le=100)
+    timeout_s: float = Field(60.0, gt=0, le=lim.MAX_WAIT_S)
+    interval_s: float = Field(1.0, gt=0, le=60)
+
+
+class StackConfig(Section):
+    """One configuration of a stack and how to switch the stack to it."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    #: shell command the runner runs (with a timeout) before each trial of this configuration; it returns
+    #: once the stack serves it (e.g. `kubectl apply -k … && kubectl rollout status …`). None: nothing to switch.
+    switch: str | None = None
+    switch_timeout_s: float = Field(300.0, gt=0, le=lim.MAX_WAIT_S)
+    ready: ReadyProbe = ReadyProbe()
+
+
+class AuditSource(Section):
+    """Where the stack's audit lines can be read after a trial: the hit set the services themselves report."""
+
+    #: globs of log files on this machine holding the services' audit lines
+    files: list[str] = Field(default_factory=list)
+    #: or a command that prints them (e.g. `kubectl -n drill logs -l app=ledger --since=10m`)
+    command: str | None = None
+    timeout_s: float = Field(60.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _one(self) -> AuditSource:
+        if bool(self.files) == bool(self.command):
+            raise ValueError("audit: give files (globs) or command")
+        return self
+
+
+class ExternalLoad(Section):
+    """A Locust (or any load speaking the `--drill-*` options) the runner starts per trial with a command.
+
+    The command gets the trial in `LOCUST_DRILL_*` variables (what Locust reads for each `--drill-*` option:
+    plan, config, trial, phases, directive, ratio, target, tenant, seed, users, weights, rates, timeout) and
+    `DRILL_CONFIG`/`DRILL_TRIAL`; it may run the load itself (until its phases end) or start it elsewhere
+    (`kubectl apply -k deploy/k8s/load`) and return. Its client counters are read from `metrics` (/metrics
+    URLs of its master and workers, scraped each second) or `selector` (from `stack.prometheus`).
+    """
+
+    command: str
+    stop: str | None = None
+    metrics: list[str] = Field(default_factory=list)
+    selector: str | None = Field(None, pattern=r"^\{.*\}$")
+    #: how long its timeline may take to start (image pulls, worker joins) before the trial fails
+    start_timeout_s: float = Field(120.0, gt=0, le=lim.MAX_WAIT_S)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ExternalLoad:
+        if bool(self.metrics) == bool(self.selector):
+            raise ValueError("load: give metrics (its /metrics URLs) or selector (read from stack.prometheus)")
+        return self
+
+
+class Stack(Section):
+    """Services the runner did not start: the edge, the hops' series, the configurations' switches."""
+
+    edge: EdgeSpec
+    hops: tuple[StackHop, ...] = Field(min_length=1)
+    #: Prometheus base URL for hops given by `selector`
+    prometheus: str | None = Field(None, pattern=r"^https?://")
+    #: the services' audit lines (their own word on which requests they hit); without it, the hits are the
+    #: calls answered with the `x-drill-fault` marker (set by the hop that injects, when that is the edge)
+    audit: AuditSource | None = None
+    #: one entry per configuration; a stack without switch commands runs one, named by the user
+    configs: tuple[StackConfig, ...] = Field(default_factory=lambda: (StackConfig(name="stack"),), min_length=1)
+    #: a load started per trial by a command (default: the runner's own aio load to the edge)
+    load: ExternalLoad | None = None
+    #: shell command that trips the services' one-way emergency stop when a guard trips (e.g.
+    #: `docker compose -f compose/docker-compose.yml kill -s SIGUSR1 gateway order account ledger`); the
+    #: services then inject nothing until they restart. None: only the load's directive is stopped
+    emergency_stop: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Stack:
+        names = [h.name for h in self.hops]
+        if len(set(names)) != len(names):
+            raise ValueError(f"hop names must be unique: {names}")
+        configs = [c.name for c in self.configs]
+        if len(set(configs)) != len(configs):
+            raise ValueError(f"configuration names must be unique: {configs}")
+        if (any(h.selector for h in self.hops) or (self.load and self.load.selector)) and not self.prometheus:
+            raise ValueError("a selector (hops or load) needs stack.prometheus (the Prometheus to read it from)")
+        return self
+

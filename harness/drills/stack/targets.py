@@ -1,0 +1,287 @@
+"""What a drill runs against: the demo chain the runner starts itself, or services already running (contracts §13).
+
+One runner drives both through the same questions, so trials, phases, scraping,
+analysis, report and `--fail-on` are one code path:
+
+- `up(variant, trial, workdir)`: make the stack serve this configuration. The local
+  topology starts one `drill serve` per replica with it; a running stack runs the
+  configuration's `switch` command (bounded, in its own process group) and waits
+  until the edge's gRPC health check passes N times in a row.
+- `edge()`, `edge_call(variant)`: where the load goes and what it calls (the demo's
+  method, or the stack's method with a request built from JSON and a type from a
+  .proto, a descriptor set or server reflection: harness.drills.stack.edge).
+- `endpoints()`: /metrics URLs the runner scrapes each second; `selectors()`: hops
+  read from Prometheus after each trial instead (a stack that is already scraped).
+- `crashed()`, `down()`, `audit_hits(workdir)`: what only a stack the runner started
+  can tell (a running stack's hits come from the `x-drill-fault` trailers the load got).
+- `emergency_stop(workdir, trial)`: a guard tripped; trip the services' one-way stop where
+  the runner reaches them (its own replicas by SIGUSR1, a stack by its `emergency_stop`
+  command); None when nothing reaches them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import pathlib
+import signal
+import time
+from typing import Protocol
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from harness.core.audit import hit_ids
+from harness.core.errors import RunFailed
+from harness.drills.plan.model import Plan, Variant
+from harness.drills.plan.stack import Stack, StackConfig
+from harness.drills.stack.edge import EdgeCall, demo_edge, resolve_edge
+from harness.drills.stack.topology import Topology, audit_hit_ids
+from harness.procs.spawn import kill_group, last_line
+
+#: How long a stack's emergency stop command may run before it is stopped.
+EMERGENCY_STOP_TIMEOUT_S = 60.0
+
+
+class StackError(RunFailed):
+    """A switch command or readiness check failed: the run stops (exit 1) and says how far it got."""
+
+
+class DrillTarget(Protocol):
+    """What the runner asks of the stack it drills."""
+
+    kind: str
+
+    async def up(self, variant: Variant, trial: int, workdir: pathlib.Path) -> None: ...
+
+    def edge(self) -> list[str]: ...
+
+    def edge_call(self, variant: Variant) -> EdgeCall: ...
+
+    def endpoints(self) -> list[tuple[str, str]]: ...
+
+    def selectors(self) -> dict[str, str]: ...
+
+    def crashed(self) -> list[str]: ...
+
+    async def audit_hits(self, workdir: pathlib.Path, since: float, until: float) -> set[str] | None: ...
+
+    async def emergency_stop(self, workdir: pathlib.Path, trial: int) -> str | None: ...
+
+    async def down(self) -> None: ...
+
+
+class LocalTopology:
+    """The demo chain of `drill serve` processes, started for every trial with that trial's configuration."""
+
+    kind = "topology"
+
+    def __init__(self, plan: Plan, log=print) -> None:
+        self.plan = plan
+        self.log = log
+        self.topology: Topology | None = None
+
+    async def up(self, variant: Variant, trial: int, workdir: pathlib.Path) -> None:
+        plan = self.plan
+        self.topology = Topology(
+            variant.hops, config=variant.config, seed=plan.seed, workdir=workdir, tenants=variant.fault.tenant,
+            timeout_s=plan.timeout_s,
+        )  # fmt: skip
+        self.topology.start()  # in the main thread: PR_SET_PDEATHSIG is tied to the forking thread
+        self.log(f"[{variant.name}] topology up: {' → '.join(f'{h.name}×{h.replicas}' for h in variant.hops)}")
+
+    def edge(self) -> list[str]:
+        return self.topology.edge if self.topology else []
+
+    def edge_call(self, variant: Variant) -> EdgeCall:
+        return demo_edge(variant.traffic.method)
+
+    def endpoints(self) -> list[tuple[str, str]]:
+        return self.topology.endpoints() if self.topology else []
+
+    def selectors(self) -> dict[str, str]:
+        return {}
+
+    def crashed(self) -> list[str]:
+        return self.topology.crashed() if self.topology else []
+
+    async def audit_hits(self, workdir: pathlib.Path, since: float, until: float) -> set[str] | None:
+        return audit_hit_ids(workdir)  # this trial's own processes: every line is the trial's
+
+    async def emergency_stop(self, workdir: pathlib.Path, trial: int) -> str | None:
+        """A guard tripped: SIGUSR1 to every replica this trial started (injection off for their life, held
+        calls released at once). A process is signalled only once it handles SIGUSR1 (`drill stop`'s rule)."""
+        from harness.demo.stop import catches
+
+        replicas = [r for rs in (self.topology.replicas if self.topology else {}).values() for r in rs]
+        sent = []
+        for r in replicas:
+            if r.proc.poll() is None and catches(r.proc.pid):
+                os.kill(r.proc.pid, signal.SIGUSR1)
+                sent.append(r.name)
+        return f"SIGUSR1 to {len(sent)} of {len(replicas)} replicas ({', '.join(sent)})"
+
+    async def down(self) -> None:
+        if self.topology is not None:
+            await asyncio.to_thread(self.topology.stop)
+        self.topology = None
+
+
+class RunningStack:
+    """Services the runner did not start: switched per configuration by the user's commands."""
+
+    kind = "stack"
+
+    def __init__(self, stack: Stack, log=print) -> None:
+        self.stack = stack
+        self.log = log
+        self._edge_call: EdgeCall | None = None
+        self.switches: list[str] = []
+
+    def _config(self, name: str) -> StackConfig:
+        return next(c for c in self.stack.configs if c.name == name)
+
+    async def up(self, variant: Variant, trial: int, workdir: pathlib.Path) -> None:
+        config = self._config(variant.name)
+        workdir.mkdir(parents=True, exist_ok=True)
+        if config.switch:
+            self.log(f"[{config.name}] switching the stack: {config.switch}")
+            await run_switch(config, trial, workdir / "switch.log")
+        self.switches.append(config.name)
+        await wait_ready(self.stack.edge.address, config)
+        self.log(f"[{config.name}] the edge {self.stack.edge.address} serves ({config.ready.checks} health checks)")
+
+    def edge(self) -> list[str]:
+        return [self.stack.edge.address]
+
+    def edge_call(self, variant: Variant) -> EdgeCall:
+        if self._edge_call is None:  # typed once the edge serves: reflection needs it up (the aio load only)
+            self._edge_call = resolve_edge(self.stack.edge)
+        return self._edge_call
+
+    def endpoints(self) -> list[tuple[str, str]]:
+        return [(h.name, url) for h in self.stack.hops for url in h.metrics]
+
+    def selectors(self) -> dict[str, str]:
+        return {h.name: h.selector for h in self.stack.hops if h.selector}
+
+    def crashed(self) -> list[str]:
+        return []
+
+    async def audit_hits(self, workdir: pathlib.Path, since: float, until: float) -> set[str] | None:
+        """The hits the services' audit lines report for [since, until], or None without `stack.audit`."""
+        audit = self.stack.audit
+        if audit is None:
+            return None
+        if audit.files:
+            lines: list[str] = []
+            for pattern in audit.files:
+                for path in sorted(glob.glob(pattern)):
+                    with open(path, errors="replace") as fh:
+                        lines += fh.readlines()
+            return hit_ids(lines, since, until)
+        log_path = workdir / "audit.out"
+        with open(log_path, "wb") as out:
+            proc = await asyncio.create_subprocess_shell(
+                audit.command, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+            try:
+                code = await asyncio.wait_for(proc.wait(), audit.timeout_s)
+            except (TimeoutError, asyncio.TimeoutError):
+                kill_group(proc.pid)
+                await proc.wait()
+                raise StackError(f"audit command did not finish in {audit.timeout_s:g} s: {audit.command}") from None
+        if code != 0:
+            raise StackError(f"audit command failed (exit {code}): {audit.command} (output: {log_path})")
+        with open(log_path, errors="replace") as fh:
+            return hit_ids(fh, since, until)
+
+    async def emergency_stop(self, workdir: pathlib.Path, trial: int) -> str | None:
+        """A guard tripped: run `stack.emergency_stop` (bounded, in its own process group); None without one."""
+        command = self.stack.emergency_stop
+        if not command:
+            return None
+        workdir.mkdir(parents=True, exist_ok=True)
+        log_path = workdir / "emergency-stop.log"
+        env = dict(os.environ, DRILL_TRIAL=str(trial))
+        with open(log_path, "ab") as log:
+            proc = await asyncio.create_subprocess_shell(
+                command, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True
+            )
+            try:
+                code = await asyncio.wait_for(proc.wait(), EMERGENCY_STOP_TIMEOUT_S)
+            except (TimeoutError, asyncio.TimeoutError):
+                kill_group(proc.pid)
+                await proc.wait()
+                return f"emergency stop command did not finish in {EMERGENCY_STOP_TIMEOUT_S:g} s (log: {log_path})"
+            except asyncio.CancelledError:
+                kill_group(proc.pid)
+                raise
+        said = "ran" if code == 0 else f"failed (exit {code}: {last_line(log_path)})"
+        return f"emergency stop command {said}: {command} (log: {log_path})"
+
+    async def down(self) -> None:
+        pass  # the stack stays as the last switch left it (the next trial switches it again)
+
+
+def target_for(plan: Plan, log=print) -> DrillTarget:
+    return RunningStack(plan.stack, log) if plan.stack is not None else LocalTopology(plan, log)
+
+
+async def run_switch(config: StackConfig, trial: int, log_path: pathlib.Path) -> None:
+    """Run a configuration's switch command in its own process group, bounded by its timeout."""
+    env = dict(os.environ, DRILL_CONFIG=config.name, DRILL_TRIAL=str(trial))
+    with open(log_path, "ab") as log:
+        proc = await asyncio.create_subprocess_shell(
+            config.switch, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True
+        )
+        try:
+            code = await asyncio.wait_for(proc.wait(), config.switch_timeout_s)
+        except (TimeoutError, asyncio.TimeoutError):
+            kill_group(proc.pid)
+            await proc.wait()
+            raise StackError(
+                f"switch to {config.name} did not finish in {config.switch_timeout_s:g} s (stopped): "
+                f"{last_line(log_path)} (log: {log_path}); the stack may be partly switched to {config.name}"
+            ) from None
+        except asyncio.CancelledError:
+            kill_group(proc.pid)
+            raise
+    if code != 0:
+        raise StackError(
+            f"switch to {config.name} failed (exit {code}): {last_line(log_path)} (log: {log_path}); "
+            f"the stack may be partly switched to {config.name}"
+        )
+
+
+async def wait_ready(address: str, config: StackConfig) -> None:
+    """The edge's gRPC health check (service "") SERVING `checks` times in a row, within the timeout.
+
+    A server without the health service answers UNIMPLEMENTED: it is up and speaks gRPC, which is all a
+    check can tell of it, so that counts as serving.
+    """
+    ready = config.ready
+    deadline = time.monotonic() + ready.timeout_s
+    streak, last = 0, "no answer yet"
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=min(2.0, ready.timeout_s))
+                ok = reply.status == health_pb2.HealthCheckResponse.SERVING
+                last = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except grpc.aio.AioRpcError as err:
+                ok, last = err.code() == grpc.StatusCode.UNIMPLEMENTED, f"{err.code().name}: {err.details()}"
+            streak = streak + 1 if ok else 0
+            if streak >= ready.checks:
+                return
+            if time.monotonic() >= deadline:
+                raise StackError(
+                    f"{config.name}: the edge {address} did not pass {ready.checks} health checks in a row within "
+                    f"{ready.timeout_s:g} s (last: {last})"
+                )
+            await asyncio.sleep(ready.interval_s)
+
+

@@ -1,0 +1,10 @@
+"""Stage 7, the trials: running a plan, every stage below in turn, for each configuration and trial.
+
+Owns: the runner (`runner.Runner`: the stack up, the load, a reading each second, the series analysed
+and the outputs written, interleaved trials, cleanup on every path), the guards watched while a trial runs
+(`guard`) and what a trip does to it (`trip`), the dry run that says what a run would do (`dryrun`), and
+the live view on the terminal (`live`).
+
+May import: every stage below it (`report`, `analysis`, `load`, `readings`, `stack`, `plan`) and
+`harness.procs`, `harness.dashboards` (Grafana annotations), `harness.core`.
+"""
