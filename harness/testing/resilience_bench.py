@@ -324,6 +324,7 @@ async def measure_deadline_gap(
         "gap_per_hop_s": [hop.recorder.max_gap() for hop in topo.hops],
         "max_gap_s": max(hop.recorder.max_gap() for hop in topo.hops),
         "leaf_remaining": list(topo.hops[-1].recorder.remaining),
+        "leaf_overshoot": list(topo.hops[-1].recorder.deadline_overshoot),
         "deadline_overshoot_per_hop_s": [max(hop.recorder.deadline_overshoot, default=0.0) for hop in topo.hops],
         "codes": result.codes,
     }

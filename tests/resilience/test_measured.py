@@ -72,6 +72,13 @@ def test_deadline_propagation_stops_every_hop_at_the_client_deadline():
     assert with_prop["max_gap_s"] < 0.5  # vs 1.5 s had the 2 s delay run to the end
     assert all(r is not None and r < 0.5 for r in with_prop["leaf_remaining"])
     assert max(with_prop["deadline_overshoot_per_hop_s"]) < 0.05
-    # without it the deepest hop believes it has its own 1 s (the gap is bounded only by cancellation)
-    assert all(r is not None and r > 0.5 for r in no_prop["leaf_remaining"])
+    # without it the deepest hop is given its caller's own 1-s attempt timeout, not what is left of the client's
+    # 0.5 s (the gap is bounded only by cancellation). Read as the leaf's deadline past the client's: (hop 2's send
+    # + 1 s + transit) - (edge's send + 0.5 s) >= 0.5 s, since hop 2 sends after the edge and a stall only adds to
+    # both terms it delays; the 10 ms below it are the origin header's and gRPC's millisecond roundings. How much
+    # of that 1 s is left when the leaf's handler starts is not asserted: a stall of the box before it starts
+    # takes from it (once > 0.5 s in CI, four test processes on two cores)
+    assert all(r is not None for r in no_prop["leaf_remaining"])
+    assert len(no_prop["leaf_overshoot"]) == len(no_prop["leaf_remaining"]) >= 2
+    assert min(no_prop["leaf_overshoot"]) > 0.49
     assert no_prop["deadline_overshoot_per_hop_s"][-1] > 0.4
