@@ -107,10 +107,17 @@ def test_the_user_drives_every_call_kind_tagged_and_untagged(notes, tmp_path, me
         calls = [r for r in seen if r["request_id"].split("-")[2].startswith(traffic)]
         # every call reached the handler whole, in schedule order: each message of a client stream sent, a
         # response stream read to its end (its bytes are Locust's content size). Locust counts the calls that
-        # ended before it stopped its users; the handler may also have finished a few that were in flight then
+        # ended before it stopped its users; the handler may also have finished a few that were in flight then.
+        # A client stream in flight at that stop is cancelled, and grpc.aio's server ends a cancelled call's
+        # request iterator as a half-close would end it (the handler's CancelledError comes at its next await):
+        # the handler records the messages that had arrived. Such a call is one Locust never counted, so there
+        # are no more of them than calls the handler saw beyond Locust's count, and each holds a prefix of the
+        # stream (once in CI: one Upload recorded with 2 of its 3 messages)
         ids = sorted(int(r["request_id"].rsplit("-", 1)[1]) for r in calls)
         assert ids == list(range(len(ids))) and len(ids) >= int(row["Request Count"]) > 0, (traffic, ids, row)
-        assert {(r["received"], r["sent"]) for r in calls} == {(received, sent)}
+        cut = [r for r in calls if (r["received"], r["sent"]) != (received, sent)]
+        assert len(cut) <= len(ids) - int(row["Request Count"]), (cut, row)
+        assert all(r["received"] < received for r in cut), cut
         assert float(row["Average Content Size"]) == reply_bytes
         if method in ("Upload", "Chat"):  # message i leaves at i / rate: a call lasts at least 2 intervals
             assert float(row["Min Response Time"]) >= 2 / MESSAGE_RATE * 1000, row
