@@ -13,12 +13,15 @@ hit function predicts among those the plan's schedule tags. Every call of these 
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 import yaml
 
 from harness.core.faults import is_hit
+from harness.drills.analysis.slo import status_counts
 from harness.drills.load.schedule import ids_digest
+from harness.drills.readings.series import read_series_document
 from tests.conftest import drill_inprocess, drill_process
 from tests.stacks.notes_server import notes_server
 
@@ -73,7 +76,13 @@ def one_trial(tmp_path, data: dict) -> dict:
     assert r["notes"] == [], r["notes"]
     (t,) = r["configs"]["mine"]["trials"]
     assert t["driver"] == "aio" and t["requests_by_traffic"] == {"organic": 40, "drill": 40}, t
-    return t
+    _, trials = read_series_document(json.loads((tmp_path / "out" / "series.json").read_text()))
+    (series,) = trials["mine"]
+    # the runner's own load files each call under the second it ended in: whole counts, summed over the trial
+    drill = Counter()
+    for i in range(len(series.t)):
+        drill.update(status_counts(series, i, "drill"))
+    return {**t, "drill_statuses": {k: round(v) for k, v in drill.items()}}
 
 
 def assert_hits_as_predicted(t: dict, directive: str) -> None:
@@ -81,9 +90,20 @@ def assert_hits_as_predicted(t: dict, directive: str) -> None:
     digest = (len(want), ids_digest(want))
     h = t["hits"]
     assert (h["expected"], h["expected_digest"]) == digest, h
-    assert (h["marked"], h["marked_digest"]) == digest, h  # the x-drill-fault marker on the streams' trailers
     assert (h["observed"], h["observed_digest"]) == digest, h  # the service's audit lines
     assert h["as_planned"] is True and h["note"] is None, h
+    # The x-drill-fault marker on the streams' trailers: on every hit call, but where grpc.aio's client replaced
+    # the status the service sent, and its trailers with it, by INTERNAL (a write still in flight as the server
+    # ended the call, grpc/grpc#36066: the spaced writes make it rare, not impossible; once in CI, 1 of 20). The
+    # service sends no INTERNAL of its own, so each drill call is one of: untagged (OK), hit and marked
+    # (UNAVAILABLE), hit and overwritten (INTERNAL)
+    lost = t["drill_statuses"].get("INTERNAL", 0)
+    each = {"OK": 40 - len(want), "UNAVAILABLE": len(want) - lost, "INTERNAL": lost}
+    assert t["drill_statuses"] == {k: n for k, n in each.items() if n}, t["drill_statuses"]
+    if lost:
+        assert h["marked"] == len(want) - lost, (h, lost)
+    else:
+        assert (h["marked"], h["marked_digest"]) == digest, h
 
 
 @pytest.mark.slow
