@@ -8,6 +8,7 @@ import pytest
 
 from harness.core.faults import instance_selected
 from harness.drills.plan.files import PlanError, from_dict, load_plan, shipped_plans
+from harness.drills.plan.sections import Phases
 
 SHIPPED = {"retry-storm", "slow-half", "basics", "half-open"}
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "harness" / "configs"
@@ -48,6 +49,19 @@ def test_slow_half_selects_exactly_half_of_the_ledgers():
     ledger = next(h for h in plan.hops if h.name == "ledger")
     chosen = [i for i in range(ledger.replicas) if instance_selected(plan.seed, f"ledger-{i}", 50)]
     assert len(chosen) * 2 == ledger.replicas
+
+
+def test_a_late_look_at_the_clock_still_names_every_phase_it_crossed():
+    # the runner annotates each phase a trial enters from its tick; a tick that comes after a boundary (a
+    # starved loop) must still name the phases it stepped over, each at its own start, and never one of no length
+    ph = Phases(warmup=2, fault=3, recovery=4)
+    assert ph.entered(None, ph.at(0.1)) == ["warmup"]
+    assert ph.entered(None, ph.at(2.5)) == ["warmup", "fault"]
+    assert ph.entered("warmup", ph.at(9.2)) == ["fault", "recovery", "done"]
+    assert ph.entered("fault", "fault") == []
+    assert [ph.start_of(p) for p in ("warmup", "fault", "recovery", "done")] == [0, 2, 5, 9]
+    bare = Phases(warmup=0, fault=3, recovery=0)
+    assert bare.entered(None, bare.at(0.1)) == ["fault"] and bare.entered("fault", bare.at(3.0)) == ["done"]
 
 
 def test_only_keeps_the_named_configurations_in_order():

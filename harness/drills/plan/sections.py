@@ -153,6 +153,17 @@ class Phases(Section):
             return "recovery"
         return "done"
 
+    def start_of(self, phase: str) -> float:
+        """Seconds from a trial's first second to where `phase` starts ("done": where the trial ends)."""
+        return {"warmup": 0.0, "fault": self.warmup, "recovery": self.warmup + self.fault, "done": self.total}[phase]
+
+    def entered(self, last: str | None, now: str) -> list[str]:
+        """Every phase a trial entered after `last` (None: none yet) up to `now`, in order; a phase of no length
+        is never entered. A clock read late (a starved loop's tick) still names each boundary it crossed."""
+        order = ("warmup", "fault", "recovery", "done")
+        crossed = order[order.index(last) + 1 if last else 0 : order.index(now) + 1]
+        return [p for p in crossed if p == "done" or self.start_of(p) < self.start_of(order[order.index(p) + 1])]
+
 
 class Slo(Section):
     """Service-level objective the drill holds the run against."""

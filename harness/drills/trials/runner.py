@@ -242,9 +242,12 @@ class Runner:
                 elapsed = time.time() - start_unix
                 phase = ph.at(elapsed)
                 if phase != state["phase"]:
+                    # each boundary at its own time, also those a late tick stepped over (once in CI, a trial's
+                    # first tick came after its 2-s warm-up: the warm-up's annotation was never posted)
+                    for entered in ph.entered(state["phase"], phase):
+                        self._annotate("event", f"{label} trial {trial}: {entered}", phase=entered,
+                                       at_s=start_unix + ph.start_of(entered), tags=(f"config:{label}",))  # fmt: skip
                     state["phase"] = phase
-                    self._annotate("event", f"{label} trial {trial}: {phase}", phase=phase, at_s=time.time(),
-                                   tags=(f"config:{label}",))  # fmt: skip
                     if phase == "fault" and variant.probe and probe is None:
                         start_probe()
                     for p, g in phase_gauges.items():
