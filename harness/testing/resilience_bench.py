@@ -42,6 +42,8 @@ class HopRecorder(aio.ServerInterceptor):
         self.previous_attempts: list[tuple[str, str, str]] = []
         #: `time_remaining()` each handler saw at entry (None = the caller set no deadline).
         self.remaining: list[float | None] = []
+        #: the same, by request id (the first attempt of each request that reached this hop)
+        self.remaining_by_request: dict[str, float | None] = {}
         #: How far past the edge caller's deadline this hop's own deadline lay, per call.
         self.deadline_overshoot: list[float] = []
         #: (request id, attempt number, whether the answer told the caller not to retry: pushback -1)
@@ -69,6 +71,7 @@ class HopRecorder(aio.ServerInterceptor):
         async def unary(request, context):
             left = context.time_remaining()
             self.remaining.append(left)
+            self.remaining_by_request.setdefault(rid, left)
             if left is not None and origin is not None:
                 self.deadline_overshoot.append(time.time() + left - origin)
             try:
@@ -326,6 +329,10 @@ async def measure_deadline_gap(
         "leaf_remaining": list(topo.hops[-1].recorder.remaining),
         "leaf_overshoot": list(topo.hops[-1].recorder.deadline_overshoot),
         "deadline_overshoot_per_hop_s": [max(hop.recorder.deadline_overshoot, default=0.0) for hop in topo.hops],
+        #: per request id, the time each hop saw left at entry, edge first (shorter where a hop gave up early)
+        "remaining_along_chain": {rid: [hop.recorder.remaining_by_request[rid] for hop in topo.hops
+                                        if rid in hop.recorder.remaining_by_request]
+                                  for rid in topo.hops[0].recorder.remaining_by_request},  # fmt: skip
         "codes": result.codes,
     }
 

@@ -71,7 +71,19 @@ def test_deadline_propagation_stops_every_hop_at_the_client_deadline():
     # alike (the edge then sees its own DEADLINE_EXCEEDED late too), so only a loose bound is asserted
     assert with_prop["max_gap_s"] < 0.5  # vs 1.5 s had the 2 s delay run to the end
     assert all(r is not None and r < 0.5 for r in with_prop["leaf_remaining"])
-    assert max(with_prop["deadline_overshoot_per_hop_s"]) < 0.05
+    # ... where "before" is as the hops can know it. gRPC carries a deadline as a relative timeout that the
+    # receiver starts on arrival, so time spent in transit (a stall of the box included) moves each hop's deadline
+    # past the client's by that much: read that way, the deadline past the client's went over 50 ms once with a
+    # busy box. What propagation guarantees whatever the box does: no hop sees more time left than the client's
+    # 0.5 s, and each sees at least its caller's 10-ms margin less than its caller did (a stall only takes from
+    # what is left). gRPC rounds a timeout up on the wire, by up to 1 % seen (a 1-s timeout arrived as 1.009 s,
+    # below): that much is allowed at each step
+    chains = with_prop["remaining_along_chain"]
+    assert len(chains) == 2 and all(len(left) == 3 and None not in left for left in chains.values()), chains
+    for left in chains.values():
+        assert left[0] <= 0.5 * 1.01, left
+        for caller, callee in zip(left, left[1:], strict=False):
+            assert callee <= caller - 0.010 + 0.01 * caller, left
     # without it the deepest hop is given its caller's own 1-s attempt timeout, not what is left of the client's
     # 0.5 s (the gap is bounded only by cancellation). Read as the leaf's deadline past the client's: (hop 2's send
     # + 1 s + transit) - (edge's send + 0.5 s) >= 0.5 s, since hop 2 sends after the edge and a stall only adds to
