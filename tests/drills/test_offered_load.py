@@ -143,3 +143,29 @@ def test_a_load_that_counts_its_starts_is_read_exactly_however_long_its_calls_ta
     assert offered["drill"]["achieved"] == 16.0 and behind is False
     offered, behind = a.offered_load(climbing_latency_series(with_started=False))
     assert behind is True  # without start counts: the estimate, as before
+
+
+
+
+def test_a_load_exactly_on_the_share_is_judged_in_whole_calls_whoever_reads_it():
+    """27 calls started in a 3-s fault window against 10/s planned: exactly the 90 % share, so not behind. A
+    read-back samples on the window's own second grid; the runner's clock sat 0.4 ms off it in a CI run, and
+    with a bursty second (14 calls, 3 after the window) its read came to 8.9987/s: "behind", where `drill
+    analyze` on the same calls said 9.0. Judged in whole calls, both say 27, from the load's own start counts
+    and from completions alike."""
+    # started counts: each sample's calls spread over its second; the window [2, 5) holds 14 + 7 + 6 = 27, and
+    # 0.4 ms later it loses 0.4 ms of the 14 and gains 0.4 ms of the 3: 27 − 0.0044.
+    started = {K("started", traffic="drill"): [10.0, 10.0, 14.0, 7.0, 6.0, 3.0, 10.0, 10.0]}
+    # completions, each within 0.1 s of its start: a sample at t spreads its calls over (t − 1.1, t], so the
+    # window gets 14·10/11 + 7 + 7 + 3·1/11 = 27 exactly, and 0.4 ms later 27 − 0.004.
+    ended = [10.0, 10.0, 14.0, 7.0, 7.0, 3.0, 10.0, 10.0]
+    completions = {K("lat", traffic="drill", mode="none", le=le): ended for le in ("0.1", "+Inf")}
+    verdicts = []
+    for values in (started, completions):
+        for shift in (0.0, 0.0004):
+            t = [float(i + 1) for i in range(8)]
+            s = RunSeries("cfg", t, 2.0 + shift, 5.0 + shift, values, planned_rps={"drill": 10.0})
+            offered, behind = a.offered_load(s)
+            assert abs(offered["drill"]["achieved"] * 3 - 27) < 0.01, (shift, offered)
+            verdicts.append(behind)
+    assert verdicts == [False] * 4
