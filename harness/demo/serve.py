@@ -206,7 +206,7 @@ def _check_args(args: argparse.Namespace) -> None:
         load(args.config)  # an unknown name or a bad file: one line (ConfigError) before anything is bound
 
 
-def _check_free(host: str, port: int) -> None:
+def check_free(host: str, port: int) -> None:
     """Refuse a port someone holds before grpc tries it (grpc would log a C-core error line first)."""
     if port <= 0:
         return
@@ -222,7 +222,7 @@ def _check_free(host: str, port: int) -> None:
 
 async def _serve(args: argparse.Namespace) -> int:
     _check_args(args)
-    _check_free(args.host, args.port)
+    check_free(args.host, args.port)
     overrides = {"service": args.service}
     if args.enable_faults:
         overrides["enabled"] = True

@@ -1,0 +1,144 @@
+"""`drill proxy`: the fault pipeline in front of a service in any language, forwarding every call to it.
+
+`drill proxy --upstream HOST:PORT` serves every method the upstream serves
+(`harness.proxy.forward`), with the same `FaultServerInterceptor` a Python service
+installs: the same gates (tenant, `x-fault-target` = `--service`, drill secret), hit
+formula, modes, mid-stream options, marker, limits, one-way stop (SIGUSR1, `drill
+stop`), metrics, spans and audit. Its options are `drill serve`'s where they apply.
+It forwards only to its `--upstream`, never to an address a caller names, and binds
+127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+
+from grpc import aio
+from prometheus_client import start_http_server
+
+from harness.core import audit, cliargs
+from harness.core import limits as lim
+from harness.core.errors import RunFailed
+from harness.core.safety import install_stop_signal
+from harness.core.settings import FaultSettings
+from harness.demo.serve import check_free, freeze_startup_heap
+from harness.interceptors import FaultServerInterceptor
+from harness.proxy import kinds
+from harness.proxy.forward import CHANNEL_OPTIONS, SERVER_OPTIONS, ForwardAll, Forwarder
+
+log = logging.getLogger("drill.proxy")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--upstream", type=cliargs.host_port, required=True,
+                   help="the service every call is forwarded to, HOST:PORT (the only address the proxy calls)")  # fmt: skip
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=cliargs.port(0), default=50051, help="gRPC port (0 = any free port)")
+    p.add_argument("--metrics-port", type=cliargs.integer(-1, lim.MAX_PORT, "a port (0 = off, -1 = any free port)"),
+                   default=9464, help="Prometheus /metrics port (0 = off, -1 = any free port)")  # fmt: skip
+    p.add_argument("--service", default=os.environ.get("DRILL_SERVICE", "drill"),
+                   help="the upstream's service name (labels, x-fault-target)")  # fmt: skip
+    p.add_argument("--enable-faults", action="store_true", help="turn the fault switch on (else DRILL_FAULT_ENABLED)")
+    p.add_argument("--seed", type=cliargs.seed, default=None,
+                   help="hit seed (else DRILL_FAULT_SEED / DRILL_FAULT_DRILL_ID)")  # fmt: skip
+    p.add_argument("--descriptor-set", default=None,
+                   help="the upstream's methods (protoc --descriptor_set_out --include_imports); else its reflection")  # fmt: skip
+    p.add_argument("--instance-id", default=None, help="instance id (else DRILL_INSTANCE_ID or host:pid)")
+    p.add_argument("--port-file", type=cliargs.new_file, default=None,
+                   help="write the bound gRPC port here once serving")  # fmt: skip
+    p.add_argument("--ready-file", type=cliargs.new_file, default=None,
+                   help="write {host, port, metrics_port, pid} (JSON) once serving")  # fmt: skip
+
+
+def method_kinds(args: argparse.Namespace) -> dict:
+    """Each method's kind: from the descriptor set, else the upstream's reflection, else none (said once)."""
+    if args.descriptor_set:
+        return kinds.from_descriptor_set(args.descriptor_set)
+    found = kinds.from_reflection(args.upstream)
+    if found is None:
+        log.warning("proxy: %s offers no server reflection and no --descriptor-set was given: each call is "
+                    "forwarded as a stream and a mid-stream fault judged by what the wire shows", args.upstream)  # fmt: skip
+        return {}
+    return found
+
+
+async def start_proxy(upstream: str, *, host: str = "127.0.0.1", port: int = 0, settings: FaultSettings,
+                      method_kinds: dict | None = None, metrics: bool = True, tracer=None):  # fmt: skip
+    """Start a proxy in front of `upstream`; returns (server, bound port, channel)."""
+    channel = aio.insecure_channel(upstream, options=CHANNEL_OPTIONS)
+    table = dict(method_kinds or {})
+    server = aio.server(interceptors=[FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)],
+                        options=[("grpc.so_reuseport", 0), *SERVER_OPTIONS])  # fmt: skip
+    server.add_generic_rpc_handlers((ForwardAll(Forwarder(channel), table.get),))
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        await channel.close()
+        raise OSError(f"could not bind {host}:{port}")
+    await server.start()
+    return server, bound, channel
+
+
+async def _proxy(args: argparse.Namespace) -> int:
+    check_free(args.host, args.port)
+    table = method_kinds(args)
+    overrides = {"service": args.service}
+    if args.enable_faults:
+        overrides["enabled"] = True
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    if args.instance_id:
+        overrides["instance_id"] = args.instance_id
+    settings = FaultSettings.from_env(**overrides)
+    metrics_port = 0
+    if args.metrics_port:
+        try:
+            http, _thread = start_http_server(max(0, args.metrics_port), addr=args.host)
+        except OSError as exc:
+            raise RunFailed(f"proxy: cannot serve metrics on {args.host}:{args.metrics_port}: {exc.strerror}") from None
+        metrics_port = http.server_port
+    tracer = None
+    if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() != "none":
+        from harness.core.tracing import setup_tracing
+
+        tracer = setup_tracing(settings.service)
+    try:
+        server, port, channel = await start_proxy(args.upstream, host=args.host, port=args.port, settings=settings,
+                                                  method_kinds=table, tracer=tracer)  # fmt: skip
+    except (OSError, RuntimeError) as exc:
+        raise RunFailed(f"proxy: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
+    if args.port_file:
+        with open(args.port_file, "w") as fh:
+            fh.write(str(port))
+    if args.ready_file:
+        tmp = args.ready_file + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"host": args.host, "port": port, "metrics_port": metrics_port, "pid": os.getpid()}, fh)
+        os.replace(tmp, args.ready_file)
+    log.warning("proxy %s on %s:%d → %s (faults %s, seed %d, %d methods known), metrics on :%s", settings.service,
+                args.host, port, args.upstream, "ON" if settings.enabled else "off", settings.seed, len(table),
+                metrics_port or "-")  # fmt: skip
+    install_stop_signal()
+    audit.start_writer()
+    freeze_startup_heap()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(grace=1.0)
+    await channel.close()
+    audit.flush(2.0)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return asyncio.run(_proxy(args))
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,69 @@
+"""The Go probe service (tests/proxy/goprobe, grpc-go from Debian's packages) for the proxy's tests.
+
+Built once per test session in GOPATH mode, offline, from Debian's golang-google-grpc-dev (scripts/system-deps
+installs Go and it); its messages are built here from tests/proxy/probe.proto at test time (grpcio-tools), so
+no generated code is kept on either side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import shutil
+import subprocess
+import time
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+HERE = pathlib.Path(__file__).parent
+PROTO = HERE / "probe.proto"
+SERVICE = "/probe.v1.Probe/"
+GOPATH = "/usr/share/gocode"  # Debian's Go packages (golang-google-grpc-dev and what it needs)
+
+
+def build(out_dir: pathlib.Path) -> pathlib.Path:
+    """`go build` of the probe in GOPATH mode (no network): the binary's path."""
+    go = shutil.which("go")
+    assert go, "go is not installed (scripts/system-deps installs golang-go)"
+    binary = out_dir / "goprobe"
+    env = {**os.environ, "GOPATH": GOPATH, "GO111MODULE": "off", "GOFLAGS": "", "GOCACHE": str(out_dir / "cache"),
+           "CGO_ENABLED": "0"}  # fmt: skip
+    proc = subprocess.run([go, "build", "-o", str(binary), "."], cwd=HERE / "goprobe", env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return binary
+
+
+def descriptor_set(out: pathlib.Path) -> pathlib.Path:
+    """probe.proto compiled to a FileDescriptorSet (what `drill proxy --descriptor-set` reads)."""
+    from grpc_tools import protoc
+
+    code = protoc.main(["protoc", f"-I{HERE}", f"--descriptor_set_out={out}", "--include_imports", str(PROTO)])
+    assert code == 0, code
+    return out
+
+
+def message_class(descriptors: pathlib.Path):
+    files = descriptor_pb2.FileDescriptorSet.FromString(descriptors.read_bytes())
+    pool = descriptor_pool.DescriptorPool()
+    for f in files.file:
+        pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("probe.v1.Msg"))
+
+
+@contextlib.contextmanager
+def go_service(binary: pathlib.Path, tmp: pathlib.Path, port: int = 0):
+    """The probe on 127.0.0.1:`port` (0: one the kernel picks); yields its address."""
+    port_file = tmp / f"probe-{time.monotonic_ns()}.port"
+    proc = subprocess.Popen([str(binary), str(port_file), str(port)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "the probe service did not start in 30 s"
+            time.sleep(0.01)
+        yield f"127.0.0.1:{int(port_file.read_text())}"
+    finally:
+        proc.kill()
+        proc.wait()

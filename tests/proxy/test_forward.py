@@ -1,0 +1,266 @@
+"""`drill proxy` in front of a real Go service (grpc-go): every call kind forwarded exactly, and the drill's faults
+on the way, as the interceptors inject them in process.
+
+Each test names the mistake a generic forwarder easily makes and that it would catch. The proxy runs in this
+test's event loop (`start_proxy`, what `drill proxy` runs); the service is its own Go process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import grpc
+import pytest
+from grpc import aio
+
+from harness.core import headers as h
+from harness.core.faults import Kind, is_hit
+from harness.core.settings import FaultSettings
+from harness.proxy import kinds
+from harness.proxy.cli import start_proxy
+from tests.conftest import drill_process, sample
+from tests.proxy.probe import SERVICE, build, descriptor_set, go_service, message_class
+
+BIG = {"grpc.max_receive_message_length": -1, "grpc.max_send_message_length": -1}.items()
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("goprobe")
+    binary = build(tmp)
+    ds = descriptor_set(tmp / "probe.pb")
+    return binary, ds, message_class(ds), tmp
+
+
+@pytest.fixture(scope="module")
+def service(probe):
+    binary, _, _, tmp = probe
+    with go_service(binary, tmp) as address:
+        yield address
+
+
+def through(service, probe, body, *, table="descriptors", **settings):
+    """Run `body(channel, Msg)` against a proxy in front of the probe; its result."""
+    _, ds, msg, _ = probe
+    method_kinds = kinds.from_descriptor_set(str(ds)) if table == "descriptors" else {}
+
+    async def main():
+        conf = FaultSettings.from_env(service="probe", **settings)
+        server, port, upstream = await start_proxy(service, settings=conf, method_kinds=method_kinds)
+        channel = aio.insecure_channel(f"127.0.0.1:{port}", options=list(BIG))
+        try:
+            return await body(channel, msg)
+        finally:
+            await channel.close()
+            await server.stop(0)
+            await upstream.close()
+
+    return asyncio.run(main())
+
+
+async def seen(channel, msg, call_id: str) -> list[str]:
+    reply = await channel.unary_unary(SERVICE + "Seen")(msg(id=call_id).SerializeToString(), timeout=5)
+    return json.loads(msg.FromString(reply).body or b"null") or []
+
+
+def test_unary_bytes_metadata_headers_and_trailers_pass_exactly(service, probe):
+    """Messages past 4 MiB (a generic proxy's default cap), metadata up, the service's headers and trailers back."""
+
+    async def body(channel, msg):
+        request = msg(id="u1", body=bytes(range(256)) * (6 * 4096), count=7)  # 6 MiB
+        call = channel.unary_unary(SERVICE + "Echo")(request.SerializeToString(), timeout=10,
+                                                      metadata=(("x-app", "v1"), ("x-bin-bin", b"\x00\xff")))  # fmt: skip
+        reply = msg.FromString(await call)
+        return request, reply, await call.initial_metadata(), await call.trailing_metadata()
+
+    request, reply, head, trailers = through(service, probe, body)
+    assert reply == request
+    saw = json.loads(dict(head)["x-probe-saw"])
+    assert saw["x-app"] == ["v1"] and "x-bin-bin" in saw
+    assert dict(trailers)["x-probe-trailer"] == "ok-u1"
+
+
+def test_a_failure_before_the_first_message_keeps_its_headers_status_details_and_trailers(service, probe):
+    """The headers a service sent before failing (lost by a proxy that sends headers with the first message),
+    and its status, message, trailer and `grpc-status-details-bin`, exactly as the service sent them."""
+    _, _, msg, _ = probe
+
+    async def direct():
+        async with aio.insecure_channel(service) as channel:
+            return await fail(channel, msg)
+
+    async def fail(channel, msg):
+        with pytest.raises(aio.AioRpcError) as err:
+            await channel.unary_unary(SERVICE + "Echo")(msg(id="f1", mode="fail").SerializeToString(), timeout=5)
+        e = err.value
+        return e.code(), e.details(), dict(e.initial_metadata()), dict(e.trailing_metadata())
+
+    want = asyncio.run(direct())
+    got = through(service, probe, fail)
+    assert want[0] is grpc.StatusCode.FAILED_PRECONDITION and want[1] == "probe failed f1"
+    assert got[:2] == want[:2]
+    assert "x-probe-saw" in got[2]
+    assert got[3]["x-probe-trailer"] == "t-f1"
+    assert got[3]["grpc-status-details-bin"] == want[3]["grpc-status-details-bin"]
+
+
+def test_the_callers_deadline_reaches_the_service_as_the_time_it_has_left(service, probe):
+    """A forwarder that drops the deadline leaves the service without one (-1)."""
+
+    async def body(channel, msg):
+        reply = await channel.unary_unary(SERVICE + "Echo")(msg(id="d1", mode="deadline").SerializeToString(),
+                                                            timeout=2.0)  # fmt: skip
+        return msg.FromString(reply).count
+
+    left_us = through(service, probe, body)
+    # never more than the caller gave (gRPC sends the deadline as a relative timeout, so the time in transit is
+    # the service's to lose, never to gain), and present
+    assert 0 < left_us <= 2_000_000
+
+
+def test_a_cancelled_client_stream_reaches_the_service_as_a_cancel_never_as_its_end(service, probe):
+    """grpc.aio ends a cancelled call's request stream as a half-close would: a forwarder that half-closes the
+    upstream there lets the service see the end of a stream its caller abandoned (Go: Recv returns io.EOF)."""
+
+    async def body(channel, msg):
+        out = []
+        for i in range(10):
+            call_id = f"c{i}"
+            call = channel.stream_unary(SERVICE + "Count")(timeout=10)
+            for _ in range(2):
+                await call.write(msg(id=call_id).SerializeToString())
+            while len(await seen(channel, msg, call_id)) < 2:  # both messages are at the service
+                await asyncio.sleep(0.01)
+            call.cancel()
+            for _ in range(500):
+                saw = await seen(channel, msg, call_id)
+                if len(saw) > 2:
+                    break
+                await asyncio.sleep(0.01)
+            out.append(saw)
+        finished = channel.stream_unary(SERVICE + "Count")(timeout=10)
+        await finished.write(msg(id="done").SerializeToString())
+        await finished.done_writing()
+        count = msg.FromString(await finished).count
+        return out, count, await seen(channel, msg, "done")
+
+    cancelled, count, finished = through(service, probe, body)
+    assert all(saw == ["message", "message", "Canceled"] for saw in cancelled), cancelled
+    assert (count, finished) == (1, ["message", "end"])  # a half-close is still a half-close
+
+
+def test_a_half_closed_bidi_stream_keeps_receiving_until_the_service_ends_it(service, probe):
+    async def body(channel, msg):
+        call = channel.stream_stream(SERVICE + "Chat")(timeout=10)
+        await call.write(msg(id="b1", count=1).SerializeToString())
+        await call.done_writing()
+        return [(m.mode, m.count) for m in [msg.FromString(r) async for r in call]], await call.code()
+
+    replies, code = through(service, probe, body)
+    assert replies == [("", 1), ("after-end", 1)] and code is grpc.StatusCode.OK
+
+
+def test_server_streams_and_unknown_kinds_pass_as_streams(service, probe):
+    """Without the service's descriptors every method is forwarded as a bidi stream, which every kind is on
+    the wire: a unary call and a server stream still get their answers."""
+
+    async def body(channel, msg):
+        stream = channel.unary_stream(SERVICE + "Repeat")(msg(id="s1", count=5, body=b"z").SerializeToString(),
+                                                          timeout=10)  # fmt: skip
+        counts = [msg.FromString(r).count async for r in stream]
+        echo = msg.FromString(await channel.unary_unary(SERVICE + "Echo")(msg(id="s2").SerializeToString(), timeout=5))
+        return counts, echo.id
+
+    assert through(service, probe, body) == ([1, 2, 3, 4, 5], "s2")
+    assert through(service, probe, body, table=None) == ([1, 2, 3, 4, 5], "s2")
+
+
+def test_a_service_that_is_down_is_unavailable_at_once_and_served_again_when_back(probe):
+    """No restart of the proxy: its channel retries the upstream's address at most every second."""
+    binary, ds, msg, tmp = probe
+
+    async def main():
+        with go_service(binary, tmp) as address:
+            port = int(address.rsplit(":", 1)[1])
+        server, proxy_port, upstream = await start_proxy(address, settings=FaultSettings.from_env(service="probe"))
+        channel = aio.insecure_channel(f"127.0.0.1:{proxy_port}")
+        echo = channel.unary_unary(SERVICE + "Echo")
+        try:
+            with pytest.raises(aio.AioRpcError) as down:
+                await echo(msg(id="x").SerializeToString(), timeout=30)  # fails long before its deadline
+            with go_service(binary, tmp, port=port):
+                for _ in range(300):  # ≤ 30 s: the proxy retries every ≤ 1 s
+                    try:
+                        reply = msg.FromString(await echo(msg(id="back").SerializeToString(), timeout=5))
+                        break
+                    except aio.AioRpcError as err:
+                        assert err.code() is grpc.StatusCode.UNAVAILABLE, err
+                        await asyncio.sleep(0.1)
+            return down.value.code(), reply.id
+        finally:
+            await channel.close()
+            await server.stop(0)
+            await upstream.close()
+
+    assert asyncio.run(main()) == (grpc.StatusCode.UNAVAILABLE, "back")
+
+
+def test_drill_calls_are_faulted_by_the_same_pipeline_and_organic_ones_pass(service, probe):
+    """The hit formula picks the calls `drill hits` predicts; a hit never reaches the service; the marker says
+    which hop injected; an organic call with the same directive passes untouched."""
+    ids = [f"p-{n}" for n in range(40)]
+    directive = "abort:UNAVAILABLE"
+
+    async def body(channel, msg):
+        echo = channel.unary_unary(SERVICE + "Echo")
+        out = {}
+        for rid in ids:
+            md = ((h.TENANT, "tenant-drill"), (h.FAULT, directive), (h.FAULT_RATIO, "50"),
+                  (h.FAULT_TARGET, "probe"), (h.REQUEST_ID, rid))  # fmt: skip
+            call = echo(msg(id=rid).SerializeToString(), metadata=md, timeout=5)
+            try:
+                await call
+                out[rid] = ("OK", await seen(channel, msg, rid))
+            except aio.AioRpcError as e:
+                out[rid] = (e.code().name, dict(e.trailing_metadata() or ()).get(h.FAULT_MARKER))
+        organic = echo(msg(id="o1").SerializeToString(), timeout=5,
+                       metadata=((h.FAULT, directive), (h.FAULT_RATIO, "100"), (h.FAULT_TARGET, "probe")))  # fmt: skip
+        return out, msg.FromString(await organic).id
+
+    out, organic = through(service, probe, body, enabled=True, seed=7)
+    hits = {rid for rid in ids if is_hit(7, rid, directive, 50)}
+    assert 0 < len(hits) < len(ids)
+    assert {rid for rid, (code, _) in out.items() if code == "UNAVAILABLE"} == hits
+    assert all(out[rid][1] for rid in hits)  # the marker: this hop injected it
+    assert organic == "o1"
+
+
+def test_a_mid_stream_fault_lands_after_n_messages_and_the_wrong_kind_is_refused(service, probe):
+    """`@after=2` on the server stream ends it after two messages; on the unary Echo the pipeline refuses it
+    (it knows Echo's kind from the descriptor set) and the call passes."""
+    md = ((h.TENANT, "tenant-drill"), (h.FAULT, "abort:ABORTED@after=2"), (h.FAULT_RATIO, "100"),
+          (h.FAULT_TARGET, "probe"), (h.REQUEST_ID, "m1"))  # fmt: skip
+
+    async def body(channel, msg):
+        stream = channel.unary_stream(SERVICE + "Repeat")(msg(id="m1", count=5).SerializeToString(), metadata=md,
+                                                          timeout=10)  # fmt: skip
+        got = []
+        with pytest.raises(aio.AioRpcError) as err:
+            async for r in stream:
+                got.append(msg.FromString(r).count)
+        before = sample("drill_fault_rejected_total", service="probe", grpc_method="probe.v1.Probe/Echo", reason="wrong_kind")
+        echo = msg.FromString(await channel.unary_unary(SERVICE + "Echo")(msg(id="m2").SerializeToString(),
+                                                                           metadata=md, timeout=5))  # fmt: skip
+        after = sample("drill_fault_rejected_total", service="probe", grpc_method="probe.v1.Probe/Echo", reason="wrong_kind")
+        return got, err.value.code(), echo.id, after - before
+
+    got, code, echo, rejected = through(service, probe, body, enabled=True)
+    assert (got, code) == ([1, 2], grpc.StatusCode.ABORTED)
+    assert (echo, rejected) == ("m2", 1)
+
+
+def test_a_bad_upstream_is_one_line_exit_2():
+    proc = drill_process("proxy", "--upstream", "no-port-here", timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("drill: proxy: ") and "--upstream" in proc.stderr
