@@ -36,7 +36,7 @@ log = logging.getLogger("drill.proxy")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--upstream", type=cliargs.host_port, required=True,
-                   help="the service every call is forwarded to, HOST:PORT (the only address the proxy calls)")  # fmt: skip
+                   help="the service every call is forwarded to, HOST:PORT (the only address it calls)")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=cliargs.port(0), default=50051, help="gRPC port (0 = any free port)")
     p.add_argument("--metrics-port", type=cliargs.integer(-1, lim.MAX_PORT, "a port (0 = off, -1 = any free port)"),
@@ -47,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=cliargs.seed, default=None,
                    help="hit seed (else DRILL_FAULT_SEED / DRILL_FAULT_DRILL_ID)")  # fmt: skip
     p.add_argument("--descriptor-set", default=None,
-                   help="the upstream's methods (protoc --descriptor_set_out --include_imports); else its reflection")  # fmt: skip
+                   help="the upstream's methods (protoc --descriptor_set_out --include_imports); "
+                   "else its reflection")  # fmt: skip
     p.add_argument("--instance-id", default=None, help="instance id (else DRILL_INSTANCE_ID or host:pid)")
     p.add_argument("--port-file", type=cliargs.new_file, default=None,
                    help="write the bound gRPC port here once serving")  # fmt: skip
@@ -62,7 +63,8 @@ def method_kinds(args: argparse.Namespace) -> dict:
     found = kinds.from_reflection(args.upstream)
     if found is None:
         log.warning("proxy: %s offers no server reflection and no --descriptor-set was given: each call is "
-                    "forwarded as a stream and a mid-stream fault judged by what the wire shows", args.upstream)  # fmt: skip
+                    "forwarded as a stream, a mid-stream fault judged by what the wire shows",
+                    args.upstream)  # fmt: skip
         return {}
     return found
 

@@ -15,7 +15,7 @@ import pytest
 from grpc import aio
 
 from harness.core import headers as h
-from harness.core.faults import Kind, is_hit
+from harness.core.faults import is_hit
 from harness.core.settings import FaultSettings
 from harness.proxy import kinds
 from harness.proxy.cli import start_proxy
@@ -169,7 +169,8 @@ def test_server_streams_and_unknown_kinds_pass_as_streams(service, probe):
         stream = channel.unary_stream(SERVICE + "Repeat")(msg(id="s1", count=5, body=b"z").SerializeToString(),
                                                           timeout=10)  # fmt: skip
         counts = [msg.FromString(r).count async for r in stream]
-        echo = msg.FromString(await channel.unary_unary(SERVICE + "Echo")(msg(id="s2").SerializeToString(), timeout=5))
+        echo = channel.unary_unary(SERVICE + "Echo")
+        echo = msg.FromString(await echo(msg(id="s2").SerializeToString(), timeout=5))
         return counts, echo.id
 
     assert through(service, probe, body) == ([1, 2, 3, 4, 5], "s2")
@@ -249,10 +250,11 @@ def test_a_mid_stream_fault_lands_after_n_messages_and_the_wrong_kind_is_refused
         with pytest.raises(aio.AioRpcError) as err:
             async for r in stream:
                 got.append(msg.FromString(r).count)
-        before = sample("drill_fault_rejected_total", service="probe", grpc_method="probe.v1.Probe/Echo", reason="wrong_kind")
+        rejected = {"service": "probe", "grpc_method": "probe.v1.Probe/Echo", "reason": "wrong_kind"}
+        before = sample("drill_fault_rejected_total", **rejected)
         echo = msg.FromString(await channel.unary_unary(SERVICE + "Echo")(msg(id="m2").SerializeToString(),
                                                                            metadata=md, timeout=5))  # fmt: skip
-        after = sample("drill_fault_rejected_total", service="probe", grpc_method="probe.v1.Probe/Echo", reason="wrong_kind")
+        after = sample("drill_fault_rejected_total", **rejected)
         return got, err.value.code(), echo.id, after - before
 
     got, code, echo, rejected = through(service, probe, body, enabled=True)
