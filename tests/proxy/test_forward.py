@@ -69,8 +69,8 @@ def test_unary_bytes_metadata_headers_and_trailers_pass_exactly(service, probe):
 
     async def body(channel, msg):
         request = msg(id="u1", body=bytes(range(256)) * (6 * 4096), count=7)  # 6 MiB
-        call = channel.unary_unary(SERVICE + "Echo")(request.SerializeToString(), timeout=10,
-                                                      metadata=(("x-app", "v1"), ("x-bin-bin", b"\x00\xff")))  # fmt: skip
+        metadata = (("x-app", "v1"), ("x-bin-bin", b"\x00\xff"))
+        call = channel.unary_unary(SERVICE + "Echo")(request.SerializeToString(), timeout=10, metadata=metadata)
         reply = msg.FromString(await call)
         return request, reply, await call.initial_metadata(), await call.trailing_metadata()
 
