@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 
 import grpc
 import pytest
@@ -19,7 +25,7 @@ from harness.core.faults import is_hit
 from harness.core.settings import FaultSettings
 from harness.proxy import kinds
 from harness.proxy.cli import start_proxy
-from tests.conftest import drill_process, sample
+from tests.conftest import ROOT, drill_process, sample
 from tests.proxy.probe import SERVICE, build, descriptor_set, go_service, message_class
 
 BIG = {"grpc.max_receive_message_length": -1, "grpc.max_send_message_length": -1}.items()
@@ -40,23 +46,32 @@ def service(probe):
         yield address
 
 
-def through(service, probe, body, *, table="descriptors", **settings):
-    """Run `body(channel, Msg)` against a proxy in front of the probe; its result."""
-    _, ds, msg, _ = probe
+def behind_proxy(service, probe, body, *, table="descriptors", **settings):
+    """Run `body(address)` with a proxy in front of the probe at `address`; its result."""
+    _, ds, _, _ = probe
     method_kinds = kinds.from_descriptor_set(str(ds)) if table == "descriptors" else {}
 
     async def main():
         conf = FaultSettings.from_env(service="probe", **settings)
         server, port, upstream = await start_proxy(service, settings=conf, method_kinds=method_kinds)
-        channel = aio.insecure_channel(f"127.0.0.1:{port}", options=list(BIG))
         try:
-            return await body(channel, msg)
+            return await body(f"127.0.0.1:{port}")
         finally:
-            await channel.close()
             await server.stop(0)
             await upstream.close()
 
     return asyncio.run(main())
+
+
+def through(service, probe, body, **options):
+    """Run `body(channel, Msg)` on a channel to a proxy in front of the probe; its result."""
+    msg = probe[2]
+
+    async def on_channel(address: str):
+        async with aio.insecure_channel(address, options=list(BIG)) as channel:
+            return await body(channel, msg)
+
+    return behind_proxy(service, probe, on_channel, **options)
 
 
 async def seen(channel, msg, call_id: str) -> list[str]:
@@ -266,3 +281,75 @@ def test_a_bad_upstream_is_one_line_exit_2():
     proc = drill_process("proxy", "--upstream", "no-port-here", timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("drill: proxy: ") and "--upstream" in proc.stderr
+
+
+def test_drill_proxy_as_a_process_serves_metrics_under_its_service_and_stops_injecting_on_sigusr1(service, probe,
+                                                                                                 tmp_path):  # fmt: skip
+    """What a user starts: `drill proxy` with a ready file; a tagged call is injected and counted under
+    `service="probe"`; after `kill -USR1` (`drill stop`) the same call reaches the service."""
+    _, ds, msg, _ = probe
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "proxy", "--upstream", service, "--port", "0",
+                             "--metrics-port", "-1", "--service", "probe", "--enable-faults", "--descriptor-set",
+                             str(ds), "--ready-file", str(ready)], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        info = json.loads(ready.read_text())
+        md = ((h.TENANT, "tenant-drill"), (h.FAULT, "abort:UNAVAILABLE"), (h.FAULT_RATIO, "100"),
+              (h.FAULT_TARGET, "probe"), (h.REQUEST_ID, "sig-1"))  # fmt: skip
+
+        async def call() -> str:
+            async with aio.insecure_channel(f"127.0.0.1:{info['port']}") as channel:
+                try:
+                    await channel.unary_unary(SERVICE + "Echo")(msg(id="sig").SerializeToString(), metadata=md,
+                                                                timeout=10)  # fmt: skip
+                    return "OK"
+                except aio.AioRpcError as e:
+                    return e.code().name
+
+        assert asyncio.run(call()) == "UNAVAILABLE"
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{info['metrics_port']}/metrics", timeout=10).read().decode()
+        assert 'drill_fault_hits_total{grpc_method="probe.v1.Probe/Echo",mode="abort",service="probe"} 1.0' in metrics
+        proc.send_signal(signal.SIGUSR1)
+        for _ in range(100):  # the signal is handled between the loop's steps: at most a few
+            if asyncio.run(call()) == "OK":
+                break
+            time.sleep(0.05)
+        assert asyncio.run(call()) == "OK"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_slow_reader_slows_the_service_and_the_proxy_buffers_no_more_than_its_windows(service, probe):
+    """The caller reads one 1-MiB message of 64 and stops: the Go service writes until the transport's flow
+    control windows are full and then waits. Through the proxy it may write what the two connections' windows
+    hold plus the one message the proxy forwards: at most twice what it writes to a direct reader, plus one.
+    A forwarder that reads ahead into a queue lets the service write all 64."""
+    _, _, msg, _ = probe
+
+    async def stalled(address: str, call_id: str) -> int:
+        async with aio.insecure_channel(address, options=list(BIG)) as channel:
+            request = msg(id=call_id, count=64, body=b"x" * (1 << 20)).SerializeToString()
+            stream = channel.unary_stream(SERVICE + "Repeat")(request, timeout=60)
+            await stream.read()
+            wrote, still = 0, 0
+            for _ in range(200):  # until the service's count stands for 0.5 s, at most 20 s
+                now = (await seen(channel, msg, call_id)).count("wrote")
+                still = still + 1 if now == wrote else 0
+                wrote = now
+                if still == 5:
+                    break
+                await asyncio.sleep(0.1)
+            stream.cancel()
+            return wrote
+
+    direct = asyncio.run(stalled(service, "flow-direct"))
+
+    proxied = behind_proxy(service, probe, lambda address: stalled(address, "flow-proxied"))
+    assert 0 < direct < 64 and 0 < proxied <= 2 * direct + 1, (direct, proxied)
