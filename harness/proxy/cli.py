@@ -23,7 +23,7 @@ from prometheus_client import start_http_server
 
 from harness.core import audit, cliargs
 from harness.core import limits as lim
-from harness.core.errors import RunFailed
+from harness.core.errors import BadInput, RunFailed
 from harness.core.safety import install_stop_signal
 from harness.core.settings import FaultSettings
 from harness.demo.serve import check_free, freeze_startup_heap
@@ -49,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--descriptor-set", default=None,
                    help="the upstream's methods (protoc --descriptor_set_out --include_imports); "
                    "else its reflection")  # fmt: skip
+    p.add_argument("--proto", default=None, help="the upstream's methods from a .proto (needs grpcio-tools)")
+    p.add_argument("--proto-path", action="append", default=[],
+                   help="import path for --proto (repeatable; default: the .proto's folder)")  # fmt: skip
     p.add_argument("--instance-id", default=None, help="instance id (else DRILL_INSTANCE_ID or host:pid)")
     p.add_argument("--port-file", type=cliargs.new_file, default=None,
                    help="write the bound gRPC port here once serving")  # fmt: skip
@@ -58,8 +61,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def method_kinds(args: argparse.Namespace) -> dict:
     """Each method's kind: from the descriptor set, else the upstream's reflection, else none (said once)."""
+    if args.descriptor_set and args.proto:
+        raise BadInput("proxy: give --descriptor-set or --proto, not both (neither = the upstream's reflection)")
+    if args.proto_path and not args.proto:
+        raise BadInput("proxy: --proto-path applies to --proto; give --proto too")
     if args.descriptor_set:
         return kinds.from_descriptor_set(args.descriptor_set)
+    if args.proto:
+        return kinds.from_proto(args.proto, args.proto_path)
     found = kinds.from_reflection(args.upstream)
     if found is None:
         log.warning("proxy: %s offers no server reflection and no --descriptor-set was given: each call is "

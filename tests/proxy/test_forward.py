@@ -353,3 +353,31 @@ def test_a_slow_reader_slows_the_service_through_the_proxy(service, probe):
     direct = asyncio.run(stalled(service, "flow-direct"))
     proxied = behind_proxy(service, probe, lambda address: stalled(address, "flow-proxied"))
     assert 0 < direct < 128 and 0 < proxied < 128, (direct, proxied)
+
+
+def test_method_kinds_come_from_a_proto_a_descriptor_set_or_reflection_alike(probe, tmp_path):
+    """The three sources give the same table; the demo service's reflection gives its four kinds."""
+    _, ds, _, _ = probe
+    from tests.proxy.probe import PROTO
+
+    table = kinds.from_descriptor_set(str(ds))
+    assert kinds.from_proto(str(PROTO)) == table
+    assert table["/probe.v1.Probe/Count"].value == "client_streaming"
+    assert table["/probe.v1.Probe/Chat"].value == "bidi_streaming"
+
+    async def reflected():
+        from harness.demo.serve import start_server
+
+        server, port, _ = await start_server(settings=FaultSettings.from_env(service="demo"), metrics=False)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, kinds.from_reflection, f"127.0.0.1:{port}")
+        finally:
+            await server.stop(0)
+
+    demo = asyncio.run(reflected())
+    assert {m: k.value for m, k in demo.items()} == {
+        "/drill.v1.Demo/Call": "unary", "/drill.v1.Demo/Write": "unary",
+        "/drill.v1.Demo/Stream": "server_streaming", "/drill.v1.Demo/Exchange": "bidi_streaming",
+    }  # fmt: skip
+    bad = drill_process("proxy", "--upstream", "127.0.0.1:1", "--proto", str(tmp_path / "none.proto"), timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("drill: proxy: --proto: no file"), bad.stderr
