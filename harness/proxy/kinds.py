@@ -2,8 +2,9 @@
 
 Read once at start, from a descriptor set (`--descriptor-set`, as `protoc
 --descriptor_set_out --include_imports` writes it), a `.proto` (`--proto`, compiled
-with grpcio-tools) or the upstream's server reflection. A method found in neither is forwarded as a bidi stream (every kind is
-one on the wire) and the fault pipeline judges it by what the wire shows.
+with grpcio-tools) or the upstream's server reflection. A method found in none is
+forwarded as a bidi stream (every kind is one on the wire) and the fault pipeline
+judges it by what the wire shows.
 """
 
 from __future__ import annotations
