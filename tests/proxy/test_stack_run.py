@@ -1,0 +1,74 @@
+"""`drill run` on a stack whose one service is written in Go, behind `drill proxy`: the same trial, the hit set
+the seed predicts, the same verdict machinery, with not a line of the service changed.
+
+The drill user (2nd of 2 users, offset 1/2 of its 10/s period) sends probe-3-drill0-N at N/10 + 1/20 s after
+the load's first second; those in the fault window [2 s, 5 s) carry the directive, and seed 3 picks the same
+ones in the proxy and in this test (`is_hit`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.core.faults import is_hit
+from harness.drills.load.schedule import ids_digest
+from tests.conftest import ROOT, drill_process
+from tests.proxy.probe import build, descriptor_set, go_service
+
+pytestmark = pytest.mark.slow
+
+
+def test_drill_run_on_a_go_service_behind_the_proxy_hits_what_the_seed_predicts(tmp_path):
+    binary = build(tmp_path)
+    ds = descriptor_set(tmp_path / "probe.pb")
+    with go_service(binary, tmp_path) as upstream:
+        ready = tmp_path / "proxy.json"
+        log = (tmp_path / "proxy.log").open("w")
+        proxy = subprocess.Popen([sys.executable, "-m", "harness.cli", "proxy", "--upstream", upstream, "--port", "0",
+                                  "--metrics-port", "-1", "--service", "probe", "--descriptor-set", str(ds),
+                                  "--ready-file", str(ready)], cwd=ROOT, stderr=log,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT), "DRILL_FAULT_ENABLED": "1",
+                                      "DRILL_FAULT_SEED": "3"})  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not ready.exists():
+                assert proxy.poll() is None and time.monotonic() < deadline, (tmp_path / "proxy.log").read_text()
+                time.sleep(0.05)
+            info = json.loads(ready.read_text())
+            plan = {
+                "name": "probe", "seed": 3,
+                "stack": {
+                    "edge": {"address": f"127.0.0.1:{info['port']}", "method": "probe.v1.Probe/Echo",
+                             "request": {"id": "organic"}, "descriptor_set": str(ds)},
+                    "hops": [{"name": "probe", "metrics": [f"http://127.0.0.1:{info['metrics_port']}/metrics"]}],
+                    "audit": {"files": [str(tmp_path / "proxy.log")]},
+                    "configs": [{"name": "go"}],
+                },
+                "traffic": {"organic_users": 1, "organic_rate": 10, "drill_users": 1, "drill_rate": 10,
+                            "timeout_s": 2},
+                "fault": {"directive": "abort:UNAVAILABLE", "ratio": 50, "target": "probe"},
+                "phases": {"warmup": 2, "fault": 3, "recovery": 3},
+                "slo": {"max_error_rate": 0.05, "hold_s": 1, "traffic": "drill"},
+            }  # fmt: skip
+            (tmp_path / "probe.yaml").write_text(json.dumps(plan))
+            run = drill_process("run", str(tmp_path / "probe.yaml"), "--out", str(tmp_path / "out"), "--no-live",
+                                "--trials", "1")  # fmt: skip
+        finally:
+            proxy.terminate()
+            proxy.wait(10)
+            log.close()
+    assert run.returncode == 0, run.stderr[-3000:]
+    trial = json.loads((tmp_path / "out" / "results.json").read_text())["configs"]["go"]["trials"][0]
+    tagged = [f"probe-3-drill0-{n}" for n in range(80) if 2 <= n / 10 + 1 / 20 < 5]
+    hits = [i for i in tagged if is_hit(3, i, "abort:UNAVAILABLE", 50)]
+    h = trial["hits"]
+    assert (h["expected"], h["expected_digest"]) == (len(hits), ids_digest(hits)), h
+    assert (h["observed"], h["observed_digest"]) == (len(hits), ids_digest(hits)), h  # the proxy's audit lines
+    assert h["marked"] == len(hits), h  # the proxy is the edge: every hit came back marked
+    assert trial["breached"] is True  # 50 % of the drill traffic failed in the fault: past the 5 % SLO
