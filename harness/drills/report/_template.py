@@ -27,6 +27,9 @@ PAGE = Template(
   .verdict.tradeoff { background: #fdf5e6; border-color: #c98a1b; }
   .verdict.bad { background: #fbeeee; border-color: #b23b3b; }
   table { border-collapse: collapse; width: 100%; }
+  /* a table wider than the page scrolls inside its own box; the page keeps to the window */
+  .wide { max-width: 100%; overflow-x: auto; }
+  table.text td { white-space: normal; overflow-wrap: anywhere; }
   th, td { padding: 5px 6px; border-bottom: 1px solid #e2e5ea; text-align: right; vertical-align: top; }
   td { white-space: nowrap; }
   td small { color: #5b6475; white-space: normal; }
@@ -53,7 +56,7 @@ PAGE = Template(
 <div class="meta">${seed}fault <code>$directive</code> on <code>$target</code> · SLO $slo · $when</div>
 <div class="verdict $verdict_class" id="verdict">$verdict</div>
 <h2>MTTR comparison</h2>
-<table id="mttr-table">
+<div class="wide"><table id="mttr-table">
 <thead><tr><th>configuration</th><th>trials</th><th>MTTR (median)</th><th>post-fault breach</th>
 <th>outside SLO</th><th>budget burn</th><th>TTD</th><th>TTM</th><th>TTR</th><th>amplifi&shy;cation</th>
 <th>success rate</th><th>attempts /success</th><th>blast radius</th><th>error rate (fault)</th><th>requests</th>
@@ -61,7 +64,7 @@ PAGE = Template(
 <tbody>
 $rows
 </tbody>
-</table>
+</table></div>
 $readback
 <div class="pair">
 $trials
@@ -78,13 +81,13 @@ median trial or the median over trials. Amplification: deepest-hop attempts ÷ e
 sent, before retries), over the fault window. Success rate: OK ÷ (all − CANCELLED) at the edge during the
 fault; attempts/success: deepest-hop attempts per successful edge call. Blast radius: organic error rate
 during the fault. Times are seconds; the shaded band is the fault window.</p>
+$guards
 <h2>Over time</h2>
 <div class="grid" id="plots">
 $plots
 </div>
-<h2>Per hop</h2>
 $hops
-<p class="notes">$notes</p>
+$notes
 </body>
 </html>
 """
