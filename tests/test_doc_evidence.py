@@ -6,7 +6,14 @@ table row, one fenced block. A unit *cites* a saved output when it names a file 
 benchmarks/results/ (a link, a path, or the bare file name; `{1,2,3}`, `{4..12}`, `NAME` (a
 benchmark's name) and `*` expand to the files they match). A table, a block quote and a fenced block
 without a language (quoted output) right after a paragraph that ends with a colon (their caption)
-also carry that paragraph's citations. A path into benchmarks/results/ that matches no file fails.
+also carry that paragraph's citations; right after a command block, they carry the citations of
+the paragraph before that block (they are its command's output), and a table right after another
+table keeps the first one's caption. A path into benchmarks/results/ that matches no file fails.
+
+**Measurements cite.** A table with a column of figures only is a measurement: it cites its saved
+outputs, or its caption says it is computed, not measured. A paragraph that says it observed a
+figure on a machine ("measured here", "on this machine", "on 2 cores", "load average", "in these
+runs", "saved runs") and quotes a time, size, rate, share or factor cites the saved output.
 
 **Figures.** In a unit that cites saved outputs, every number outside code spans, fenced command
 blocks, link targets and the citations themselves is a figure and must *appear* in one of the cited
@@ -28,7 +35,8 @@ the same run: the longest `.txt` name it starts with. The benchmark scripts stam
 themselves (`benchmarks/_cpu.py`); a `drill run` output saved here starts with the command line and
 `# commit HEX, date, cores, load average`.
 
-**Words for users** (README.md and docs/): no "this stop", "this change" or "this branch", no issue
+**Words for users** (README.md and docs/): no history ("the previous rule", "the old …", "since
+then", "has since", also wrapped across lines), no "this stop", "this change" or "this branch", no issue
 numbers of this project ("issue 13", "#43361"; an upstream issue is written owner/repo#N), and a
 commit hash only as the provenance of a saved output: in a unit that cites a saved output whose name
 or text holds that hash, never as a date ("since 80e31eb").
