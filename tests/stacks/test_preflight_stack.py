@@ -49,8 +49,8 @@ def cart(tmp_path_factory):
     ("shop.v1.Cart/Add", "abort:UNAVAILABLE@after=2", "@after=2 needs a response stream", "unary"),
     ("shop.v1.Cart/Watch", "abort:UNAVAILABLE@read=2", "@read=2 needs a request stream", "server-streaming"),
 ])  # fmt: skip
-def test_a_directive_option_the_stack_methods_kind_cannot_have_is_refused_before_any_call(cart, tmp_path, method,
-                                                                                          directive, needs, kind):  # fmt: skip
+def test_a_stack_methods_kind_refuses_a_directive_option_before_any_call(cart, tmp_path, method, directive, needs,
+                                                                         kind):  # fmt: skip
     """The kind comes from the server's reflection, once the edge serves; the run refuses before its load."""
     data = plan(cart, method=method)
     data["fault"]["directive"] = directive
@@ -65,9 +65,9 @@ def test_a_directive_option_the_stack_methods_kind_cannot_have_is_refused_before
 
 
 @pytest.mark.parametrize(("drop", "needles"), [
-    ("DRILL_SERVICE", ("the service calls itself 'drill' (the default: DRILL_SERVICE is not set), not 'cart'",
+    ("DRILL_SERVICE", ("calls itself 'drill' (the default: DRILL_SERVICE is not set), not 'cart'",
                        "set DRILL_SERVICE=cart")),
-    ("DRILL_FAULT_ENABLED", ("no drill_fault_switch", "DRILL_FAULT_ENABLED=1", "it is the hop that injects",
+    ("DRILL_FAULT_ENABLED", ("exports no drill_fault_switch", "DRILL_FAULT_ENABLED=1", "it is the hop that injects",
                              "the fault would not land")),
 ])  # fmt: skip
 def test_a_target_that_would_not_inject_fails_the_dry_run_and_the_run_with_exit_4(tmp_path, drop, needles):

@@ -319,29 +319,28 @@ class Preflight:
                       "measure it; nothing was sent", 1)  # fmt: skip
         gates = Gates.parse(text)
         series = len(reduce_text(text, config=None, service=name, edge=False))
-        head = f"hop {name}: {url} answers ({series} drill series"
+        svc = f"hop {name}: the service at {url}"
         matters = self._must_inject(index, variants)
-        targeted = [v.fault.target for v in variants if v.fault.directive and v.fault.target == name]
+        targeted = any(v.fault.directive and v.fault.target == name for v in variants)
         if not gates.switch:
-            self._hop_problem(f"{head}, no drill_fault_switch: the service runs without the harness's "
-                              "interceptors, as it does when started without DRILL_FAULT_ENABLED=1)", matters)
+            self._hop_problem(f"{svc} exports no drill_fault_switch: it runs without the harness's interceptors, "
+                              "as a service started without DRILL_FAULT_ENABLED=1 does", matters)  # fmt: skip
             return
         if targeted and name not in gates.switch:
             said = ", ".join(repr(s) for s in sorted(gates.switch))
             default = " (the default: DRILL_SERVICE is not set)" if set(gates.switch) == {"drill"} else ""
-            self.fail(f"{head}): the service calls itself {said}{default}, not {name!r}, so fault.target {name!r} "
-                      f"never reaches it (drill_fault_skipped_total{{reason=\"target\"}}): set DRILL_SERVICE="
-                      f"{name}", 4)  # fmt: skip
-        off = sorted(s for s, value in gates.switch.items() if value == 0)
-        if off and len(off) == len(gates.switch):
-            self._hop_problem(f"{head}, injection OFF: started without DRILL_FAULT_ENABLED=1, or its emergency "
-                              "stop tripped (one way: restart it))", matters)  # fmt: skip
+            self.fail(f"{svc} calls itself {said}{default}, not {name!r}, so fault.target {name!r} never reaches "
+                      f"it (drill_fault_skipped_total{{reason=\"target\"}}): set DRILL_SERVICE={name}", 4)  # fmt: skip
+        if all(value == 0 for value in gates.switch.values()):
+            self._hop_problem(f"{svc} has injection OFF (drill_fault_switch 0): started without "
+                              "DRILL_FAULT_ENABLED=1, or its emergency stop tripped (one way: restart it)", matters)
             return
         if "drill" in gates.switch and name != "drill":
-            self.warn(f"{head}): the service calls itself 'drill' (the default: DRILL_SERVICE is not set); a "
-                      f"fault.target {name!r} would not reach it")  # fmt: skip
+            self.warn(f"{svc} calls itself 'drill' (the default: DRILL_SERVICE is not set): a fault.target {name!r} "
+                      "would not reach it")  # fmt: skip
             return
-        self.ok(f"{head}, service {', '.join(sorted(gates.switch))}, injection on)")
+        self.ok(f"hop {name}: {url} answers ({series} drill series, service {', '.join(sorted(gates.switch))}, "
+                "injection on)")  # fmt: skip
 
     def _hop_problem(self, text: str, matters: str | None) -> None:
         """A hop that would not inject: a fail (4) when it is the target or in front of it, else a warning."""
