@@ -1,20 +1,17 @@
 """`drill run PLAN --dry-run`: what a run would do, checked against the stack, without doing any of it.
 
-It loads the plan, the `--fail-on` conditions and the outputs' directory exactly as a
-run does (the same one-line errors, the same exit codes), then prints the timeline of
+It takes the run's preflight (`trials.preflight`: the same checks, in the same order, the same one-line
+errors and exit codes; a bad input is refused before anything is printed) and prints the timeline of
 every trial, the planned load, the expected hits of each configuration's trials (the
 ids the aio load will tag, `load.schedule.tagged_ids`, through the hit function
 `harness.core.faults.is_hit`: what `drill hits` says for them, and what a real run
-with the same seed reports as `hits.expected`), the guards and how long the run will
-take. Against a running **stack** it checks what a trial needs from it: the edge
-answers its health check and its method and request resolve (server reflection, a
-descriptor set or a .proto), each hop's `/metrics` answers or its selector names a
-target the stack's Prometheus scrapes, and a `prometheus` guard's expression parses
-and is quiet. It runs no switch, emergency-stop or audit command and sends no drill
-call: health checks and reflection are probes the interceptors pass untouched, outside
-every drill series. The **local topology** is started by each trial of a run with that
-trial's configuration, so a dry run starts nothing (no process, no port) and writes
-nothing: everything those processes take is in the plan it checked.
+with the same seed reports as `hits.expected`), the guards, each check's verdict as it is decided
+(a wait for the edge says what it waits for at once) and how long the run will take. It runs no
+switch, emergency-stop or audit command and sends no drill call: health checks and reflection are
+probes the interceptors pass untouched, outside every drill series. The **local topology** is
+started by each trial of a run with that trial's configuration, so a dry run starts none of it; the
+one process it may start is a Prometheus under `--prometheus auto`, for a moment, to ask each guard
+that asks the run's Prometheus. What it writes to prove `--out` writable, it removes.
 """
 
 from __future__ import annotations
