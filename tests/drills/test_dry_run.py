@@ -203,3 +203,20 @@ def test_under_prometheus_auto_a_dry_run_asks_a_prometheus_what_each_guard_retur
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("drill: guard 'bad': "), proc.stderr
     assert needle in lines[0], lines[0]
     assert "  fail  guard 'bad': " in proc.stdout and not (tmp_path / "o").exists()
+
+
+def test_a_url_with_a_space_is_bad_input_wherever_it_is_given(tmp_path):
+    """urllib would refuse it only when the request is sent (`InvalidURL`, once an internal error): refused first."""
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(json.dumps({"stack": {
+        "edge": {"address": "127.0.0.1:1", "method": "drill.v1.Demo/Call"},
+        "prometheus": "http://127.0.0.1:9090 /x", "hops": [{"name": "gateway", "selector": '{job="gateway"}'}],
+    }}))  # fmt: skip
+    cases = [(["retry-storm", "--prometheus", "http://127.0.0.1:9090 /x"], "drill: --prometheus: "),
+             (["retry-storm", "--grafana", "http://grafana host:3000"], "drill: --grafana: "),
+             ([str(stack)], "drill: stack.prometheus: 'http://127.0.0.1:9090 /x' is not a URL a request can go to")]
+    for args, start in cases:
+        for mode in (["--dry-run"], ["--no-live"]):
+            line = _one_line(drill_inprocess("run", *args, *mode, "--out", str(tmp_path / "o")), 2)
+            assert line.startswith(start) and "holds a space" in line, line
+    assert not (tmp_path / "o").exists()

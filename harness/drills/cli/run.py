@@ -134,8 +134,11 @@ def _annotator(args: argparse.Namespace):
     url = getattr(args, "grafana", None)
     if not url:
         return None
-    if not url.startswith(("http://", "https://")):
-        raise BadInput(f"--grafana: an http:// URL, got {url!r}")
+    from harness.drills.plan.guards import url_problem
+
+    problem = url_problem(url)
+    if problem:
+        raise BadInput(f"--grafana: an http:// URL, got {url!r} ({problem})")
     # the submodule itself: the package's own `annotations` name is its `from __future__ import annotations`
     from harness.dashboards.annotations import ENV_PASSWORD, ENV_TOKEN, ENV_USER, DrillAnnotator
 
@@ -169,8 +172,8 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
     dry = bool(getattr(args, "dry_run", False))
     prometheus = args.prometheus or "off"
     preflight = Preflight(plan, out=args.out, prometheus=prometheus, dry=dry)
-    preflight.local()  # bad input: one line, before anything is printed or started
     _annotator(args)  # a bad --grafana is refused as a run would refuse it (nothing is posted)
+    preflight.local()  # bad input: one line, before anything is printed or started (--out is created last)
     if dry:
         from harness.drills.trials.dryrun import dry_run
 

@@ -183,7 +183,10 @@ class Runner:
         fault_gauge = m.FAULT_ACTIVE.labels(plan.name)
         try:
             await target.up(variant, trial, workdir)
-            if self.preflight is not None and target.kind == "stack":  # before this configuration's first fault
+            # before this configuration's first fault; not after a guard's trip, whose emergency stop turned the
+            # services' injection off on purpose (one way: the trials that follow show what that left)
+            tripped = any(s.guard for trials in self.series.values() for s in trials)
+            if self.preflight is not None and target.kind == "stack" and not tripped:
                 await self.preflight.stack(variant)
                 if self.preflight.edge_call is not None:
                     target.use_call(self.preflight.edge_call)
