@@ -220,3 +220,16 @@ def test_a_url_with_a_space_is_bad_input_wherever_it_is_given(tmp_path):
             line = _one_line(drill_inprocess("run", *args, *mode, "--out", str(tmp_path / "o")), 2)
             assert line.startswith(start) and "holds a space" in line, line
     assert not (tmp_path / "o").exists()
+
+
+def test_under_prometheus_auto_a_run_asks_its_prometheus_before_the_first_trial(tmp_path):
+    """The run's own Prometheus parses the guard once it is up: exit 2 before any trial (no chain started)."""
+    plan = _guarded(tmp_path, {"kind": "prometheus", "name": "bad", "expr": "sum(rate(foo[1m]) by"})
+    children = dict(spawn._LIVE)
+    out = tmp_path / "o"
+    proc = drill_inprocess("run", plan, "--prometheus", "auto", "--out", str(out), "--no-live")
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("drill:")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("drill: guard 'bad': http://127.0.0.1:") and "bad_data" in lines[0], lines[0]
+    assert "preflight fail  guard 'bad': " in proc.stderr
+    assert spawn._LIVE == children and not (out / "logs").exists() and not (out / "results.json").exists()
