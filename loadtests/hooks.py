@@ -42,6 +42,41 @@ def role_of(runner) -> str:
 @events.init_command_line_parser.add_listener
 def _arguments(parser, **_kw) -> None:
     drill_options.add_arguments(parser)
+    parser.add_argument(
+        "--drill-master-wait",
+        env_var="LOCUST_DRILL_MASTER_WAIT",
+        type=master_wait,
+        default=str(DEFAULT_MASTER_WAIT_S),
+        help="seconds a worker waits for a master that does not answer, at start and during a run, before it "
+        f"gives up ({DEFAULT_MASTER_WAIT_S}; Locust's own: 300 at start, 60 during a run)",
+    )
+
+
+#: A worker gives up on a master silent this long (s): at start (no answer to its hello) and during a run (no
+#: heartbeat). Compose starts the workers once the master serves (its healthcheck), so a master that is
+#: still silent after this is gone.
+DEFAULT_MASTER_WAIT_S = 15
+
+
+def master_wait(text: str) -> float:
+    """`--drill-master-wait`: checked, and applied as it is parsed (Locust reads these module settings when
+    the worker runner connects, right after parsing its options, with no event in between): the worker asks
+    once a second and gives up after `text` seconds; during a run it quits after `text` s without heartbeat."""
+    import argparse
+    import math
+
+    from locust import runners
+
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a number of seconds") from None
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"{text}: must be > 0 and <= 3600 seconds")
+    runners.CONNECT_TIMEOUT = 1
+    runners.CONNECT_RETRY_COUNT = max(1, math.ceil(seconds)) - 1  # it gives up on the retry past the count
+    runners.MASTER_HEARTBEAT_TIMEOUT = seconds
+    return seconds
 
 
 @events.init.add_listener
