@@ -162,6 +162,11 @@ def _message_rate(value: Any) -> float | None:
     return rate
 
 
+def _request(value: Any) -> str:
+    """`--drill-request` as given (an empty one is refused when the method is resolved); unset = `{}`."""
+    return "{}" if value is None else str(value).strip()
+
+
 def from_namespace(ns: Any) -> DrillOptions:
     """Build DrillOptions from Locust's parsed options (any object with the `drill_*` attributes)."""
     ratio = int(getattr(ns, "drill_ratio", 100))
@@ -224,7 +229,7 @@ def from_namespace(ns: Any) -> DrillOptions:
         ids_dir=(getattr(ns, "drill_ids_dir", "") or "").strip() or None,
         trial=int(getattr(ns, "drill_trial", 1) or 1),
         method=(getattr(ns, "drill_method", "") or "").strip() or None,
-        request=(getattr(ns, "drill_request", "") or "").strip() or "{}",
+        request=_request(getattr(ns, "drill_request", None)),
         proto=proto,
         descriptor_set=descriptor_set,
         proto_path=proto_path,
