@@ -4,9 +4,10 @@ With `--drill-method pkg.Service/Method` the users call that method, whatever it
 with the request `--drill-request` gives as protobuf JSON (an object; for a client stream
 a list of objects, sent `--drill-message-rate` a second), its types found by the server's
 reflection at `--host` (default), in `--drill-descriptor-set` or in `--drill-proto`
-(compiled with grpcio-tools). The method is resolved once per process by
-`harness.drills.stack.edge.resolve_call`, the runner's own resolver, so a stack edge and a
-Locust user read a method and a request alike: the request is serialized once and every
+(compiled with grpcio-tools). The options are checked as a stack file's `stack.edge` is
+(`edge.edge_spec`) and the method is resolved once per process by `edge.resolve_edge`, the
+runner's own resolver, so a stack edge and a Locust user take and refuse a method, a request
+and a message rate alike: the request is serialized once and every
 call sends the same bytes (the request id travels in metadata), through grpc's
 multicallables without serializers, as ghz and grpcurl do. Without `--drill-method` the
 users call the demo's `Demo/Call` through its generated stub, as they always did.
@@ -43,6 +44,9 @@ LOCUST_NAMES = edge.InputNames(
     edge="--host",
     address="--host",
     sources="give --drill-proto or --drill-descriptor-set",
+    message_rate="--drill-message-rate",
+    proto_path="--drill-proto-path",
+    address_key="--host",
 )
 
 
@@ -82,9 +86,11 @@ class _BytesStub:
 
 
 def request_json(text: str) -> Any:
-    """`--drill-request`: JSON text, or `@FILE` holding it."""
-    text = text.strip() or "{}"
+    """`--drill-request`: JSON text, or `@FILE` holding it (empty is refused: `{}` is the default message)."""
+    text = text.strip()
     source = "--drill-request"
+    if not text:
+        raise BadInput("--drill-request is empty: give the request as a JSON object ({} for the default message)")
     if text.startswith("@"):
         path = pathlib.Path(text[1:])
         try:
@@ -105,11 +111,12 @@ def resolve(opts: DrillOptions, address: str) -> Target:
     key = (address, opts.method, opts.request, opts.proto, opts.descriptor_set, opts.proto_path, opts.message_rate)
     got = _RESOLVED.get(key)
     if got is None:
-        spec = edge.MethodSpec(
+        fields = dict(
             address=address, method=opts.method, request=request_json(opts.request), proto=opts.proto,
-            descriptor_set=opts.descriptor_set, proto_path=opts.proto_path, message_rate=opts.message_rate,
+            descriptor_set=opts.descriptor_set, proto_path=list(opts.proto_path), message_rate=opts.message_rate,
         )  # fmt: skip
-        call = edge.resolve_call(spec, names=LOCUST_NAMES)
+        # the stack file's own checks and resolver: an option takes and refuses what its key does
+        call = edge.resolve_edge(edge.edge_spec(fields, LOCUST_NAMES), names=LOCUST_NAMES)
         name = call.method.rsplit("/", 1)[1]
         stub_class = functools.partial(_BytesStub, full=call.method, name=name, kind=call.kind)
         got = Target(stub_class, name, call.kind, call.request(""), call.messages(""), call.message_rate)
@@ -142,9 +149,14 @@ def exit_with(exc: DrillError, runner=None) -> NoReturn:
     """
     if runner is not None and hasattr(runner, "clients"):  # a master
         _end_forked_workers()
-    sys.stderr.write(f"drill: locust: {exc}\n")
-    sys.stderr.flush()
+    say(str(exc))
     raise SystemExit(exc.exit_code)
+
+
+def say(message: str) -> None:
+    """`drill: locust: MESSAGE`, one line on stderr: how this locustfile reports what ends a run."""
+    sys.stderr.write(f"drill: locust: {message}\n")
+    sys.stderr.flush()
 
 
 def _end_forked_workers(timeout_s: float = 5.0) -> None:

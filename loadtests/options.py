@@ -13,6 +13,7 @@ import dataclasses
 import os
 from typing import Any
 
+from harness.core.faults import ABSOLUTE_MAX_DELAY_MS, DirectiveError, parse_directive
 from harness.core.headers import DEFAULT_DRILL_TENANT
 
 #: The phase whose name turns the directive on; any other phase sends none.
@@ -162,6 +163,11 @@ def _message_rate(value: Any) -> float | None:
     return rate
 
 
+def _request(value: Any) -> str:
+    """`--drill-request` as given (an empty one is refused when the method is resolved); unset = `{}`."""
+    return "{}" if value is None else str(value).strip()
+
+
 def from_namespace(ns: Any) -> DrillOptions:
     """Build DrillOptions from Locust's parsed options (any object with the `drill_*` attributes)."""
     ratio = int(getattr(ns, "drill_ratio", 100))
@@ -199,7 +205,7 @@ def from_namespace(ns: Any) -> DrillOptions:
     proto_path = tuple(p for p in (getattr(ns, "drill_proto_path", "") or "").split(os.pathsep) if p.strip())
     return DrillOptions(
         tenant=getattr(ns, "drill_tenant", None) or DEFAULT_DRILL_TENANT,
-        directive=(getattr(ns, "drill_directive", "") or "").strip() or None,
+        directive=_directive(getattr(ns, "drill_directive", "")),
         ratio=ratio,
         target=(getattr(ns, "drill_target", "") or "").strip() or None,
         instances=instances,
@@ -224,7 +230,7 @@ def from_namespace(ns: Any) -> DrillOptions:
         ids_dir=(getattr(ns, "drill_ids_dir", "") or "").strip() or None,
         trial=int(getattr(ns, "drill_trial", 1) or 1),
         method=(getattr(ns, "drill_method", "") or "").strip() or None,
-        request=(getattr(ns, "drill_request", "") or "").strip() or "{}",
+        request=_request(getattr(ns, "drill_request", None)),
         proto=proto,
         descriptor_set=descriptor_set,
         proto_path=proto_path,
@@ -342,3 +348,19 @@ def add_arguments(parser: Any) -> None:
         default="",
         help="messages/s within a client stream (empty = as fast as the stream takes them)",
     )
+
+
+def _directive(raw: str | None) -> str | None:
+    """The drill users' `x-fault` value, checked as the servers will check it; empty: no directive.
+
+    Checked here so a typo is one line before the first call, not a run whose every drill call the
+    servers refuse; the value is sent exactly as given (the hit formula hashes it as sent), so a blank
+    around it is refused, as `drill hits` and plan validation refuse it. The delay bound is the
+    absolute one: each server applies its own, lower one."""
+    if raw is None or raw == "":
+        return None
+    try:
+        parse_directive(raw, ABSOLUTE_MAX_DELAY_MS)
+    except DirectiveError as err:
+        raise ValueError(f"--drill-directive {raw!r}: {err}") from None
+    return raw

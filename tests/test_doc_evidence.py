@@ -6,7 +6,14 @@ table row, one fenced block. A unit *cites* a saved output when it names a file 
 benchmarks/results/ (a link, a path, or the bare file name; `{1,2,3}`, `{4..12}`, `NAME` (a
 benchmark's name) and `*` expand to the files they match). A table, a block quote and a fenced block
 without a language (quoted output) right after a paragraph that ends with a colon (their caption)
-also carry that paragraph's citations. A path into benchmarks/results/ that matches no file fails.
+also carry that paragraph's citations; right after a command block, they carry the citations of
+the paragraph before that block (they are its command's output), and a table right after another
+table keeps the first one's caption. A path into benchmarks/results/ that matches no file fails.
+
+**Measurements cite.** A table with a column of figures only is a measurement: it cites its saved
+outputs, or its caption says it is computed, not measured. A paragraph that says it observed a
+figure on a machine ("measured here", "on this machine", "on 2 cores", "load average", "in these
+runs", "saved runs") and quotes a time, size, rate, share or factor cites the saved output.
 
 **Figures.** In a unit that cites saved outputs, every number outside code spans, fenced command
 blocks, link targets and the citations themselves is a figure and must *appear* in one of the cited
@@ -28,7 +35,8 @@ the same run: the longest `.txt` name it starts with. The benchmark scripts stam
 themselves (`benchmarks/_cpu.py`); a `drill run` output saved here starts with the command line and
 `# commit HEX, date, cores, load average`.
 
-**Words for users** (README.md and docs/): no "this stop", "this change" or "this branch", no issue
+**Words for users** (README.md and docs/): no history ("the previous rule", "the old …", "since
+then", "has since", also wrapped across lines), no "this stop", "this change" or "this branch", no issue
 numbers of this project ("issue 13", "#43361"; an upstream issue is written owner/repo#N), and a
 commit hash only as the provenance of a saved output: in a unit that cites a saved output whose name
 or text holds that hash, never as a date ("since 80e31eb").
@@ -136,18 +144,32 @@ def units(doc) -> list[Unit]:
             j += 1
         out.append(Unit(name, i + 1, kind, "\n".join(lines[i:j])))
         i = j
-    previous: Unit | None = None
     caption: tuple[str, ...] = ()
-    for unit in out:
+    for k, unit in enumerate(out):
         own = tuple(cited(unit.text)[0])
+        previous = out[k - 1] if k else None
         starts_table = unit.kind == "row" and not (previous and previous.kind == "row")
         quoted = unit.kind == "quote" or (unit.kind == "fence" and unit.lang in ("", "text"))
         if starts_table or quoted:
-            captioned = previous and previous.kind == "paragraph" and previous.text.rstrip().endswith(":")
-            caption = previous.cites if captioned else ()
+            caption = _caption(out[:k])
         unit.cites = tuple(sorted(set(own) | set(caption))) if unit.kind == "row" or quoted else own
-        previous = unit
+        # a table right after another table (a blank line between) keeps the first one's caption
     return out
+
+
+def _caption(before: list[Unit]) -> tuple[str, ...]:
+    """The citations a table or quoted output takes from what comes right before it: a paragraph ending
+    with a colon; or, right after a command block, the paragraph before that block whatever its ending
+    (the table is that command's output, and the paragraph that gives the command names its saved run)."""
+    if not before:
+        return ()
+    previous = before[-1]
+    if previous.kind == "paragraph" and previous.text.rstrip().endswith(":"):
+        return previous.cites
+    if previous.kind == "fence" and previous.lang not in ("", "text") and len(before) > 1:
+        above = before[-2]
+        return above.cites if above.kind == "paragraph" else ()
+    return ()
 
 
 ALL_UNITS = [u for doc in DOCS for u in units(doc)]
@@ -202,6 +224,97 @@ def test_quoted_figures_appear_in_the_outputs_they_cite(unit):
     text = prose(unit)
     absent = [n for n, share in figures(text, shares=True) if value(n) not in held and share not in held]
     assert not absent, f"{unit.doc}:{unit.line}: {absent} not in {', '.join(unit.cites)}"
+
+
+#: what a cell of measured figures holds besides its numbers: units, signs, ranges, arrows, emphasis
+CELL_FILLER = re.compile(r"µs|ms|MB|KB|KiB|GB|calls/s|bytes|[s%×x]\b|[\s+\-−–~≈→/,;.()\[\]*✓]")
+
+
+def _numeric(cell: str) -> bool:
+    """A cell that holds figures and nothing else ("+983.2", "12.89 ms (2.34)", "50.0% → 50.0%")."""
+    cell = re.sub(r"`[^`]*`", "x", cell)
+    if re.fullmatch(r"[\[(]\s*-?[\d,]+\s*,\s*-?[\d,]+\s*[\])]", cell):  # an interval: a key's bounds
+        return False
+    return bool(NUMBER.search(cell)) and not CELL_FILLER.sub("", NUMBER.sub("", cell))
+
+
+def tables(doc) -> list[tuple[Unit, list[Unit], str]]:
+    """(header row, body rows, caption text) of each table of a doc; the caption is the paragraph right
+    before the table, or right before the command block right before it."""
+    lines = doc.read_text().splitlines()
+    found: list[tuple[Unit, list[Unit], str]] = []
+    doc_units = units(doc)
+    for k, unit in enumerate(doc_units):
+        if unit.kind != "row":
+            continue
+        below = lines[unit.line] if unit.line < len(lines) else ""
+        if re.fullmatch(r"\s*\|[\s|:-]*\|\s*", below):  # a header: the separator follows it
+            before = [u for u in doc_units[max(0, k - 2) : k]]
+            caption = ""
+            if before and before[-1].kind == "paragraph":
+                caption = before[-1].text
+            elif len(before) == 2 and before[-1].kind == "fence" and before[0].kind == "paragraph":
+                caption = before[0].text
+            found.append((unit, [], caption))
+        elif found:
+            found[-1][1].append(unit)
+    return found
+
+
+def _cells(row: Unit) -> list[str]:
+    return [c.strip() for c in row.text.strip().strip("|").split("|")]
+
+
+MEASURED_TABLES = [
+    (header, body, caption)
+    for doc in DOCS
+    for header, body, caption in tables(doc)
+    if any(
+        len(body) > 1 and all(len(_cells(r)) > col and _numeric(_cells(r)[col]) for r in body)
+        for col in range(1, len(_cells(header)))
+    )
+]
+
+
+@pytest.mark.parametrize("header, body, caption", MEASURED_TABLES,
+                         ids=[f"{h.doc}:{h.line}" for h, _, _ in MEASURED_TABLES])  # fmt: skip
+def test_tables_of_figures_cite_the_runs_that_measured_them(header, body, caption):
+    """A table with a column of figures only is a measurement: it cites its saved outputs (in its rows, its
+    caption, or the caption of the command block right above it), or its caption says it is computed, not
+    measured (a sizing from a formula)."""
+    cites = set(header.cites).union(*(r.cites for r in body))
+    computed = re.search(r"\bcomputed\b|\bnot measured\b", caption)
+    assert cites or computed, (
+        f"{header.doc}:{header.line}: a table of figures that cites no saved output and does not say it is "
+        f"computed: {header.text[:80]}"
+    )
+
+
+#: a unit that says it observed something on a machine, not what the code guarantees
+SAYS_MEASURED = re.compile(
+    r"\bmeasured (?:here|on|at|beside)\b|\bon this (?:\d-core )?(?:machine|box|VM|host)\b|\bon (?:2|two) cores\b"
+    r"|\bon a (?:\w+ )?2-core (?:box|machine|VM|host)\b"
+    r"|\bload average\b|\b(?:in|over|of) (?:these|the saved|the two saved|two saved|concurrent|three|ten) "
+    r"(?:runs|rounds)\b|\bsaved runs?\b|\bthe printed trial\b"
+)
+#: a figure with a unit of what a run measures (a time, a size, a rate, a share, a factor)
+MEASURE = re.compile(r"(?<![\w.,])(?:[\d.,]+\s?[–-]\s?)?[\d.,]*\d\s?"
+                     r"(?:µs|ms|s|min|MB|KB|KiB|%|×|calls/s|attempts/s|retries/s|bytes)(?!\w)")
+BOUND = re.compile(r"[≤≥<>]\s*[-+−~≈]?\s*$")
+SAYING = [u for u in ALL_UNITS if u.kind in ("paragraph", "quote") and not u.cites]
+
+
+@pytest.mark.parametrize("unit", SAYING, ids=[f"{u.doc}:{u.line}" for u in SAYING])
+def test_what_a_doc_says_it_measured_cites_the_saved_output(unit):
+    """A paragraph that says it observed a figure on a machine ("measured here", "on 2 cores", "in these
+    runs", "load average") quotes it from a saved output it cites, or states only what the code or a test
+    guarantees (a bound, written with ≤ or <, is not a figure)."""
+    text = re.sub(r"\s+", " ", prose(unit))
+    said = SAYS_MEASURED.search(text)
+    measured = [m.group(0) for m in MEASURE.finditer(text) if not BOUND.search(text[: m.start()])]
+    assert not (said and measured), (
+        f"{unit.doc}:{unit.line}: says {said.group(0)!r} and quotes {measured} without citing a saved output"
+    )
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
@@ -270,6 +383,9 @@ INTERNAL = re.compile(
     r"\b(?:this|the previous|previous|that|next) stop\b|\bstop's\b|\bthe stop before\b"
     # `#N` is an issue number, except the tool's own trial notation it prints: `(naive #1)`, `naive #2/4`
     r"|\bthis (?:change|branch)\b|\b[Ii]ssues? \d+|(?<![\w/])(?<![\w-] )#\d+\b|(?<![\w/])#\d+\b(?![)/])"
+    # history: a doc says what the code does, not what it did before
+    r"|\b(?:the )?previous (?:rule|method|code|version|design|behaviou?r|user|configuration|check)\b"
+    r"|\b[Tt]he old\b|\b[Ss]ince then\b|\b(?:has|have) since\b|\bcame later\b|\bfrom then on\b"
 )
 
 
@@ -286,7 +402,8 @@ def test_docs_speak_to_users(doc):
     for unit in units(doc):
         text = unit.text if unit.kind != "fence" or unit.lang in ("", "text") else ""
         text = re.sub(r"\]\([^)]*\)|https?://\S+", " ", text)
-        said += [f"{unit.doc}:{unit.line}: {m.group(0)!r}" for m in INTERNAL.finditer(text)]
+        # a phrase may wrap a line ("before this\nchange"): matched on the text with its lines joined
+        said += [f"{unit.doc}:{unit.line}: {m.group(0)!r}" for m in INTERNAL.finditer(re.sub(r"\s+", " ", text))]
         words = re.sub(r"`[^`]*`", " ", text)
         words = CITATION.sub(" ", words)
         hashes = set(HASH.findall(words))

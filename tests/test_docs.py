@@ -9,6 +9,10 @@ ids` followed by `# id<TAB>hit…`) are run and their output compared. Python bl
 their `harness` imports resolve; YAML blocks that are plans load as plans. Links between docs
 resolve inside the repository, and no doc sends a reader outside it.
 
+A shell block runs what `make` installs into .venv as `.venv/bin/drill` (`locust`, `python`, …: they are
+not on PATH; README's Quick start says so once, and how to activate the venv), and README's quoted
+`drill hits` refusal is run and compared with what the tool prints.
+
 Long examples (drills of minutes, anything needing Docker or a cluster) are checked, not run.
 Placeholders are written in capitals (PLAN.yaml, BASELINE.json, MASTER) and skipped.
 """
@@ -209,3 +213,60 @@ def test_nothing_shipped_points_outside_the_repository():
         if "../shared" in text or re.search(r"DESIGN\s*(§|\\u00a7)", text):
             outside.append(name)
     assert not outside, outside
+
+
+# --- where the commands live ------------------------------------------------------------------------
+#: what `make demo` / `make test` install into .venv/bin and nowhere else: a shell block writes them with that
+#: path (README's Quick start says so once, and how to activate the venv instead)
+VENV_PROGRAMS = {"drill", "locust", "python", "pip", "pytest", "ruff", "lint-imports"}
+
+
+@pytest.mark.parametrize("doc, line, shown", SHELL, ids=[f"{d}:{c[:50]}" for d, c, _ in SHELL])
+def test_shell_examples_run_the_venvs_programs_from_the_venv(doc, line, shown):
+    """`drill` is not on PATH after `make demo`: a block a reader pastes runs `.venv/bin/drill`."""
+    for words in simple_commands(line):
+        assert words[0] not in VENV_PROGRAMS, f"{doc}: `{words[0]}` is .venv/bin/{words[0]} after make: {line}"
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def test_the_quick_start_is_two_commands_and_says_where_drill_lives():
+    """A fresh Debian machine: `make demo` and the test command, what a minimal Debian lacks, and where `drill` is."""
+    quick = _section((ROOT / "README.md").read_text(), "Quick start")
+    (block,) = [body for lang, body in FENCE.findall(quick) if lang == "sh"]
+    assert [c for c, _ in commands(block)] == ["make demo", "make test"]
+    assert "make" in quick and "python3-venv" in quick and "apt-get install" in quick
+    assert "`.venv/bin/drill`" in quick and "`. .venv/bin/activate`" in quick
+
+
+#: README quotes a refusal of `drill hits` next to the command that gets it: `CMD` prints `drill: hits: …`
+QUOTED_REFUSAL = re.compile(r"`((?:\.venv/bin/)?drill hits [^`]*)`\s+prints\s+`(drill: [^`]*)`")
+
+
+def test_the_readmes_quoted_hits_refusal_is_what_the_tool_prints():
+    """The quote is the tool's own line: exactly, up to a closing `…` that stands for the reason in words.
+
+    The quoted part is worded by harness/drills/cli/hits.py itself (the reason after it comes from the fault
+    grammar's own messages, harness/core/reasons.py, and may change with them)."""
+    text = re.sub(r"\s+", " ", (ROOT / "README.md").read_text())
+    quotes = QUOTED_REFUSAL.findall(text)
+    assert quotes, "README no longer quotes a `drill hits` refusal next to its command"
+    hits_source = (ROOT / "harness" / "drills" / "cli" / "hits.py").read_text()
+    for command, quote in quotes:
+        words = simple_commands(command)[0]
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", *words[1:]], input="req-1\nreq-2\n",
+                              capture_output=True, text=True, cwd=ROOT, timeout=30)  # fmt: skip
+        assert proc.returncode == 2 and proc.stdout == "", (command, proc.returncode, proc.stdout)
+        printed = proc.stderr.splitlines()
+        assert len(printed) == 1, proc.stderr
+        if quote.endswith("…"):
+            fixed = quote[:-1]
+            assert printed[0].startswith(fixed) and len(printed[0]) > len(fixed), (quote, printed[0])
+        else:
+            assert printed[0] == quote
+        said = quote.removeprefix("drill: hits: ").rstrip("…").rstrip(": ")
+        assert said in hits_source, f"the quote depends on a message hits.py does not word: {said!r}"

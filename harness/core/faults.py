@@ -268,22 +268,37 @@ def _parse_ms(text: str, max_delay_ms: int) -> int:
 
 
 def _parse_count(key: str, text: str) -> int:
+    # Echoed whole: a directive is at most MAX_VALUE_LEN characters, and a cut number reads as another one.
     if not _COUNT.fullmatch(text) or int(text) > MAX_STREAM_MESSAGES:
-        raise DirectiveError(RejectReason.BAD_COUNT, f"{key}={text[:16]}")
+        raise DirectiveError(RejectReason.BAD_COUNT, f"{key}={text}")
     return int(text)
+
+
+def _option_problem(part: str, key: str, seen: dict) -> str | None:
+    """What is wrong with one `@` option, in words (None: nothing); the text after `@` is echoed whole."""
+    if not part:
+        return "an empty option after '@'"
+    if key in seen:
+        return f"option {key!r} given twice"
+    if key not in ("after", "read", "headers"):
+        return f"unknown option {part!r}"
+    if "=" not in part:
+        return f"option {part!r} without '=VALUE'"
+    return None
 
 
 def _parse_options(parts: list[str]) -> dict:
     """`@KEY=VALUE` options (keys and `sent` in any case, any order, each at most once) as Directive fields."""
     out: dict = {}
     for part in parts:
-        key, sep, value = part.partition("=")
+        key, _, value = part.partition("=")
         key = key.lower()
-        if not sep or key not in ("after", "read", "headers") or key in out:
-            raise DirectiveError(RejectReason.BAD_OPTION, part[:32] or "empty option")
+        problem = _option_problem(part, key, out)
+        if problem:
+            raise DirectiveError(RejectReason.BAD_OPTION, problem)
         if key == "headers":
             if value.lower() != "sent":
-                raise DirectiveError(RejectReason.BAD_OPTION, part[:32])
+                raise DirectiveError(RejectReason.BAD_OPTION, f"headers={value}: headers takes only 'sent'")
             out[key] = True
         else:
             out[key] = _parse_count(key, value)
@@ -294,15 +309,28 @@ def _parse_options(parts: list[str]) -> dict:
     return {"after": out.get("after", 0), "read": out.get("read", 0), "headers_sent": out.get("headers", False)}
 
 
+def _bad_chars(text: str) -> str:
+    """Where `text` leaves the directive alphabet, in words (for `RejectReason.BAD_CHARS`)."""
+    if text != text.strip():
+        return "a blank before or after the directive (servers hash the value as sent, so it is refused, not stripped)"
+    bad = next(ch for ch in text if not _ALLOWED.fullmatch(ch))
+    return f"{bad!r} at character {text.index(bad) + 1}"
+
+
 def parse_directive(raw: str | None, max_delay_ms: int = 60_000) -> Directive:
-    """Parse an `x-fault` value; raise DirectiveError with a reason for anything unsafe or malformed."""
+    """Parse an `x-fault` value; raise DirectiveError with a reason for anything unsafe or malformed.
+
+    The value is taken exactly as sent: §4 hashes it as it is, so a blank before or after it would
+    move the hit set while naming the same fault. Such a value is refused (`bad_chars`), never
+    stripped, and the servers, `drill hits` and plan validation all refuse it alike.
+    """
     if raw is None or not raw.strip():
         raise DirectiveError(RejectReason.EMPTY)
     if len(raw) > MAX_VALUE_LEN:
         raise DirectiveError(RejectReason.OVERSIZE, f"{len(raw)} chars")
-    text = raw.strip(" ")
+    text = raw
     if not _ALLOWED.fullmatch(text):
-        raise DirectiveError(RejectReason.BAD_CHARS)
+        raise DirectiveError(RejectReason.BAD_CHARS, _bad_chars(text))
     max_delay_ms = min(max_delay_ms, ABSOLUTE_MAX_DELAY_MS)
     head, *option_parts = text.split("@")
     directive = _parse_head(text, head, max_delay_ms)

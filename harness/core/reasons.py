@@ -16,7 +16,8 @@ _FORMS = "delay:MS, delay:MIN-MAX, abort:CODE or drop:MS"
 TEXT: dict[RejectReason, str] = {
     RejectReason.EMPTY: f"an empty directive (give {_FORMS})",
     RejectReason.OVERSIZE: f"longer than {MAX_VALUE_LEN} characters ({{detail}})",
-    RejectReason.BAD_CHARS: "only letters, digits, '_', ':' and '-' may appear in a directive",
+    RejectReason.BAD_CHARS: "{detail}: a directive is letters, digits, '_', ':' and '-', each option after '@' as "
+    "KEY=VALUE (e.g. delay:500@after=3)",
     RejectReason.UNKNOWN_MODE: f"unknown mode {{detail!r}} (a directive is {_FORMS})",
     RejectReason.BAD_ARGUMENT: "a bad argument ({detail}): delay and drop take whole milliseconds, abort a status name",
     RejectReason.NEGATIVE: "a negative time ({detail} ms)",
@@ -28,8 +29,8 @@ TEXT: dict[RejectReason, str] = {
     RejectReason.BAD_SCOPE: "the scope {detail} is neither request nor attempt",
     RejectReason.BAD_ATTEMPTS: f"the attempts {{detail}} are not a whole number 1-{MAX_ATTEMPTS}",
     RejectReason.BAD_ATTEMPT_NUMBER: f"the attempt number {{detail}} is not a whole number 0-{MAX_ATTEMPTS}",
-    RejectReason.BAD_OPTION: "unknown or repeated option {detail!r} (a directive may end in @after=N, @read=N or "
-    "@headers=sent)",
+    RejectReason.BAD_OPTION: "{detail} (a directive may end in @after=N, @read=N or @headers=sent, each at most "
+    "once)",
     RejectReason.BAD_COUNT: f"{{detail}}: a message count is a whole number 1-{MAX_STREAM_MESSAGES:,}",
     RejectReason.CONFLICTING_OPTIONS: "options that cannot go together ({detail}): @after with @read, or @after with "
     "@headers=sent",

@@ -10,7 +10,9 @@ Every channel to a next hop balances round robin over all the addresses its name
 name with three replicas behind it (compose DNS for `--scale`d or `deploy.replicas` services, a
 headless Kubernetes Service) would get one replica's capacity. The configuration's own balancer
 picks among the targets listed in `--downstream`; gRPC's round robin spreads each target's calls
-over that target's addresses.
+over that target's addresses. gRPC resolves a name when the channel starts and again only when a
+connection ends: a next hop that ends its connections after a while (`--max-connection-age-ms`) makes
+its callers see replicas added since.
 """
 
 from __future__ import annotations
@@ -34,8 +36,14 @@ from harness.resilience import ChannelPool, Invoke, ResilienceConfig, ResilientC
 DEMO_SERVICE = drill_pb2.DESCRIPTOR.services_by_name["Demo"].full_name
 #: The demo's unary methods, all taking `CallRequest` and answering `CallReply`.
 DEMO_UNARY_METHODS = ("Call", "Write")
-#: Channel options for calls to a next hop: round robin over every address the target resolves to.
-CHANNEL_OPTIONS = (("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),)
+#: Channel options for calls to a next hop: round robin over every address the target resolves to, and
+#: the name resolved again at most a second after a connection ends (gRPC re-resolves only then, at most once
+#: per 30 s by default): with `drill serve --max-connection-age-ms` on the next hop, a replica added while
+#: calls flow (`--scale`) gets its share within about that age.
+CHANNEL_OPTIONS = (
+    ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),
+    ("grpc.dns_min_time_between_resolutions_ms", 1000),
+)
 
 
 def demo_invokers(channel_for_target: Callable[[str], aio.Channel]) -> dict[str, Invoke]:

@@ -177,6 +177,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="server keepalive ping interval (grpc.keepalive_time_ms)",
     )
     p.add_argument(
+        "--max-connection-age-ms",
+        type=cliargs.integer(1, lim.MAX_CHANNEL_MS, "milliseconds"),
+        default=None,
+        help="close each connection (GOAWAY) after about this long, so callers reconnect and resolve this "
+        "service's name again: replicas added later get calls (grpc.max_connection_age_ms; calls in flight "
+        "finish on the old connection)",
+    )
+    p.add_argument(
         "--max-idle-ms",
         type=cliargs.integer(1, lim.MAX_CHANNEL_MS, "milliseconds"),
         default=None,
@@ -249,6 +257,8 @@ async def _serve(args: argparse.Namespace) -> int:
         options += [("grpc.keepalive_time_ms", args.keepalive_ms), ("grpc.keepalive_timeout_ms", 1000)]
     if args.max_idle_ms:
         options.append(("grpc.max_connection_idle_ms", args.max_idle_ms))
+    if args.max_connection_age_ms:  # gRPC adds ±10 % jitter; its grace is unbounded unless set
+        options.append(("grpc.max_connection_age_ms", args.max_connection_age_ms))
     tracer = None
     if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() != "none":
         from harness.core.tracing import setup_tracing

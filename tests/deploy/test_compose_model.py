@@ -202,3 +202,39 @@ def test_the_label_the_stack_reads_is_written_by_prometheus_and_named_by_the_doc
 def test_docs_show_no_removed_healthcheck_or_lifecycle(doc: str) -> None:
     assert "grpc_healthcheck.py" not in (ROOT / "docs" / doc).read_text()
     assert not [line for line in _sh_lines(doc) if "enable-lifecycle" in line or "/-/reload" in line]
+
+
+# --- no pull of the local image, workers behind a serving master, hops that let callers re-resolve ---------
+def test_no_service_pulls_the_image_no_registry_has() -> None:
+    """A first `up --build` would try to pull `drill-harness` for each service that only names it and print an
+    error for each before building it: those never pull, and the builder builds it when it is missing."""
+    svcs = services()
+    image = svcs["ledger"]["image"]
+    assert svcs["ledger"]["pull_policy"] == "missing" and "build" in svcs["ledger"]
+    for name, svc in svcs.items():
+        if svc.get("image") == image and name != "ledger":
+            assert svc.get("pull_policy") == "never", name
+
+
+def test_workers_start_once_the_master_serves_and_give_up_on_a_silent_one() -> None:
+    svcs = services()
+    master, worker = svcs["locust-master"], svcs["locust-worker"]
+    assert worker["depends_on"]["locust-master"]["condition"] == "service_healthy"
+    args = shlex.split(master["command"])
+    port = args[args.index("--drill-metrics-port") + 1]
+    # the port it serves once its options and target method were checked (loadtests/hooks.py `_init`)
+    assert master["healthcheck"]["test"] == ["CMD", "python3", "-I", "-S", "/app/compose/port_probe.py",
+                                             f"127.0.0.1:{port}"]  # fmt: skip
+    assert "--drill-master-wait" not in shlex.split(worker["command"])  # the locustfile's 15 s default
+
+
+def test_every_hop_ends_its_connections_so_callers_see_new_replicas() -> None:
+    svcs = services()
+    for hop in HOPS:
+        args = shlex.split(svcs[hop]["command"])
+        assert 0 < int(args[args.index("--max-connection-age-ms") + 1]) <= 30_000, hop
+    docs = yaml.safe_load_all((ROOT / "deploy" / "k8s" / "base" / "hops.yaml").read_text())
+    for doc in docs:
+        if (doc or {}).get("kind") == "Deployment":
+            args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
+            assert 0 < int(args[args.index("--max-connection-age-ms") + 1]) <= 30_000, doc["metadata"]["name"]

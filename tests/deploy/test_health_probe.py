@@ -103,3 +103,18 @@ def test_a_drill_serve_hop_as_compose_runs_it_is_serving(tmp_path) -> None:
         assert probe(hop.address, "no.such.Service").returncode == 1
     finally:
         hop.stop()
+
+
+def test_the_port_probe_passes_on_a_listening_port_and_fails_on_a_refused_one() -> None:
+    """compose/port_probe.py, the Locust master's healthcheck, run as compose runs it (`-I -S`)."""
+    port_probe = str(ROOT / "compose" / "port_probe.py")
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        address = f"127.0.0.1:{listening.getsockname()[1]}"
+        ok = subprocess.run([sys.executable, "-I", "-S", port_probe, address], capture_output=True, timeout=30)
+    with refused_port() as port:
+        refused = subprocess.run([sys.executable, "-I", "-S", port_probe, f"127.0.0.1:{port}"],
+                                 capture_output=True, timeout=30)  # fmt: skip
+    assert (ok.returncode, refused.returncode) == (0, 1), (ok.stderr, refused.stderr)
+    assert not refused.stderr  # refused is a verdict, not a crash

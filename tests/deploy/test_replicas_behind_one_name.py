@@ -86,3 +86,58 @@ def test_calls_spread_over_every_replica_behind_the_name(tmp_path: pathlib.Path,
             assert (NAME, 1) in dns.questions  # resolved through the name, not given the addresses
         finally:
             stop_processes(procs)
+
+
+#: each ledger ends its connections after this (ms; gRPC adds ±10 %), so the account resolves `ledger` again
+AGE_MS = 500
+#: how long calls go on before a replica added mid-traffic must have answered one: an age (0.55 s at most),
+#: the account's re-resolution a second after the last at most (CHANNEL_OPTIONS), a connect; the bound is
+#: far above that sum so a loaded box does not fail it, and far below forever (without re-resolution the
+#: new replica gets no call at all)
+SPREAD_BOUND_S = 30.0
+
+
+def test_a_replica_added_while_calls_flow_gets_calls(tmp_path: pathlib.Path) -> None:
+    """`--scale ledger=2` after traffic began: the new replica is behind the name only in DNS; the account's
+    channel sees it because the ledger ends its connections (`--max-connection-age-ms`) and the account
+    then resolves the name again. Proves the account re-resolves and spreads calls to an address the name
+    gained after its channel started; not what compose's DNS does (the stub stands in for it)."""
+    import time
+
+    net = f"127.{random.randint(100, 250)}.{random.randint(0, 255)}"
+    addresses = [f"{net}.{10 + i}" for i in range(2)]
+    port = _free_port_on(addresses)
+    procs = []
+
+    def ledger(i: int):
+        args = ["--host", addresses[i], "--port", str(port), "--metrics-port", "0", "--service", "ledger",
+                "--instance-id", f"ledger-{i + 1}", "--max-connection-age-ms", str(AGE_MS)]  # fmt: skip
+        got = spawn_serve(f"ledger-{i + 1}", args, tmp_path)
+        procs.append(got.proc)
+        wait_serving([got])
+
+    with DnsStub({NAME: addresses[:1]}) as dns:
+        try:
+            ledger(0)
+            args = ["--port", "0", "--metrics-port", "0", "--service", "account", "--config", "naive",
+                    "--downstream", dns.target(NAME, port)]  # fmt: skip
+            account = spawn_serve("account", args, tmp_path)
+            procs.append(account.proc)
+            wait_serving([account])
+            with grpc.insecure_channel(account.address) as channel:
+                stub = drill_pb2_grpc.DemoStub(channel)
+
+                def call() -> str:
+                    return stub.Call(drill_pb2.CallRequest(payload="scale"), timeout=5).served_by
+
+                assert {call() for _ in range(20)} == {"ledger-1"}  # traffic flows to the one replica
+                ledger(1)
+                dns.records[NAME] = addresses  # compose's DNS answers with the new container too
+                served: collections.Counter[str] = collections.Counter()
+                deadline = time.monotonic() + SPREAD_BOUND_S
+                while served["ledger-2"] < 5 and time.monotonic() < deadline:
+                    served[call()] += 1
+                    time.sleep(0.02)
+            assert served["ledger-2"] >= 5, f"the replica added mid-traffic got {served['ledger-2']} calls: {served}"
+        finally:
+            stop_processes(procs)

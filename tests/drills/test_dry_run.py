@@ -88,5 +88,148 @@ def test_a_dry_run_fails_with_the_line_a_run_would_give(tmp_path):
     assert not (tmp_path / "out").exists()
     proc = drill_inprocess("run", str(plan), "--dry-run", "--prometheus", "http://127.0.0.1:9")  # nothing there
     assert proc.returncode == 1 and proc.stderr.startswith("drill: cannot reach Prometheus at http://127.0.0.1:9")
-    proc = drill_inprocess("run", str(plan), "--dry-run", "--out", str(plan))
+    proc = drill_inprocess("run", "retry-storm", "--dry-run", "--out", str(plan))
     assert proc.returncode == 2 and "exists and is not a directory" in proc.stderr
+
+
+def _one_line(proc, code: int) -> str:
+    """The one `drill: …` line of a refusal (nothing else on stderr, no traceback); its text."""
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code and len(lines) == 1 and lines[0].startswith("drill: "), (proc.returncode,
+                                                                                          proc.stderr)  # fmt: skip
+    return lines[0]
+
+
+def _demo_plan(tmp_path, method: str, directive: str, **fault) -> str:
+    path = tmp_path / f"{method}.yaml"
+    path.write_text(json.dumps({
+        "name": "kinds", "topology": {"hops": [{"name": "gateway"}, {"name": "ledger"}]},
+        "traffic": {"method": method, "drill_users": 1, "drill_rate": 10},
+        "fault": {"directive": directive, **fault}, "phases": {"warmup": 1, "fault": 2, "recovery": 1},
+    }))  # fmt: skip
+    return str(path)
+
+
+@pytest.mark.parametrize(("method", "directive", "needs"), [
+    ("Call", "abort:UNAVAILABLE@after=2", "@after=2 needs a response stream"),
+    ("Write", "delay:100@after=1", "@after=1 needs a response stream"),
+    ("Stream", "abort:UNAVAILABLE@read=2", "@read=2 needs a request stream"),
+    ("Call", "abort:UNAVAILABLE@read=1@headers=sent", "@read=1 needs a request stream"),
+])  # fmt: skip
+def test_a_directive_option_the_demo_methods_kind_cannot_have_is_refused_before_anything(tmp_path, method, directive,
+                                                                                          needs):  # fmt: skip
+    """The server would count every call in drill_fault_rejected_total{reason="wrong_kind"} and inject nothing
+    (the run then exits 4 after its trials): the dry run and the run both refuse it first, as bad input."""
+    plan = _demo_plan(tmp_path, method, directive)
+    children = dict(spawn._LIVE)
+    for args in (["--dry-run"], ["--no-live"]):
+        proc = drill_inprocess("run", plan, "--out", str(tmp_path / "out"), *args)
+        line = _one_line(proc, 2)
+        assert needs in line and f"drill.v1.Demo/{method} is a " in line and 'reason="wrong_kind"' in line, line
+        assert proc.stdout == "" and spawn._LIVE == children and not (tmp_path / "out").exists()
+
+
+def test_a_directive_option_that_fits_the_method_passes_and_one_behind_the_edge_is_judged_there(tmp_path):
+    proc = drill_inprocess("run", _demo_plan(tmp_path, "Exchange", "abort:UNAVAILABLE@after=2"), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "  ok  plain: abort:UNAVAILABLE@after=2 fits drill.v1.Demo/Exchange (bidi-streaming)" in proc.stdout
+    # the demo's hops behind the first are called with the unary Call, whatever the load calls
+    plan = _demo_plan(tmp_path, "Stream", "abort:UNAVAILABLE@after=1", target="ledger")
+    line = _one_line(drill_inprocess("run", plan, "--dry-run"), 2)
+    assert "drill.v1.Demo/Call is a unary method" in line, line
+
+
+def test_out_must_be_a_directory_a_file_can_be_written_in(tmp_path):
+    for args in (["--dry-run"], ["--no-live"]):
+        line = _one_line(drill_inprocess("run", "retry-storm", "--out", "/proc/forbidden", *args), 2)
+        assert line.startswith("drill: --out /proc/forbidden: cannot write there: "), line
+    # a dry run proves it by writing there, then leaves nothing behind
+    proc = drill_inprocess("run", "retry-storm", "--quick", "--dry-run", "--out", str(tmp_path / "a" / "b"))
+    assert proc.returncode == 0 and not (tmp_path / "a").exists(), proc.stderr
+    assert f"  ok  --out {tmp_path / 'a' / 'b'}: a directory a run can write" in proc.stdout
+
+
+def test_drill_demo_dry_run_heads_its_output_with_what_was_typed():
+    proc = drill_inprocess("demo", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "drill demo --dry-run: nothing was started, switched or sent"
+    proc = drill_inprocess("demo", "--quick", "--dry-run")
+    assert proc.stdout.splitlines()[0].startswith("drill demo --quick --dry-run: ")
+
+
+def _guarded(tmp_path, guard: dict, name: str = "g.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps({"topology": {"hops": [{"name": "gateway"}]},
+                                "phases": {"warmup": 10, "fault": 20, "recovery": 10},
+                                "guard": {"stop_when": [guard]}}))  # fmt: skip
+    return str(path)
+
+
+@pytest.mark.parametrize(("guard", "needle"), [
+    ({"kind": "prometheus", "expr": "up == 0", "url": "http://127.0.0.1:9090 /x"}, "holds a space"),
+    ({"kind": "prometheus", "expr": "up == 0", "url": "http://127.0.0.1:99999"}, "Port out of range"),
+    ({"kind": "prometheus", "expr": "up == 0", "url": "http://:9090"}, "names no host"),
+    ({"kind": "prometheus", "expr": "1"}, "'1' is a number (a scalar): a guard needs an instant vector"),
+    ({"kind": "prometheus", "expr": "scalar(vector(0))"}, "is a scalar (scalar() returns one)"),
+    ({"kind": "prometheus", "expr": '"hello"'}, "is a string"),
+])  # fmt: skip
+def test_a_guard_that_cannot_work_is_bad_input_in_the_plan(tmp_path, guard, needle):
+    for args in (["--dry-run"], ["--no-live"]):
+        line = _one_line(drill_inprocess("run", _guarded(tmp_path, guard), "--out", str(tmp_path / "o"), *args), 2)
+        assert needle in line and "guard.stop_when.0" in line, line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_guard_that_cannot_trip_within_a_trial_is_a_warning(tmp_path):
+    proc = drill_inprocess("run", _guarded(tmp_path, {"kind": "error_rate", "above": 0.1, "for_s": 3600}),
+                           "--dry-run")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert ("  warn  guard error_rate: needs 3600 s in a row above 10%, and a trial has 30 s from fault on to its "
+            "end: it cannot trip on the fault's errors") in proc.stdout, proc.stdout
+    quiet = drill_inprocess("run", _guarded(tmp_path, {"kind": "error_rate", "above": 0.1, "for_s": 30}), "--dry-run")
+    assert "warn" not in quiet.stdout
+
+
+@pytest.mark.parametrize(("expr", "needle"), [
+    ("sum(rate(foo[1m]) by", "refuses the expression: query: bad_data"),
+    ("1 + 1", "returns a scalar at http://127.0.0.1:"),
+    ("up[1m]", "returns a matrix at http://127.0.0.1:"),
+])  # fmt: skip
+def test_under_prometheus_auto_a_dry_run_asks_a_prometheus_what_each_guard_returns(tmp_path, expr, needle):
+    """The Prometheus a run starts is started for a moment: its parser and its `resultType` decide (exit 2)."""
+    plan = _guarded(tmp_path, {"kind": "prometheus", "name": "bad", "expr": expr})
+    proc = drill_inprocess("run", plan, "--dry-run", "--prometheus", "auto", "--out", str(tmp_path / "o"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("drill: guard 'bad': "), proc.stderr
+    assert needle in lines[0], lines[0]
+    assert "  fail  guard 'bad': " in proc.stdout and not (tmp_path / "o").exists()
+
+
+def test_a_url_with_a_space_is_bad_input_wherever_it_is_given(tmp_path):
+    """urllib would refuse it only when the request is sent (`InvalidURL`, once an internal error): refused first."""
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(json.dumps({"stack": {
+        "edge": {"address": "127.0.0.1:1", "method": "drill.v1.Demo/Call"},
+        "prometheus": "http://127.0.0.1:9090 /x", "hops": [{"name": "gateway", "selector": '{job="gateway"}'}],
+    }}))  # fmt: skip
+    cases = [(["retry-storm", "--prometheus", "http://127.0.0.1:9090 /x"], "drill: --prometheus: "),
+             (["retry-storm", "--grafana", "http://grafana host:3000"], "drill: --grafana: "),
+             ([str(stack)], "drill: stack.prometheus: 'http://127.0.0.1:9090 /x' is not a URL a request can go to")]
+    for args, start in cases:
+        for mode in (["--dry-run"], ["--no-live"]):
+            line = _one_line(drill_inprocess("run", *args, *mode, "--out", str(tmp_path / "o")), 2)
+            assert line.startswith(start) and "holds a space" in line, line
+    assert not (tmp_path / "o").exists()
+
+
+def test_under_prometheus_auto_a_run_asks_its_prometheus_before_the_first_trial(tmp_path):
+    """The run's own Prometheus parses the guard once it is up: exit 2 before any trial (no chain started)."""
+    plan = _guarded(tmp_path, {"kind": "prometheus", "name": "bad", "expr": "sum(rate(foo[1m]) by"})
+    children = dict(spawn._LIVE)
+    out = tmp_path / "o"
+    proc = drill_inprocess("run", plan, "--prometheus", "auto", "--out", str(out), "--no-live")
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("drill:")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("drill: guard 'bad': http://127.0.0.1:") and "bad_data" in lines[0], lines[0]
+    assert "preflight fail  guard 'bad': " in proc.stderr
+    assert spawn._LIVE == children and not (out / "logs").exists() and not (out / "results.json").exists()

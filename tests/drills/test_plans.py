@@ -83,3 +83,16 @@ def test_only_keeps_the_named_configurations_in_order():
 def test_invalid_plans_are_refused_with_a_reason(bad):
     with pytest.raises(PlanError):
         from_dict(bad)
+
+
+def test_a_malformed_edge_is_named_in_words_not_by_its_regex():
+    plan = {
+        "fault": {"directive": "abort:UNAVAILABLE"},
+        "stack": {"edge": {"address": "localhost", "method": "nope"}, "hops": [{"name": "a", "metrics": ["http://127.0.0.1:1/metrics"]}]},
+    }  # fmt: skip
+    with pytest.raises(PlanError) as err:
+        from_dict(plan)
+    text = str(err.value)
+    assert "stack.edge.address: 'localhost': expected HOST:PORT" in text
+    assert "stack.edge.method: 'nope': expected a full method name, package.Service/Method" in text
+    assert "pattern" not in text

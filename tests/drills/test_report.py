@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
 import subprocess
 import zlib
+from html.parser import HTMLParser
 
 import pytest
 
@@ -212,10 +214,126 @@ MEASURE = (
 )
 
 
+GUARD = {"name": "organic-errors", "kind": "error_rate", "tripped_at_s": 13.0, "value": 0.5, "limit": 0.2,
+         "text": "organic error rate 50.0% > 20% for 3 s (the SLO's traffic, over the last 3 one-second samples)",
+         "actions": {"load": "no longer tags calls; cancelled 12 tagged calls in flight",
+                     "services": "emergency stop sent to gateway-0, account-0, ledger-0, ledger-1, ledger-2 "
+                                 "(SIGUSR1; injection off for the life of each process)"}}  # fmt: skip
+
+
+def _guarded(results: dict, name: str) -> dict:
+    """`results` with `name`'s first trial stopped by a guard and its later trials skipped, as a run writes it."""
+    results["configs"][name]["trials"][0]["guard"] = GUARD
+    results["configs"][name]["summary"]["skipped_trials"] = 2
+    results["notes"] = [*results.get("notes", []), f"{name}: trials 2, 3 skipped after a guard stopped an earlier "
+                        "one (guard.after_trip: skip)"]  # fmt: skip
+    return results
+
+
+class _Outline(HTMLParser):
+    """The page's h2 headings and tables in document order, and each table's enclosing div classes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[tuple[str, str]] = []
+        self.divs: list[str] = []
+        self.boxed: dict[str, str] = {}
+        self._h2 = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "div":
+            self.divs.append(a.get("class") or "")
+        elif tag == "table":
+            self.order.append(("table", a.get("id") or ""))
+            self.boxed[a.get("id") or ""] = self.divs[-1] if self.divs else ""
+        elif tag == "h2":
+            self._h2 = True
+            self.order.append(("h2", ""))
+
+    def handle_endtag(self, tag):
+        if tag == "div" and self.divs:
+            self.divs.pop()
+        elif tag == "h2":
+            self._h2 = False
+
+    def handle_data(self, data):
+        if self._h2:
+            self.order[-1] = ("h2", self.order[-1][1] + data)
+
+
+def test_each_heading_is_followed_by_its_own_table_and_every_table_scrolls_in_its_own_box():
+    results, series = _three_trials(naive=[{(11, 20): 0.5}] * 3, resilient=[{}] * 3)
+    page = report.render(_guarded(results, "naive"), series)
+    outline = _Outline()
+    outline.feed(page)
+    heads = [i for i, (kind, _) in enumerate(outline.order) if kind == "h2"]
+    after = {outline.order[i][1]: outline.order[i + 1] if i + 1 < len(outline.order) else None for i in heads}
+    assert after["Safeguards"] == ("table", "guard-table")
+    assert after["Per hop"] == ("table", "hop-table")
+    titles = [outline.order[i][1] for i in heads]
+    assert titles.index("Safeguards") < titles.index("Over time") < titles.index("Per hop")
+    # every table sits in a box that scrolls sideways, so a wide one never widens the page
+    assert outline.boxed and all(cls == "wide" for cls in outline.boxed.values()), outline.boxed
+    assert re.search(r"\.wide \{[^}]*overflow-x: auto", page)
+    # the guard table's long text wraps inside its cells
+    assert "id='guard-table' class='text'" in page
+    assert re.search(r"table\.text td \{[^}]*white-space: normal", page)
+
+
+def test_the_runs_notes_are_shown_once_as_a_list():
+    from harness.drills.analysis import landing
+
+    results, series = _three_trials(naive=[{(11, 20): 0.5}] * 3, resilient=[{}] * 3)
+    for t in results["configs"]["naive"]["trials"]:  # what the demo's trials say: a hit note on each
+        t["hits"] = {"note": "38 of 40 predicted hits marked; the rest were shed or expired", "as_planned": True}
+    results["configs"]["resilient"]["trials"][0]["hits"] = {"note": "0 of 40 predicted hits landed",
+                                                            "as_planned": False}  # fmt: skip
+    lines = landing.summary(results["configs"])
+    assert len(lines) == 2
+    results["notes"] = [*lines, "the run stopped at naive trial 2: cannot reach Prometheus"]  # as assemble writes
+    page = report.render(results, series)
+    for line in lines:  # under the table, once, one item each
+        assert page.count(html.escape(line)) == 1
+        assert f"<li><strong>{html.escape(line)}</strong></li>" in page
+    foot = page[page.index('<ul class="notes" id="notes">') :]
+    assert foot.count("<li>") == 1 and "<li>the run stopped at naive trial 2: cannot reach Prometheus</li>" in foot
+    # no notes but the hit lines: no foot at all
+    results["notes"] = list(lines)
+    assert 'id="notes"' not in report.render(results, series)
+
+
+def test_the_p99_chart_says_why_it_can_read_past_the_deadline():
+    results, series = _three_trials(naive=[{(11, 20): 0.5}] * 3, resilient=[{}] * 3)
+    results["plan_spec"] = {"traffic": {"timeout_s": 2.0}}
+    caption = _p99_caption(report.render(results, series))
+    assert "histogram_quantile" in caption and "the edge's 2-s deadline" in caption
+    assert "(2, 3] s bucket" in caption and "2.9 s when a tenth of the calls end there" in caption
+    # without a known deadline: how the estimate is made, nothing about a deadline
+    results["plan_spec"] = None
+    caption = _p99_caption(report.render(results, series))
+    assert "histogram_quantile" in caption and "deadline" not in caption
+
+
+def _p99_caption(page: str) -> str:
+    before = page[: page.index('data-chart="p99"')]
+    figure = before[before.rindex("<figure>") :]
+    return html.unescape(figure[figure.index("<figcaption>") : figure.index("</figcaption>")])
+
+
+def test_the_p99_estimate_past_the_deadline_is_what_the_note_says():
+    # the note's number is the estimator's own: a tenth of the calls at 2.001 s (bucket (2, 3]), the rest fast
+    from harness.drills.analysis.slo import quantile_from_buckets
+
+    buckets = [(0.1, 90.0), (1.0, 90.0), (2.0, 90.0), (3.0, 100.0), (float("inf"), 100.0)]
+    assert quantile_from_buckets(0.99, buckets) == pytest.approx(2.9)
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed")
 def test_the_mttr_table_fits_a_1280_px_window_without_scrolling(tmp_path):
-    # the widest table a run gives: three trials each, every cell a median with its (min–max), a never
-    # restored trial, long configuration names, offered-load and read-back notes
+    # the widest tables a run gives: three trials each, every cell a median with its (min–max), a never
+    # restored trial, long configuration names, offered-load and read-back notes, a guard's trip with what it
+    # saw and what the run stopped, and the skipped trials after it
     results, series = _every_trial(
         **{
             "resilient-p2c-long-timeout": [{(11, 13): 0.9}, {(11, 40): 0.9}, {(11, 14): 0.9}],
@@ -223,6 +341,7 @@ def test_the_mttr_table_fits_a_1280_px_window_without_scrolling(tmp_path):
             "budget": [{}, {(11, 12): 0.3}, {(26, 27): 0.4}],
         }
     )
+    results = _guarded(results, "naive-long-timeout")
     report.write_outputs(tmp_path, results, series)
     page = (tmp_path / "report.html").read_text()
     measured = tmp_path / "measured.html"

@@ -9,6 +9,7 @@ from harness.drills.analysis import stats
 from harness.drills.analysis.results import assemble
 from harness.drills.plan.sections import Slo
 from harness.drills.report import cells
+from harness.drills.report import page as report
 from tests.drills.synth import make_series, rates
 
 SLO = Slo(max_error_rate=0.05, hold_s=3)
@@ -152,3 +153,60 @@ def test_an_inconclusive_verdict_says_which_configurations_had_fewer_trials_with
     assert v["winner"] is None and v["set_aside"] == {}  # b has data: compared on its two trials
     assert v["text"].startswith("Inconclusive after 3 trials (b: 2 with enough data): no configuration is")
     assert v["text"].endswith("about 3 trials with enough data per configuration (1 more) would likely settle it.")
+
+
+# --- a tie at the top ---------------------------------------------------------------------------------------
+def _held(config: str, drill_failed: float, ledger_rps: float):
+    """A trial that held the organic SLO throughout; `drill_failed` of all calls are drill calls that failed
+    (the drill is 10 % of the load), and the ledger saw `ledger_rps` per 100 edge calls/s (amplification)."""
+    from harness.drills.plan.outputs import SeriesKey as K
+
+    s = make_series([0.0] * 40, config=config, hops={"gateway": [100.0] * 40, "ledger": [ledger_rps] * 40})
+    ok = K("calls", traffic="drill", status="OK", mode="none")
+    bad = K("calls", traffic="drill", status="UNAVAILABLE", mode="none")
+    s.values[bad] = [100 * drill_failed] * 40
+    s.values[ok] = [10 - 100 * drill_failed] * 40
+    return s
+
+
+def test_a_tie_at_the_top_is_said_first_with_the_secondary_measures_named_as_such():
+    # slow-half, 3 trials each: naive-long-timeout breached 3/3 for 22 s at organic error 18.89 %, a budget burn
+    # of 22 × 90 × 0.1889 bad calls ÷ (5 % of 30 × 90 calls) = 2.77×; resilient and resilient-p2c held 3/3 with
+    # drill calls failing (success 94.7 % and 99.7 % of all calls) and the ledger at 1.05× and 1.00× the edge.
+    # Fisher on 0/3 vs 3/3 is p = 0.1, but the outage (0 vs 22 s) and burn CIs exclude 0 at 3 + 3: each
+    # resilient beats naive; between the two nothing differs on recovery or burn.
+    slo = Slo(max_error_rate=0.05, hold_s=3, traffic="organic")
+    series = {
+        "naive-long-timeout": [make_series(rates({(11, 32): 0.1889}), config="naive-long-timeout")] * 3,
+        "resilient": [_held("resilient", 0.053, 105.0)] * 3,
+        "resilient-p2c": [_held("resilient-p2c", 0.003, 100.0)] * 3,
+    }
+    r = assemble(series, slo, ["gateway", "ledger"], plan_name="slow-half").model_dump()
+    v = r["verdict"]
+    assert v["kind"] == "tie" and v["winner"] is None and v["conclusive"] is True
+    assert v["top"] == ["resilient", "resilient-p2c"] and r["ranking"][-1] == "naive-long-timeout"
+    assert v["text"].startswith(
+        "resilient and resilient-p2c tie at the top after 3 trials: both beat naive-long-timeout (0/3 vs 3/3 "
+        "breaches, median outage 22.0 s shorter, budget burn 0.00× vs 2.77×), and they do not differ "
+        "significantly on recovery or error budget burned (resilient vs resilient-p2c: 0/3 vs 0/3 breaches, "
+        "median outage the same, budget burn 0.00× vs 0.00×). "
+    )
+    assert v["text"].endswith(
+        "Secondary measures, which the rule does not judge (no winner by them): success rate resilient 94.7 %, "
+        "resilient-p2c 99.7 %; amplification resilient 1.05×, resilient-p2c 1.00×."
+    )
+    assert "Inconclusive" not in v["text"] and "more trials" not in v["text"] and " is best" not in v["text"]
+    # the report: a good-news box, both tied rows highlighted
+    page = report.render(r, {n: s[0] for n, s in series.items()})
+    assert 'class="verdict good"' in page and page.count('<tr class="best"') == 2
+
+
+def test_a_tie_needs_every_tied_one_to_beat_every_other():
+    # a and b both held; c breached briefly, once: nobody is significantly better than c, so there is no tie
+    # at the top, and the run stays inconclusive
+    r = run(a=[{}] * 3, b=[{}] * 3, c=[{}, {}, {(11, 13): 0.3}])
+    v = r["verdict"]
+    assert v["kind"] == "inconclusive" and v["top"] == [] and v["conclusive"] is False
+    # a winner is the top alone
+    r = run(a=[{}] * 3, b=[{(11, 25): 0.5}] * 3)
+    assert r["verdict"]["top"] == ["a"] == [r["verdict"]["winner"]]

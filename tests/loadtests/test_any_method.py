@@ -24,6 +24,7 @@ from harness.drills.stack import edge
 from harness.procs.ports import private_loopback
 from harness.procs.spawn import spawn, stop_processes
 from loadtests import options
+from loadtests.method_target import LOCUST_NAMES
 from tests.conftest import ROOT
 from tests.loadtests.conftest import LOCUST, kill_group, run_locust, total, unexpected_tracebacks
 from tests.loadtests.notes_service import write_proto
@@ -84,9 +85,11 @@ def test_the_user_drives_every_call_kind_tagged_and_untagged(notes, tmp_path, me
     request, source, received, sent, reply_bytes = KINDS[method]
     plan = f"kind{method.lower()}"
     args = ["-u", "2", "-r", "2", "-t", "3s", "--drill-rate", "5", "--drill-method", f"notes.v1.Notes/{method}",
-            "--drill-request", json.dumps(request), "--drill-message-rate", f"{MESSAGE_RATE:g}",
+            "--drill-request", json.dumps(request),
             # the directive travels on every drill call; ratio 0 keeps the server from acting on it
             "--drill-directive", "abort:UNAVAILABLE", "--drill-ratio", "0"]  # fmt: skip
+    if isinstance(request, list):  # a rate only where the request is a stream (a stack file's rule)
+        args += ["--drill-message-rate", f"{MESSAGE_RATE:g}"]
     if source != "reflection":
         proto = write_proto(tmp_path)
         if source == "proto":
@@ -180,6 +183,12 @@ def _one_line(proc_log: str, rc: int, expected_rc: int, needle: str) -> None:
          "--drill-proto: no file /nonexistent.proto"),
         (["--drill-method", "notes.v1.Notes/Put", "--drill-proto", "a.proto", "--drill-descriptor-set", "a.pb"],
          "give --drill-proto or --drill-descriptor-set, not both"),
+        # what a stack file refuses, the options refuse (edge.edge_spec, edge.resolve_edge), on one line
+        (["--drill-method", "notes.v1.Notes/Put", "--drill-message-rate", "5"],
+         "--drill-message-rate: notes.v1.Notes/Put is a unary method: it sends one message"),
+        (["--drill-method", "notes.v1.Notes/Put", "--drill-request", ""], "--drill-request is empty"),
+        (["--drill-method", "notes.v1.Notes/Put", "--drill-request", '{"nope": 1}'],
+         'has no field named "nope" at "Note". Available Fields(except extensions):'),
     ],
 )  # fmt: skip
 def test_bad_input_stops_locust_at_start_with_one_line(notes, tmp_path, args, needle):
@@ -257,6 +266,56 @@ def test_the_runners_stack_edge_takes_every_kind_and_a_rate_only_for_a_client_st
     with pytest.raises(BadInput, match=r"stack.edge.message_rate: notes.v1.Notes/Watch is a server-streaming "
                                        r"method: it sends one message"):  # fmt: skip
         edge.resolve_edge(_spec(descriptor_set, "notes.v1.Notes/Watch", NOTE))
+
+
+def test_one_check_of_the_edge_names_a_stack_files_keys_or_locusts_options():
+    bad = {"address": "127.0.0.1:1", "method": "Put", "request": "x", "message_rate": 0}
+    with pytest.raises(BadInput) as stack:
+        edge.edge_spec(bad)
+    with pytest.raises(BadInput) as locust:
+        edge.edge_spec(bad, LOCUST_NAMES)
+    assert str(stack.value) == (
+        "stack.edge.method: 'Put': expected a full method name, package.Service/Method; "
+        "stack.edge.request: Input should be a valid dictionary; stack.edge.request: Input should be a valid list; "
+        "stack.edge.message_rate: Input should be greater than 0"
+    )
+    assert str(locust.value) == str(stack.value).replace("stack.edge.", "--drill-").replace("message_rate",
+                                                                                           "message-rate")
+    assert edge.edge_spec({"address": "h:1", "method": "a.B/C", "request": [{}]}).request == [{}]
+
+
+def test_a_request_that_does_not_fit_is_one_line(descriptor_set):
+    with pytest.raises(BadInput) as err:
+        edge.resolve_call(_spec(descriptor_set, "notes.v1.Notes/Put", {"nope": 1}))
+    assert "\n" not in str(err.value) and "Available Fields" in str(err.value)
+
+
+def test_a_proto_that_does_not_compile_is_one_line_carrying_protocs_own(tmp_path, capfd):
+    proto = tmp_path / "broken.proto"
+    proto.write_text('syntax = "proto3";\nmessage A { int32 x = ; }\n')
+    with pytest.raises(BadInput) as err:
+        edge.resolve_call(edge.MethodSpec(address="127.0.0.1:1", method="a.S/M", proto=str(proto)))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"stack.edge.proto: {proto} does not compile (protoc exit 1): ")
+    assert "broken.proto:2:" in message  # protoc's own line, in ours
+    assert capfd.readouterr().err == ""  # and nowhere else
+
+
+def test_a_port_that_answers_but_not_grpc_is_said_so_at_once(tmp_path, notes):
+    assert edge.speaks_http2(f"127.0.0.1:{notes['port']}") is True  # a gRPC server answers the probe
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        assert edge.speaks_http2(address) is False
+        with pytest.raises(BadInput, match=rf"^--host: {address} answered, but not as a gRPC server"):
+            edge.resolve_call(edge.MethodSpec(address=address, method="a.S/M"), names=LOCUST_NAMES)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_locust_decides_a_calls_phase_as_the_runners_load_does():

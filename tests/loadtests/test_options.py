@@ -127,3 +127,25 @@ def test_fault_scope_and_attempts_reach_the_drill_users_tagging():
 def test_bad_fault_scope_or_attempts_are_refused(kw):
     with pytest.raises(ValueError):
         options.from_namespace(_ns(**kw))
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (" delay:250", "bad_chars"),  # a blank moves the hit set: refused as the servers refuse it
+        ("delay:250 ", "bad_chars"),
+        ("delay:fast", "bad_argument"),
+        ("abort:OK", "ok_code"),
+        ("delay:250@after=1@read=1", "conflicting_options"),
+        (" ", "empty"),
+    ],
+)
+def test_a_directive_the_servers_would_refuse_is_refused_before_the_first_call(raw, says):
+    with pytest.raises(ValueError) as err:
+        options.from_namespace(_ns(drill_directive=raw))
+    assert str(err.value).startswith(f"--drill-directive {raw!r}: {says}")
+
+
+def test_a_directive_is_sent_exactly_as_given_and_an_empty_one_means_none():
+    assert options.from_namespace(_ns(drill_directive="delay:250@after=2")).directive == "delay:250@after=2"
+    assert options.from_namespace(_ns(drill_directive="")).directive is None

@@ -73,3 +73,18 @@ def test_bad_drill_options_stop_locust_with_a_usage_error():
     )
     assert out.returncode == 2
     assert "--drill-phases" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_python_m_loadtests_help_lists_the_drill_options():
+    """`locust --help` prints before any locustfile is imported (so before the options are registered);
+    `python -m loadtests` registers them first, so its help lists every one, with its variable."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = subprocess.run([sys.executable, "-m", "loadtests", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    for option in ("--drill-directive", "--drill-method", "--drill-request", "--drill-message-rate", "--master-host"):
+        assert option in out.stdout, option

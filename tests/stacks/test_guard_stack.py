@@ -153,7 +153,7 @@ def test_a_prometheus_guard_trips_and_the_stacks_emergency_stop_turns_injection_
     assert dry.returncode == 0, dry.stderr
     for i, hop in enumerate(HOPS):
         assert re.search(rf"ok  hop {hop}: http://{re.escape(NET)}\.{i + 1}:9464/metrics answers \(\d+ drill series, "
-                         r"injection on\)", dry.stdout), dry.stdout  # fmt: skip
+                         rf"service {hop}, injection on\)", dry.stdout), dry.stdout  # fmt: skip
     assert f"ok  guard ledger-injects: {stack['prometheus']} answers {expr!r} with nothing (quiet now)" in dry.stdout
     assert f"  on a trip: the load stops tagging and cancels its tagged calls in flight; the stack's emergency " \
            f"stop: {stop}" in dry.stdout

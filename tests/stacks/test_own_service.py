@@ -29,12 +29,14 @@ SEED = 5
 drill = drill_process
 
 
-def start_cart(tmp, **environ: str):
-    """The service in its own process, named and switched by its environment alone; (process, its ports)."""
+def start_cart(tmp, **environ: str | None):
+    """The service in its own process, named and switched by its environment alone (a None drops a variable);
+    (process, its ports)."""
     ready = tmp / "ready.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRILL_")}
     env.update(PYTHONPATH=str(ROOT), DRILL_SERVICE="cart", DRILL_FAULT_ENABLED="1", DRILL_FAULT_SEED=str(SEED))
     env.update(environ)
+    env = {k: v for k, v in env.items() if v is not None}
     proc = spawn([sys.executable, "-m", "tests.stacks.own_service", "--ready-file", str(ready)], tmp / "cart.log", env)
     deadline = time.monotonic() + 60
     while not ready.exists():

@@ -6,6 +6,8 @@ the runner adds), `summary` (`stats.summarize`), and, at the top level of
 `representative_trial` names its index) so a one-trial reader keeps working.
 `ranking` and `verdict` come from `verdict.judge`. `notes` start with what the
 trials' `hits` say when the fault did not land as predicted (`landing.summary`).
+Each trial also carries `p99_during_fault_s`, the edge's p99 over the fault
+window (`fault_p99`): a secondary measure the verdict shows for a tie at the top.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from harness.drills.analysis import landing, stats, verdict
+from harness.drills.analysis.slo import quantile_from_buckets, samples_in
 from harness.drills.analysis.trial import analyze_run
 from harness.drills.plan.model import Plan
 from harness.drills.plan.outputs import Results
@@ -30,6 +33,18 @@ def _stamp(t: float | None = None) -> str:
 def as_trials(series: Mapping[str, RunSeries | Sequence[RunSeries]]) -> dict[str, list[RunSeries]]:
     """`{config: RunSeries}` (one trial each) or `{config: [RunSeries, …]}` → the latter."""
     return {n: [s] if isinstance(s, RunSeries) else list(s) for n, s in series.items()}
+
+
+def fault_p99(series: RunSeries) -> float | None:
+    """p99 of every edge call that ended in the fault window, from the latency histogram's buckets summed over
+    the window (Prometheus' `histogram_quantile` over the window's increase); None without calls."""
+    win = samples_in(series, series.fault_on, series.fault_off)
+    buckets: dict[float, float] = {}
+    for key in series.select("lat"):
+        le = float(key.le)
+        buckets[le] = buckets.get(le, 0.0) + sum(series.values[key][i] or 0.0 for i in win)
+    p99 = quantile_from_buckets(0.99, list(buckets.items()))
+    return None if p99 is None else round(p99, 3)
 
 
 def config_entry(trials: Sequence[dict]) -> dict:
@@ -63,7 +78,8 @@ def assemble(
         extra = extras.get(name, {})
         per = [extra] * len(runs) if isinstance(extra, Mapping) else list(extra)
         configs[name] = config_entry(
-            [{"trial": i + 1, **analyze_run(s, slo, hops), **(per[i] if i < len(per) else {}),
+            [{"trial": i + 1, **analyze_run(s, slo, hops), "p99_during_fault_s": fault_p99(s),
+              **(per[i] if i < len(per) else {}),
               **({"guard": s.guard} if s.guard else {})} for i, s in enumerate(runs)]
         )  # fmt: skip
     if hops is None:

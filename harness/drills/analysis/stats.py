@@ -91,6 +91,7 @@ def summarize(trials: Sequence[Mapping]) -> dict:
         "attempts_per_success": _median([t.get("attempts_per_success") for t in ok]),
         "amplification": _median([t.get("amplification") for t in ok]),
         "blast_radius": _median([t.get("blast_radius") for t in ok]),
+        "p99_during_fault_s": _median([t.get("p99_during_fault_s") for t in ok]),
         #: trials a guard stopped (`harness.drills.trials.guard`): counted over every trial, data or not
         "guard_trips": sum(1 for t in trials if t.get("guard")),
     }

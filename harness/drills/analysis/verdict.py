@@ -7,8 +7,14 @@ Fisher's exact test, or the median outage by its bootstrap CI) and budget burn
 (`harness.drills.analysis.stats.compare`). Better on one and worse on the other is a
 named **trade-off**: no winner, both numbers with their CIs. Configurations
 without a valid trial are **set aside** with the reason (to rerun), and the
-others are compared without them. Nothing significant either way is
-**inconclusive**, with a rough count of the trials that would settle it.
+others are compared without them. Several configurations may **tie at the
+top**: each significantly better than every configuration outside the tie (by
+the same rule) and no pair inside it separated. That is a finding, not an
+inconclusive run: the verdict says who beat whom first, then the **secondary
+measures** on which the tied ones differ (success rate, amplification, p99
+during the fault), named as secondary, never as a winner. `top` holds the tie
+(or the winner alone). Nothing significant either way is **inconclusive**, with
+a rough count of the trials that would settle it.
 
 A configuration a **guard** stopped in any trial (`harness.drills.trials.guard`: users were
 hurt beyond what the plan allows, so the run stopped its fault) is judged, never set
@@ -139,6 +145,77 @@ def tradeoff_text(a: str, b: str, c: dict) -> str:
     return f"{a} {good} but {bad}"
 
 
+def brief(c: dict) -> str:
+    """One comparison in a few words, A's numbers first: '0/3 vs 3/3 breaches, median outage 22.0 s shorter,
+    budget burn 0.00× vs 2.77×' (the CIs and Fisher's p are in `comparisons`)."""
+    b, o = c["breaches"], c["other_breaches"]
+    parts = [f"{b[0]}/{b[1]} vs {o[0]}/{o[1]} breaches"]
+    (ta, na), (tb, nb) = c.get("guard_trips") or ((0, 0), (0, 0))
+    if ta or tb:
+        parts.insert(0, f"stopped by a guard in {ta}/{na} vs {tb}/{nb} trials")
+    if c.get("median_outage_diff_s") is not None:
+        parts.append(f"median outage {_seconds(c['median_outage_diff_s'])}")
+    if c.get("budget_burn") and None not in c["budget_burn"]:
+        parts.append(f"budget burn {c['budget_burn'][0]:.2f}× vs {c['budget_burn'][1]:.2f}×")
+    return ", ".join(parts)
+
+
+#: Measures the rule does not judge, shown for a tie at the top: (summary key, words, format of a value).
+SECONDARY = (
+    ("success_rate", "success rate", lambda x: f"{100 * x:.1f} %"),
+    ("amplification", "amplification", lambda x: f"{x:.2f}×"),
+    ("p99_during_fault_s", "p99 during the fault", lambda x: f"{x:.2f} s"),
+)
+
+
+def secondary_text(top: Sequence[str], summaries: Mapping[str, Mapping]) -> str:
+    """'success rate resilient 94.7 %, resilient-p2c 99.7 %; amplification …': each secondary measure on which
+    the tied configurations differ as shown (medians over their valid trials); '' when none does."""
+    out = []
+    for key, words, show in SECONDARY:
+        values = {n: summaries[n].get(key) for n in top}
+        if any(v is None for v in values.values()) or len({show(v) for v in values.values()}) < 2:
+            continue
+        out.append(f"{words} " + ", ".join(f"{n} {show(v)}" for n, v in values.items()))
+    return "; ".join(out)
+
+
+def top_tie(usable: Sequence[str], trips: Mapping[str, int], beats: Mapping[str, set], pair: Mapping) -> list[str]:
+    """The configurations tied at the top (in `usable`'s order), or [] when there is no such tie.
+
+    A tie is two or more configurations no guard stopped, each significantly better than every configuration
+    outside it, no pair inside it separated (neither better, worse nor a trade-off). Such a set is unique: it
+    must hold every configuration nobody beats, since its members beat everyone else.
+    """
+    top = [n for n in usable if not trips[n] and not any(n in beats[o] for o in usable)]
+    rest = set(usable) - set(top)
+    if len(top) < 2 or not rest:
+        return []
+    if not all(rest <= beats[a] for a in top):
+        return []
+    if any(pair[a, b]["outcome"] != "inconclusive" for a in top for b in top if a != b):
+        return []
+    return top
+
+
+def _tie_text(top: Sequence[str], others: Sequence[str], pair: Mapping, n_min: int) -> str:
+    """'resilient and resilient-p2c tie at the top after 3 trials: both beat naive (0/3 vs 3/3 breaches, …), and
+    they do not differ significantly on recovery or error budget burned (…)': who beat whom, with the numbers;
+    one set of numbers when every tied one has the same against an opponent."""
+
+    def against(o: str) -> str:
+        said = {a: brief(pair[a, o]) for a in top}
+        if len(set(said.values())) == 1:
+            return f"{o} ({said[top[0]]})"
+        return f"{o} ({'; '.join(f'{a}: {t}' for a, t in said.items())})"
+
+    inside = "; ".join(f"{a} vs {b}: {brief(pair[a, b])}" for i, a in enumerate(top) for b in top[i + 1 :])
+    every = "both" if len(top) == 2 else "all"
+    return (f"{_names(list(top))} tie at the top after {_plural(n_min, 'trial')}: {every} beat "
+            f"{_names([against(o) for o in others])}, and they do not differ significantly on recovery or error "
+            f"budget burned ({inside})")  # fmt: skip
+
+
 def _names(names: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
@@ -180,8 +257,10 @@ def judge(configs: Mapping[str, Mapping], *, seed: int = 0) -> tuple[list[str], 
                  for c in comparisons if c["outcome"] == "tradeoff"]  # fmt: skip
     winner = next((n for n in usable if not trips[n] and len(usable) > 1 and len(beats[n]) == len(usable) - 1),
                   None)  # fmt: skip
+    tie = [] if winner else [n for n in ranking if n in top_tie(usable, trips, beats, pair)]
+    top = [winner] if winner else tie
     out = {"trials": counts, "comparisons": comparisons, "tradeoffs": tradeoffs, "set_aside": aside,
-           "winner": winner, "conclusive": winner is not None, "best": ranking[0] if usable else None,
+           "winner": winner, "top": top, "conclusive": bool(top), "best": ranking[0] if usable else None,
            "names": list(ranking), "guard_trips": {n: k for n, k in trips.items() if k}}  # fmt: skip
     rerun = "; ".join(f"{n} ({why})" for n, why in aside.items())
     if not usable:
@@ -215,6 +294,14 @@ def judge(configs: Mapping[str, Mapping], *, seed: int = 0) -> tuple[list[str], 
         else:
             why = f"no guard stopped it while one stopped {_names(stopped)}, and against the others it is {RULE}"
         out.update(kind="winner", text=f"{winner} is best: {why} ({details}).{tail}")
+        return ranking, out
+    if tie:
+        others = [o for o in ranking if o in usable and o not in tie]
+        text = _tie_text(tie, others, pair, n_min)
+        extra = secondary_text(tie, summaries)
+        if extra:
+            text += f". Secondary measures, which the rule does not judge (no winner by them): {extra}"
+        out.update(kind="tie", text=f"{text}.{tail}")
         return ranking, out
     if tradeoffs:
         joined = "; ".join(t["text"] for t in tradeoffs)

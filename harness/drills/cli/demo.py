@@ -33,4 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     demo = DEMO if args.plan == DEMO_PLAN and not args.quick else None
-    return execute(args.plan, args, base=demo)
+    # the dry run heads its output with what the user typed, not the plan's `drill run` it stands for
+    typed = "drill demo" + (f" --plan {args.plan}" if args.plan != DEMO_PLAN else "")
+    typed += " --quick" if args.quick else ""
+    return execute(args.plan, args, base=demo, command=typed)

@@ -66,17 +66,11 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 
 def output_dir(text: str) -> pathlib.Path:
-    """`--out`: a directory we can write (created if missing), refused before anything starts otherwise."""
-    out = pathlib.Path(text)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"--out {text}: exists and is not a directory (results.json, report.html and logs/ go there)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(f"--out {text}: cannot create it: {exc.strerror}") from None
-    if not os.access(out, os.W_OK):
-        raise BadInput(f"--out {text}: not writable")
-    return out
+    """`--out`: a directory we can write (created if missing, a file written there and removed), refused
+    before anything starts otherwise."""
+    from harness.drills.trials.preflight import writable_out
+
+    return writable_out(text, keep=True)
 
 
 def add_fail_on(p: argparse.ArgumentParser) -> None:
@@ -130,8 +124,6 @@ def _prometheus(args: argparse.Namespace, out: pathlib.Path, log, plan):
     if args.prometheus not in ("off", "", None):
         from harness.drills.readings.prom import ExternalPrometheus
 
-        if not args.prometheus.startswith(("http://", "https://")):
-            raise BadInput(f"--prometheus: 'auto', 'off' or an http:// URL, got {args.prometheus!r}")
         sd = pathlib.Path(args.prometheus_sd) if args.prometheus_sd else None
         return ExternalPrometheus(args.prometheus, sd)
     return None
@@ -142,8 +134,11 @@ def _annotator(args: argparse.Namespace):
     url = getattr(args, "grafana", None)
     if not url:
         return None
-    if not url.startswith(("http://", "https://")):
-        raise BadInput(f"--grafana: an http:// URL, got {url!r}")
+    from harness.drills.plan.guards import url_problem
+
+    problem = url_problem(url)
+    if problem:
+        raise BadInput(f"--grafana: an http:// URL, got {url!r} ({problem})")
     # the submodule itself: the package's own `annotations` name is its `from __future__ import annotations`
     from harness.dashboards.annotations import ENV_PASSWORD, ENV_TOKEN, ENV_USER, DrillAnnotator
 
@@ -152,15 +147,20 @@ def _annotator(args: argparse.Namespace):
     )  # fmt: skip
 
 
-def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = None) -> int:
-    """Load the plan (every error before anything starts), run it, print the summary.
+def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = None,
+            command: str | None = None) -> int:  # fmt: skip
+    """Load the plan, take its preflight (every error before the first fault), run it, print the summary.
 
+    The preflight (`trials.preflight`) refuses bad input before anything is printed or started, then checks
+    the data sources before the first switch and the stack before each configuration's first load; a dry run
+    prints the same checks instead of running (`command`: what the user typed, for its heading).
     Exit codes after a run that finished, its outputs written first: 4 when the fault did not land as planned
     (`landing.problem`; `--fail-on` is then not judged: a gate over a drill that never tested its fault would
     pass for nothing), else 3 when a `--fail-on` condition holds, else 0. A run that failed is 1 before both.
     """
     from harness.drills.analysis.gate import check, parse_conditions
     from harness.drills.trials.live import LiveView
+    from harness.drills.trials.preflight import Preflight
     from harness.drills.trials.runner import Runner
 
     only = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else None
@@ -169,25 +169,28 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
         over = {**base, **over, "traffic": {**base.get("traffic", {}), **over.get("traffic", {})}}
     plan = load_plan(plan_name, quick=args.quick, overrides=over, only=only)
     conditions = parse_conditions(args.fail_on)
-    if getattr(args, "dry_run", False):
-        from harness.drills.trials.dryrun import dry_run, writable_dir
+    dry = bool(getattr(args, "dry_run", False))
+    prometheus = args.prometheus or "off"
+    preflight = Preflight(plan, out=args.out, prometheus=prometheus, dry=dry)
+    _annotator(args)  # a bad --grafana is refused as a run would refuse it (nothing is posted)
+    preflight.local()  # bad input: one line, before anything is printed or started (--out is created last)
+    if dry:
+        from harness.drills.trials.dryrun import dry_run
 
-        writable_dir(args.out)
-        _annotator(args)  # a bad --grafana is refused as a run would refuse it (nothing is posted)
-        print(dry_run(plan, out=args.out, prometheus=args.prometheus or "off", grafana=getattr(args, "grafana", None)))
+        dry_run(plan, preflight, prometheus=prometheus, grafana=getattr(args, "grafana", None), command=command,
+                say=lambda text: print(text, flush=True))  # fmt: skip
         return 0
-    _guard_prometheus(plan, args)
-    out = output_dir(args.out)
+    out = pathlib.Path(args.out)  # created by the preflight
     prom = runner = None
     with LiveView(plan.name, enabled=False if args.no_live else None) as view:
+        for v in preflight.verdicts:
+            view.log(preflight.format(v))
+        preflight.say = view.log
         try:
             prom = _prometheus(args, out, view.log, plan)
-            if plan.guard is not None:  # a bad expression, or one that holds already, stops the run before a trial
-                from harness.drills.trials.dryrun import check_prometheus_guards
-
-                check_prometheus_guards(plan, getattr(prom, "url", None))
+            preflight.sources(getattr(prom, "url", None))  # before the first switch: what measures the stack
             runner = Runner(plan, out, on_sample=view.update, log=view.log, prometheus=prom,
-                            annotator=_annotator(args))  # fmt: skip
+                            annotator=_annotator(args), preflight=preflight)  # fmt: skip
             results = asyncio.run(runner.run())
         except (KeyboardInterrupt, asyncio.CancelledError) as exc:
             default = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
@@ -210,15 +213,6 @@ def execute(plan_name: str, args: argparse.Namespace, *, base: dict | None = Non
         raise FaultNotLanded(missed + unjudged)
     check(conditions, results)
     return 0
-
-
-def _guard_prometheus(plan, args: argparse.Namespace) -> None:
-    """A `prometheus` guard needs a Prometheus: refused before anything starts when none is named."""
-    if plan.guard is not None:
-        from harness.drills.trials.guard import prometheus_guards
-
-        given = args.prometheus if args.prometheus not in ("off", "", None) else None
-        prometheus_guards(plan, given)
 
 
 def print_summary(results: dict, out: pathlib.Path) -> None:

@@ -39,6 +39,7 @@ import yaml
 from harness.core.errors import BadInput
 from harness.drills.plan.model import Plan, PlanFile, Variant
 from harness.drills.plan.sections import Fault, HopSpec, Probe, Traffic
+from harness.drills.plan.stack import EDGE_FORMS
 from harness.resilience.config import NAMES as CONFIG_NAMES
 from harness.resilience.config import ConfigError
 from harness.resilience.config import load as load_config
@@ -78,6 +79,11 @@ def _errors(exc: pydantic.ValidationError, source: str, prefix: str = "") -> Pla
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif err["type"] == "string_pattern_mismatch":
+            # the regex is the schema's business: the user reads the form in words where we have them
+            field = str(parts[-1]) if parts else ""
+            words = EDGE_FORMS.get(field) if "edge" in parts else None
+            msg = f"{err['input']!r}: {words}" if words else f"{err['input']!r}: {msg.lower()}"
         lines.append(f"{loc}: {msg}" if loc else msg)
     return PlanError(f"{source}: " + "; ".join(lines))
 

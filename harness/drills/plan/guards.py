@@ -2,13 +2,84 @@
 
 from __future__ import annotations
 
+import re
+import urllib.parse
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from harness.drills.plan.sections import Section
 
 _GUARD_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+#: A PromQL number literal (decimal, hex, Inf, NaN; signed): a scalar, never a guard's instant vector.
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?|0x[0-9a-f]+|inf|nan)", re.I)
+#: A PromQL string literal: "…", '…' or `…`.
+_STRING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|`[^`]*`", re.S)
+#: PromQL functions whose value is a scalar, whatever their argument.
+_SCALAR_FUNCTIONS = ("scalar", "time", "pi")
+
+
+def url_problem(text: str) -> str | None:
+    """Why `text` is not an http(s) URL a request can go to (None: it is one): a scheme other than http or
+    https, no host, a port that is not a number 1-65535, or a space or control character anywhere (urllib
+    would refuse it only when the request is sent, as `InvalidURL`)."""
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text):
+        return "it holds a space or a control character"
+    try:
+        parts = urllib.parse.urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("http", "https"):
+        return "not an http:// or https:// URL"
+    if not parts.hostname:
+        return "it names no host"
+    if port == 0:
+        return "port 0"
+    return None
+
+
+def _unwrapped(expr: str) -> str:
+    """`expr` without whitespace around it and without parentheses that enclose all of it."""
+    expr = expr.strip()
+    while expr.startswith("(") and _closing(expr, 0) == len(expr) - 1:
+        expr = expr[1:-1].strip()
+    return expr
+
+
+def _closing(expr: str, at: int) -> int:
+    """The index of the parenthesis that closes the one at `at` (-1: none), skipping string literals."""
+    depth, i = 0, at
+    while i < len(expr):
+        c = expr[i]
+        if c in "\"'`":
+            m = _STRING.match(expr, i)
+            if m is None:
+                return -1
+            i = m.end()
+            continue
+        depth += c == "("
+        depth -= c == ")"
+        if depth == 0:
+            return i
+        i += 1
+    return -1
+
+
+def not_a_vector(expr: str) -> str | None:
+    """What a guard's expression evaluates to when that is plainly not an instant vector, from its text alone
+    (None: it may be one; Prometheus' own `resultType` settles the rest before the first fault). A guard trips
+    when its expression returns series; a scalar or a string always "returns" a value, so it would trip in the
+    first second of every trial."""
+    e = _unwrapped(expr)
+    if _NUMBER.fullmatch(e):
+        return "a number (a scalar)"
+    if _STRING.fullmatch(e):
+        return "a string"
+    m = re.match(r"(\w+)\s*\(", e)
+    if m and m.group(1) in _SCALAR_FUNCTIONS and _closing(e, m.end() - 1) == len(e) - 1:
+        return f"a scalar ({m.group(1)}() returns one)"
+    return None
 
 
 class ErrorRateGuard(Section):
@@ -50,6 +121,23 @@ class PrometheusGuard(Section):
     #: trip when the Prometheus has not answered for this many seconds in a row (a guard that cannot see
     #: stops the drill); None: never
     unreachable_s: int | None = Field(5, ge=1, le=3600)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        problem = None if v is None else url_problem(v)
+        if problem:
+            raise ValueError(f"{v!r} is not a URL a request can go to: {problem}")
+        return v
+
+    @field_validator("expr")
+    @classmethod
+    def _instant_vector(cls, v: str) -> str:
+        what = not_a_vector(v)
+        if what:
+            raise ValueError(f"{v!r} is {what}: a guard needs an instant vector, which trips it by returning "
+                             "series (e.g. 'up == 0' or an ALERTS{…} selector)")  # fmt: skip
+        return v
 
 
 class WallClockGuard(Section):

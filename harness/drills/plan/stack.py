@@ -9,6 +9,9 @@ from pydantic import Field, model_validator
 from harness.core import limits as lim
 from harness.drills.plan.sections import HOP_NAME, Section
 
+#: What an edge field that does not match its pattern should look like, in words (for error lines)
+EDGE_FORMS = {"address": "expected HOST:PORT", "method": "expected a full method name, package.Service/Method"}
+
 
 class EdgeSpec(Section):
     """What the load calls: an address, a full method of any kind and a JSON request typed like ghz/grpcurl

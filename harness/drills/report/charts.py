@@ -4,12 +4,15 @@
 outage against its error budget burned: the trade-off at a glance) and
 `line_chart`/`plots` (one quantity over time, a line per configuration, time
 relative to fault-on so runs line up, the fault window shaded). Pure: each
-returns a `<figure>` string.
+returns a `<figure>` string. The p99 chart says under its title how its values
+are estimated (`p99_note`): from histogram buckets, so calls that end at their
+deadline read as slower than the deadline.
 """
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 
 from harness.drills.analysis import slo as a
@@ -129,8 +132,10 @@ def line_chart(
     chart_id: str = "",
     width: int = 540,
     height: int = 220,
+    note: str = "",
 ) -> str:
-    """An inline SVG line chart; x = seconds since fault-on; gaps where a value is None."""
+    """An inline SVG line chart; x = seconds since fault-on; gaps where a value is None; `note`, when given, in
+    small type under the title (what the reader needs to read the line right)."""
     left, right, top, bottom = 48, 10, 10, 26
     pw, ph = width - left - right, height - top - bottom
     xs = [x for t, _ in lines.values() for x in t]
@@ -189,16 +194,46 @@ def line_chart(
     legend = " ".join(
         f'<span><span class="swatch" style="background:{colors[n]}"></span>{html.escape(n)}</span>' for n in lines
     )
-    caption = f"<figcaption>{html.escape(title)}</figcaption>"
+    small = f'<br><small class="chart-note">{html.escape(note)}</small>' if note else ""
+    caption = f"<figcaption>{html.escape(title)}{small}</figcaption>"
     return f"<figure>{caption}{''.join(parts)}<div>{legend}</div></figure>"
+
+
+def p99_note(bounds: Sequence[float], deadline_s: float | None) -> str:
+    """How the p99 line is estimated, and why calls that end at the deadline read as slower than it.
+
+    `quantile_from_buckets` (Prometheus' `histogram_quantile`) interpolates linearly inside the bucket that
+    holds the 99th percentile. A call that ends at its deadline lasts a little over it, so it counts in the
+    bucket above the deadline's bound; with a share f > 1 % of a second's calls there (and nothing else in
+    that bucket) the estimate is lo + (hi − lo)·(1 − 0.01/f): near the bucket's top, past the deadline.
+    """
+    text = ("Estimated each second from the latency histogram, as Prometheus' histogram_quantile does: by "
+            "linear interpolation inside the bucket that holds the 99th percentile.")  # fmt: skip
+    finite = sorted(b for b in bounds if math.isfinite(b))
+    above = [b for b in finite if b > (deadline_s or 0.0)]
+    if deadline_s is None or not above:
+        return text
+    lo = max((b for b in finite if b <= deadline_s), default=0.0)
+    hi = above[0]
+    text += (f" A call that ends at the edge's {deadline_s:g}-s deadline lasts a little over {deadline_s:g} s and "
+             f"counts in the ({lo:g}, {hi:g}] s bucket; once such calls are over 1 % of a second's calls the "
+             f"estimate lands inside that bucket")  # fmt: skip
+    if lo == deadline_s:
+        at_tenth = lo + (hi - lo) * (1 - 0.01 / 0.10)
+        text += (f", past the deadline ({at_tenth:g} s when a tenth of the calls end there), though no call "
+                 f"lasted much longer than {deadline_s:g} s")  # fmt: skip
+    return text + "."
 
 
 def _ratio(num: Sequence[float | None], den: Sequence[float | None]) -> list[float | None]:
     return [n / d if n is not None and d else None for n, d in zip(num, den, strict=False)]
 
 
-def plots(series: dict[str, RunSeries], colors: dict[str, str], hops: Sequence[str] | None) -> str:
-    """The four required charts (plus traffic) for every configuration, aligned on fault-on."""
+def plots(
+    series: dict[str, RunSeries], colors: dict[str, str], hops: Sequence[str] | None, *, deadline_s: float | None = None
+) -> str:
+    """The four required charts (plus traffic) for every configuration, aligned on fault-on; `deadline_s` is the
+    edge calls' deadline when known (the p99 chart's note uses it)."""
     rel = {}
     fault = (0.0, 0.0)
     for name, s in series.items():
@@ -206,9 +241,9 @@ def plots(series: dict[str, RunSeries], colors: dict[str, str], hops: Sequence[s
         fault = (0.0, max(fault[1], s.fault_off - s.fault_on))
     charts = []
 
-    def chart(title, fn, unit="", cid=""):
+    def chart(title, fn, unit="", cid="", note=""):
         lines = {name: (rel[name], fn(s)) for name, s in series.items()}
-        charts.append(line_chart(title, lines, colors, fault, unit=unit, chart_id=cid))
+        charts.append(line_chart(title, lines, colors, fault, unit=unit, chart_id=cid, note=note))
 
     chart(
         "Error rate, all traffic (CANCELLED excluded)",
@@ -222,7 +257,9 @@ def plots(series: dict[str, RunSeries], colors: dict[str, str], hops: Sequence[s
         "%",
         "organic-error",
     )
-    chart("p99 latency at the edge (s)", lambda s: a.p99_series(s, "all"), "", "p99")
+    bounds = {float(k.le) for s in series.values() for k in s.select("lat")}
+    note = p99_note(sorted(bounds), deadline_s)
+    chart("p99 latency at the edge (s)", lambda s: a.p99_series(s, "all"), "", "p99", note)
 
     def amp(s: RunSeries):
         per_hop = a.hop_series(s)

@@ -1,5 +1,8 @@
 """report.html: the verdict, the MTTR comparison table, every trial as a point, the trials guards stopped, then
-plots over time.
+plots over time, then per-hop numbers; the run's notes once, as a list, at the foot.
+
+Every table sits in a box of its own that scrolls sideways when the table is wider than the page
+(`.wide` in `_template`), and long text cells wrap, so the page itself keeps to the window's width.
 
 `render` is pure (the pictures are `harness.drills.report.charts`, the cells'
 wording `harness.drills.report.cells`, shared with the terminal's table);
@@ -36,13 +39,13 @@ from harness.drills.report.charts import COLORS, impact_points, plots, trial_poi
 
 __all__ = ["Verdict", "mttr_text", "offered_text", "render", "verdict", "write_outputs"]
 
-#: the verdict box's class by kind: green only for a winner
-BOX = {"winner": "good", "tradeoff": "tradeoff", "no-data": "bad"}
+#: the verdict box's class by kind: green for a winner or a tie at the top (both are findings of the rule)
+BOX = {"winner": "good", "tie": "good", "tradeoff": "tradeoff", "no-data": "bad"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """The one-sentence verdict as plain text, its kind (winner, tradeoff, inconclusive, single, no-data),
+    """The one-sentence verdict as plain text, its kind (winner, tie, tradeoff, inconclusive, single, no-data),
     and the configuration names it mentions (the HTML report emphasises those; terminals and JSON take `text`)."""
 
     text: str
@@ -90,13 +93,14 @@ def _two_lines(text: str) -> str:
 
 def _rows(results: dict, order: Sequence[str], color: dict[str, str]) -> str:
     configs = results["configs"]
-    winner = results["verdict"].get("winner")
+    v = results["verdict"]
+    top = v.get("top") or ([v["winner"]] if v.get("winner") else [])  # the winner, or the tie at the top
     out = []
     for name in order:
         c = configs[name]
         s = c.get("summary") or {}
         br = c.get("breached", True)
-        cls = ' class="best"' if name == winner else ""
+        cls = ' class="best"' if name in top else ""
         null = ' class="null"' if br and c.get("mttr_s") is None else ""
         amp = s.get("amplification", c.get("amplification"))
         ok = s.get("success_rate", c.get("success_rate"))
@@ -128,7 +132,7 @@ def _hop_table(results: dict, order: Sequence[str]) -> str:
             if h not in hops:
                 hops.append(h)
     if not hops:
-        return "<p class='notes'>no per-hop data</p>"
+        return "<h2>Per hop</h2><p class='notes'>no per-hop data</p>"
     head = "".join(f"<th>{html.escape(h)}</th>" for h in hops)
     rows = []
     for name in order:
@@ -140,8 +144,9 @@ def _hop_table(results: dict, order: Sequence[str]) -> str:
         fd = max(fdp.values()) if fdp else None
         rows.append(f"<tr><td>{html.escape(name)}</td>{cells}<td>{gap:,.0f}</td><td>{fmt(fd, '', 0)}</td></tr>")
     return (
-        f"<table id='hop-table'><thead><tr><th>configuration (attempts ÷ edge first attempts)</th>{head}"
-        f"<th>deadline-gap calls</th><th>fd peak</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"<h2>Per hop</h2><div class='wide'><table id='hop-table'><thead><tr><th>configuration (attempts ÷ edge "
+        f"first attempts)</th>{head}<th>deadline-gap calls</th><th>fd peak</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
@@ -164,10 +169,10 @@ def _offered_table(results: dict, order: Sequence[str]) -> str:
     if not rows:
         return ""
     return (
-        "<h2>Offered load during the fault</h2><table id='offered-table'><thead><tr><th>configuration</th>"
-        "<th>trial</th><th>driver</th><th>organic req/s (achieved / planned)</th>"
+        "<h2>Offered load during the fault</h2><div class='wide'><table id='offered-table'><thead><tr>"
+        "<th>configuration</th><th>trial</th><th>driver</th><th>organic req/s (achieved / planned)</th>"
         "<th>drill req/s (achieved / planned)</th><th>load fell behind (&lt; 90 %)</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
@@ -185,9 +190,9 @@ def _probe_table(results: dict, order: Sequence[str]) -> str:
     if not rows:
         return ""
     return (
-        "<h2>Half-open probe</h2><table id='probe-table'><thead><tr><th>configuration</th><th>connections</th>"
-        "<th>closed (eof)</th><th>reset</th><th>still open</th><th>refused</th><th>last closed after</th>"
-        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        "<h2>Half-open probe</h2><div class='wide'><table id='probe-table'><thead><tr><th>configuration</th>"
+        "<th>connections</th><th>closed (eof)</th><th>reset</th><th>still open</th><th>refused</th>"
+        f"<th>last closed after</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
@@ -213,9 +218,9 @@ def _guard_table(results: dict, order: Sequence[str]) -> str:
     if not rows:
         return ""
     return (
-        "<h2>Safeguards</h2><table id='guard-table'><thead><tr><th>configuration</th><th>trial</th><th>guard</th>"
-        "<th>tripped at (s into the trial)</th><th>what it saw</th><th>what the run stopped</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        "<h2>Safeguards</h2><div class='wide'><table id='guard-table' class='text'><thead><tr><th>configuration</th>"
+        "<th>trial</th><th>guard</th><th>tripped at (s into the trial)</th><th>what it saw</th>"
+        f"<th>what the run stopped</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
@@ -248,20 +253,36 @@ def render(results: dict, series: dict[str, RunSeries]) -> str:
         rows=_rows(results, order, colors),
         readback=(f'<p class="notes" id="readback">{html.escape(note)}</p>' if note else "") + _hits_lines(results),
         trials=trial_points(results, order, colors) + impact_points(results, order, colors),
-        plots=plots(series, colors, results.get("hops")),
-        hops=_guard_table(results, order) + _hop_table(results, order) + _offered_table(results, order)
-        + _probe_table(results, order),
-        notes=html.escape(" ".join(results.get("notes", []))),
+        plots=plots(series, colors, results.get("hops"), deadline_s=_deadline_s(results)),
+        guards=_guard_table(results, order),
+        hops=_hop_table(results, order) + _offered_table(results, order) + _probe_table(results, order),
+        notes=_notes(results),
     )
 
 
+def _deadline_s(results: dict) -> float | None:
+    """The edge calls' deadline (the plan's `traffic.timeout_s`), when results.json knows the plan."""
+    traffic = (results.get("plan_spec") or {}).get("traffic") or {}
+    value = traffic.get("timeout_s")
+    return float(value) if isinstance(value, int | float) else None
+
+
 def _hits_lines(results: dict) -> str:
-    """What the trials' hits say when the fault did not land as predicted (`landing.summary`), under the table."""
+    """What the trials' hits say when the fault did not land as predicted (`landing.summary`), under the table,
+    one item per line."""
     lines = landing.summary(results.get("configs") or {})
     if not lines:
         return ""
-    body = "<br>".join(html.escape(line) for line in lines)
-    return f'<p class="notes" id="hits"><strong>{body}</strong></p>'
+    items = "".join(f"<li><strong>{html.escape(line)}</strong></li>" for line in lines)
+    return f'<ul class="notes" id="hits">{items}</ul>'
+
+
+def _notes(results: dict) -> str:
+    """results.json's `notes` at the foot, one item per note, leaving out the hit lines already shown under the
+    table (`notes` starts with the same `landing.summary` lines); nothing when no note is left."""
+    shown = set(landing.summary(results.get("configs") or {}))
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in results.get("notes") or [] if n not in shown)
+    return f'<h2>Notes</h2><ul class="notes" id="notes">{items}</ul>' if items else ""
 
 
 def write_outputs(

@@ -21,9 +21,12 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from harness.core.errors import BadInput, RunFailed
+import pydantic
+
+from harness.core.errors import BadInput, DrillError, RunFailed
 from harness.demo.downstream import DEMO_SERVICE
 from harness.demo.proto import drill_pb2
+from harness.drills.plan.stack import EDGE_FORMS, EdgeSpec
 
 #: The four call kinds, as gRPC names them (request stream × response stream).
 UNARY = "unary"
@@ -143,6 +146,14 @@ class InputNames:
     address: str = "the edge at"
     #: the alternatives to name when reflection is off
     sources: str = "give proto or descriptor_set"
+    message_rate: str = "stack.edge.message_rate"
+    proto_path: str = "stack.edge.proto_path"
+    #: the input that holds the address, when it is refused before anything is called
+    address_key: str = "stack.edge.address"
+
+    def of_field(self, field: str) -> str:
+        """The input a field of a stack's `EdgeSpec` came from (`request` -> `--drill-request` for Locust)."""
+        return {"address": self.address_key}.get(field) or getattr(self, field, None) or f"{self.edge}.{field}"
 
 
 STACK_NAMES = InputNames()
@@ -162,14 +173,32 @@ class MethodSpec:
     message_rate: float | None = None
 
 
-def resolve_edge(spec) -> EdgeCall:
-    """The stack edge the runner's own load calls, of any kind (`resolve_call` with the stack's key names).
+def edge_spec(fields: dict[str, Any], names: InputNames = STACK_NAMES) -> EdgeSpec:
+    """`fields` checked as a stack file's `stack.edge` is checked (`EdgeSpec`: address, method, request of
+    objects, message rate, one type source), each problem naming its input by `names`, on one line.
 
-    A `message_rate` on a method whose request is one message is bad input here (a stack file says what
-    it means; the Locust user's option stays a default for whatever method it is given)."""
-    call = resolve_call(spec)
+    The Locust user for any service builds its edge here from its options, so its options and a stack file's
+    keys take and refuse the same values."""
+    try:
+        return EdgeSpec.model_validate({k: v for k, v in fields.items() if v is not None})
+    except pydantic.ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else ""
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "string_pattern_mismatch":
+                msg = f"{err['input']!r}: {EDGE_FORMS.get(field, msg)}"
+            problems.append(f"{names.of_field(field)}: {msg}" if field else msg)
+        raise BadInput("; ".join(dict.fromkeys(problems))) from None
+
+
+def resolve_edge(spec, *, names: InputNames = STACK_NAMES) -> EdgeCall:
+    """The edge a load calls, of any kind: `resolve_call`, and a `message_rate` only where the method's
+    request is a stream (on a method that sends one message a rate means nothing: bad input, never a
+    silent default). The runner's stack edge and the Locust user for any service both come here."""
+    call = resolve_call(spec, names=names)
     if getattr(spec, "message_rate", None) and not call.streams_in:
-        raise BadInput(f"{STACK_NAMES.edge}.message_rate: {call.method.lstrip('/')} is a "
+        raise BadInput(f"{names.message_rate}: {call.method.lstrip('/')} is a "
                        f"{call.kind.replace('_', '-')} method: it sends one message (a rate is for a client-"
                        "streaming or bidi method's list of messages)")  # fmt: skip
     return call
@@ -226,8 +255,8 @@ def encode_request(cls, request: Any, kind: str, name: str = STACK_NAMES.request
             raise BadInput(f"{where} must be a JSON object ({type_name}), not {type(value).__name__}")
         try:
             return json_format.ParseDict(value, cls()).SerializeToString()
-        except json_format.ParseError as exc:
-            raise BadInput(f"{where} does not fit {type_name}: {exc}") from None
+        except json_format.ParseError as exc:  # its text may run over two lines ("Available Fields…")
+            raise BadInput(f"{where} does not fit {type_name}: {one_line(str(exc))}") from None
 
     if kind in CLIENT_STREAMS:
         items = request if isinstance(request, list) else [request]
@@ -236,6 +265,12 @@ def encode_request(cls, request: Any, kind: str, name: str = STACK_NAMES.request
         raise BadInput(f"{name}: a {kind.replace('_', '-')} method takes one message (a JSON object), "
                        f"not a list of {len(request)}")  # fmt: skip
     return one(request, name)
+
+
+def one_line(text: str, limit: int = 400, sep: str = " ") -> str:
+    """`text`'s lines joined on one by `sep` (an error of ours is one line), cut at `limit` characters."""
+    joined = sep.join(part.strip() for part in text.splitlines() if part.strip())
+    return joined if len(joined) <= limit else joined[: limit - 1] + "…"
 
 
 def _source(spec) -> str:
@@ -272,10 +307,10 @@ def _pool(spec, names: InputNames):
 
     channel = grpc.insecure_channel(spec.address)
     try:
-        grpc.channel_ready_future(channel).result(timeout=10)
-    except grpc.FutureTimeoutError:
+        _wait_ready(channel, spec.address, names)
+    except DrillError:
         channel.close()
-        raise RunFailed(f"cannot reach {names.address} {spec.address} for server reflection (10 s)") from None
+        raise
     database = ProtoReflectionDescriptorDatabase(channel)
     try:
         database.get_services()
@@ -284,6 +319,58 @@ def _pool(spec, names: InputNames):
         raise BadInput(f"{names.edge}: {spec.address} offers no server reflection ({err.code().name}); "
                        f"{names.sources}") from None  # fmt: skip
     return _ReflectionPool(database, channel)
+
+
+#: How long reflection waits for the address to serve gRPC (a service still starting gets this long)
+REACH_S = 10.0
+#: HTTP/2's client connection preface and an empty SETTINGS frame: what a gRPC client sends first
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _wait_ready(channel, address: str, names: InputNames) -> None:
+    """Until the channel is ready (REACH_S at most); a port that answers but not as a gRPC server is said so at
+    once (bad input: waiting will not change it), one that nothing answers on is "cannot reach" (exit 1)."""
+    import time
+
+    import grpc
+
+    ready = grpc.channel_ready_future(channel)
+    deadline = time.monotonic() + REACH_S
+    while True:
+        try:
+            ready.result(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+            return
+        except grpc.FutureTimeoutError:
+            pass
+        what = speaks_http2(address)
+        if what is False:
+            raise BadInput(f"{names.address_key}: {address} answered, but not as a gRPC server (no HTTP/2 "
+                           "settings in reply to a client's preface; gRPC over TLS is not supported)")  # fmt: skip
+        if time.monotonic() >= deadline:
+            why = "nothing accepts a connection there" if what is None else "it does not become ready"
+            raise RunFailed(f"cannot reach {names.address} {address} for server reflection ({why}, "
+                            f"{REACH_S:g} s)")  # fmt: skip
+
+
+def speaks_http2(address: str, timeout_s: float = 1.0) -> bool | None:
+    """Whether the server at HOST:PORT answers a plaintext HTTP/2 client as every gRPC server does, with a
+    SETTINGS frame: True; False when it answered otherwise or closed the connection at once; None when no
+    connection could be made or it stayed silent (nothing to tell yet)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+            sock.sendall(_H2_PREFACE)
+            head = b""
+            while len(head) < 9:
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    return False  # closed without a frame
+                head += chunk
+    except (OSError, ValueError):  # refused, unreachable, silent (timeout), or not HOST:PORT
+        return None
+    return head[3] == 0x4  # the frame type of the server's first frame: SETTINGS
 
 
 class _FilePool:
@@ -345,8 +432,31 @@ def _compile(spec, names: InputNames) -> bytes:
         import importlib.resources
 
         well_known = str(importlib.resources.files("grpc_tools") / "_proto")
-        code = protoc.main(["protoc", *includes, f"-I{well_known}", "--include_imports",
-                            f"--descriptor_set_out={out}", str(proto)])  # fmt: skip
+        args = ["protoc", *includes, f"-I{well_known}", "--include_imports", f"--descriptor_set_out={out}",
+                str(proto)]  # fmt: skip
+        code, said = _stderr_of(lambda: protoc.main(args))
         if code != 0 or not out.exists():
-            raise BadInput(f"{names.proto}: {proto} does not compile (protoc exit {code})")
+            why = f": {one_line(said, sep='; ')}" if said.strip() else ""
+            raise BadInput(f"{names.proto}: {proto} does not compile (protoc exit {code}){why}")
         return out.read_bytes()
+
+
+def _stderr_of(run: Callable[[], Any]) -> tuple[Any, str]:
+    """`run()`'s result and what it wrote to file descriptor 2 meanwhile: protoc (C++) writes its errors there
+    itself, and our error is one line that carries them."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as captured:
+            os.dup2(captured.fileno(), 2)
+            try:
+                result = run()
+            finally:
+                os.dup2(saved, 2)
+            captured.seek(0)
+            return result, captured.read().decode("utf-8", "replace")
+    finally:
+        os.close(saved)

@@ -27,6 +27,7 @@ import os
 import pathlib
 import signal
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import grpc
@@ -146,10 +147,10 @@ class RunningStack:
         config = self._config(variant.name)
         workdir.mkdir(parents=True, exist_ok=True)
         if config.switch:
-            self.log(f"[{config.name}] switching the stack: {config.switch}")
+            self.log(f"[{config.name}] switching the stack (at most {config.switch_timeout_s:g} s): {config.switch}")
             await run_switch(config, trial, workdir / "switch.log")
         self.switches.append(config.name)
-        await wait_ready(self.stack.edge.address, config)
+        await wait_ready(self.stack.edge.address, config, say=lambda text: self.log(f"[{config.name}] {text}"))
         self.log(f"[{config.name}] the edge {self.stack.edge.address} serves ({config.ready.checks} health checks)")
 
     def edge(self) -> list[str]:
@@ -159,6 +160,10 @@ class RunningStack:
         if self._edge_call is None:  # typed once the edge serves: reflection needs it up (the aio load only)
             self._edge_call = resolve_edge(self.stack.edge)
         return self._edge_call
+
+    def use_call(self, call: EdgeCall) -> None:
+        """The edge call the preflight already resolved (from a file, or by reflection once the edge served)."""
+        self._edge_call = call
 
     def endpoints(self) -> list[tuple[str, str]]:
         return [(h.name, url) for h in self.stack.hops for url in h.metrics]
@@ -256,15 +261,25 @@ async def run_switch(config: StackConfig, trial: int, log_path: pathlib.Path) ->
         )
 
 
-async def wait_ready(address: str, config: StackConfig) -> None:
+#: How often a wait for the edge says it is still waiting (and what the last check saw).
+WAIT_PROGRESS_S = 5.0
+
+
+async def wait_ready(address: str, config: StackConfig, say: Callable[[str], None] | None = None) -> None:
     """The edge's gRPC health check (service "") SERVING `checks` times in a row, within the timeout.
 
     A server without the health service answers UNIMPLEMENTED: it is up and speaks gRPC, which is all a
-    check can tell of it, so that counts as serving.
+    check can tell of it, so that counts as serving. `say` hears at once what is awaited and for how long at
+    most, then every `WAIT_PROGRESS_S` while it is not there yet: a stack that is down is never a silent wait.
     """
     ready = config.ready
-    deadline = time.monotonic() + ready.timeout_s
+    started = time.monotonic()
+    deadline = started + ready.timeout_s
     streak, last = 0, "no answer yet"
+    said = started
+    if say is not None:
+        say(f"waiting for the edge {address} to pass its gRPC health check {ready.checks} time"
+            f"{'s' if ready.checks > 1 else ''} in a row (at most {ready.timeout_s:g} s)")  # fmt: skip
     async with grpc.aio.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
@@ -277,6 +292,11 @@ async def wait_ready(address: str, config: StackConfig) -> None:
             streak = streak + 1 if ok else 0
             if streak >= ready.checks:
                 return
+            now = time.monotonic()
+            if say is not None and now - said >= WAIT_PROGRESS_S and now < deadline:
+                said = now
+                say(f"still waiting for the edge {address}: {now - started:.0f} of {ready.timeout_s:g} s "
+                    f"(last: {last})")  # fmt: skip
             if time.monotonic() >= deadline:
                 raise StackError(
                     f"{config.name}: the edge {address} did not pass {ready.checks} health checks in a row within "

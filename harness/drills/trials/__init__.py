@@ -2,8 +2,9 @@
 
 Owns: the runner (`runner.Runner`: the stack up, the load, a reading each second, the series analysed
 and the outputs written, interleaved trials, cleanup on every path), the guards watched while a trial runs
-(`guard`) and what a trip does to it (`trip`), the dry run that says what a run would do (`dryrun`), and
-the live view on the terminal (`live`).
+(`guard`) and what a trip does to it (`trip`), the run's preflight — every check before its first fault, each
+with its verdict (`preflight`) — the dry run that prints it and says what a run would do (`dryrun`), and the
+live view on the terminal (`live`).
 
 May import: every stage below it (`report`, `analysis`, `load`, `readings`, `stack`, `plan`) and
 `harness.procs`, `harness.dashboards` (Grafana annotations), `harness.core`.

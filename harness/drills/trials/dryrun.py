@@ -1,35 +1,32 @@
 """`drill run PLAN --dry-run`: what a run would do, checked against the stack, without doing any of it.
 
-It loads the plan, the `--fail-on` conditions and the outputs' directory exactly as a
-run does (the same one-line errors, the same exit codes), then prints the timeline of
+It takes the run's preflight (`trials.preflight`: the same checks, in the same order, the same one-line
+errors and exit codes; a bad input is refused before anything is printed) and prints the timeline of
 every trial, the planned load, the expected hits of each configuration's trials (the
 ids the aio load will tag, `load.schedule.tagged_ids`, through the hit function
 `harness.core.faults.is_hit`: what `drill hits` says for them, and what a real run
-with the same seed reports as `hits.expected`), the guards and how long the run will
-take. Against a running **stack** it checks what a trial needs from it: the edge
-answers its health check and its method and request resolve (server reflection, a
-descriptor set or a .proto), each hop's `/metrics` answers or its selector names a
-target the stack's Prometheus scrapes, and a `prometheus` guard's expression parses
-and is quiet. It runs no switch, emergency-stop or audit command and sends no drill
-call: health checks and reflection are probes the interceptors pass untouched, outside
-every drill series. The **local topology** is started by each trial of a run with that
-trial's configuration, so a dry run starts nothing (no process, no port) and writes
-nothing: everything those processes take is in the plan it checked.
+with the same seed reports as `hits.expected`), the guards, each check's verdict as it is decided
+(a wait for the edge says what it waits for at once) and how long the run will take. It runs no
+switch, emergency-stop or audit command and sends no drill call: health checks and reflection are
+probes the interceptors pass untouched, outside every drill series. The **local topology** is
+started by each trial of a run with that trial's configuration, so a dry run starts none of it; the
+one process it may start is a Prometheus under `--prometheus auto`, for a moment, to ask each guard
+that asks the run's Prometheus. What it writes to prove `--out` writable, it removes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import pathlib
 import shutil
+from collections.abc import Callable
 
-from harness.core.errors import BadInput, GuardTripped, RunFailed
 from harness.core.faults import is_hit
 from harness.drills.load.schedule import calls_of, ids_digest, planned_rps, request_id, tagged_ids, users
 from harness.drills.plan.guards import PrometheusGuard, WallClockGuard
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.trials.guard import describe, name_of, prometheus_guards
+from harness.drills.trials.preflight import Preflight, prometheus_binary
 
 #: Seconds a local trial takes beyond its phases: the chain's start and stop, the load's start on the next
 #: whole second, the last calls and the final reads. The saved 9-trial retry-storm runs took 4.1–5.5 s per
@@ -68,90 +65,13 @@ def _duration(seconds: float) -> str:
     return f"{m} min {s} s" if m else f"{s} s"
 
 
-# --- checks against a running stack ---------------------------------------------------------------
-async def check_stack(plan: Plan) -> list[str]:
-    """What a trial needs from a running stack, asked once; raises what a run would (exit 1 or 2)."""
-    from harness.drills.readings.scraper import fetch, reduce_text
-    from harness.drills.stack.edge import resolve_edge
-    from harness.drills.stack.targets import wait_ready
-
-    stack = plan.stack
-    said = []
-    config = stack.configs[0]  # its readiness probe, as the first trial asks it (after a switch a dry run skips)
-    await wait_ready(stack.edge.address, config)
-    said.append(f"edge {stack.edge.address}: passes its gRPC health check {config.ready.checks} times in a row")
-    if stack.load is None:  # the runner's own load types the request; a command's load does its own
-        call = await asyncio.to_thread(resolve_edge, stack.edge)
-        source = ("descriptor set" if stack.edge.descriptor_set else ".proto" if stack.edge.proto
-                  else "server reflection")  # fmt: skip
-        said.append(f"edge method {call.describe()} and its request resolve by {source}")
-    for hop in stack.hops:
-        for url in hop.metrics:
-            try:
-                text = await fetch(url, timeout_s=5.0)
-            except (OSError, asyncio.TimeoutError, TimeoutError) as exc:
-                raise RunFailed(f"hop {hop.name}: /metrics at {url} does not answer ({exc or 'timeout'})") from None
-            switch = _switch(text)
-            snap = reduce_text(text, config=None, service=hop.name, edge=False)
-            said.append(f"hop {hop.name}: {url} answers ({len(snap)} drill series{switch})")
-        if hop.selector:
-            said.append(f"hop {hop.name}: " + await asyncio.to_thread(_selector, stack.prometheus, hop.selector))
-    if stack.load is not None and stack.load.selector:
-        from harness.procs.prometheus import api_get
-
-        await asyncio.to_thread(api_get, stack.prometheus, "query", [("query", "vector(1)")], 10.0)
-        said.append(f"load read from {stack.prometheus} by {stack.load.selector} after each trial")
-    return said
-
-
-def _switch(text: str) -> str:
-    """`, injection on|OFF` from a hop's `drill_fault_switch` (empty when it exports none)."""
-    values = [line.rsplit(" ", 1)[-1] for line in text.splitlines() if line.startswith("drill_fault_switch")]
-    if not values:
-        return ""
-    on = any(v.strip() not in ("0", "0.0") for v in values)
-    return ", injection on" if on else ", injection OFF (its switch is off or its emergency stop tripped)"
-
-
-def _selector(url: str, selector: str) -> str:
-    """How many targets a hop's selector names in the stack's Prometheus (`up{…}`); none is a failed run."""
-    from harness.procs.prometheus import api_get
-
-    result = api_get(url, "query", [("query", f"up{selector}")], 10.0)["result"]
-    up = sum(1 for r in result if r["value"][1] == "1")
-    if not result:
-        raise RunFailed(f"selector {selector} names no target {url} scrapes (up{selector} is empty)")
-    return f"{selector}: {len(result)} target{'s' if len(result) > 1 else ''} in {url}, {up} up"
-
-
-def check_prometheus_guards(plan: Plan, run_url: str | None) -> list[str]:
-    """Ask each `prometheus` guard once: a bad expression is bad input, one that already returns series would
-    trip in a run's first second (exit 5, as the run would end)."""
-    from harness.procs.prometheus import PrometheusError, api_get
-
-    said = []
-    for g, url in prometheus_guards(plan, run_url):
-        if not url.startswith(("http://", "https://")):
-            said.append(f"guard {name_of(g)}: asked of the Prometheus the run starts (--prometheus auto)")
-            continue
-        try:
-            result = api_get(url, "query", [("query", g.expr)], 10.0)["result"]
-        except PrometheusError as exc:
-            if "bad_data" in str(exc):
-                raise BadInput(f"guard {name_of(g)!r}: {url} refuses the expression: {exc}") from None
-            raise
-        if result:
-            raise GuardTripped(f"guard {name_of(g)!r} would trip in the first second: {g.expr!r} already returns "
-                               f"{len(result)} series at {url}")  # fmt: skip
-        said.append(f"guard {name_of(g)}: {url} answers {g.expr!r} with nothing (quiet now)")
-    return said
-
-
 # --- the printout -----------------------------------------------------------------------------------
-def report(plan: Plan, *, checks: list[str], out: str, prometheus: str, grafana: str | None) -> str:
-    """The dry run's text: plan, load, timeline of every trial, expected hits, guards, checks, duration."""
+def head(plan: Plan, *, command: str | None = None, asks_prometheus: bool = False) -> str:
+    """The dry run's text before its checks: plan, load, timeline of every trial, expected hits, guards."""
     ph, tr, f = plan.phases, plan.traffic, plan.fault
-    lines = [f"drill run {plan.name} --dry-run: nothing was started, switched or sent", ""]
+    command = command or f"drill run {plan.name}"
+    started = "nothing was started (but a Prometheus, for the guards)" if asks_prometheus else "nothing was started"
+    lines = [f"{command} --dry-run: {started}, switched or sent", ""]
     source = os.path.relpath(plan.source) if plan.source and not os.path.relpath(plan.source).startswith("..") else (
         plan.source or "built in")  # fmt: skip
     lines.append(f"plan      {plan.name} ({source}), seed {plan.seed}, {plan.trials} trial"
@@ -178,14 +98,7 @@ def report(plan: Plan, *, checks: list[str], out: str, prometheus: str, grafana:
                  f"{ph.warmup + ph.fault:g} · recovery {ph.warmup + ph.fault:g}–{ph.total:g}")  # fmt: skip
     lines += ["", _trials_table(plan), ""]
     lines += _hits_lines(plan)
-    lines += [""] + _guard_lines(plan) + [""]
-    lines.append("checks")
-    lines.append(f"  ok  the plan, its {len(plan.variants)} configuration{'s' if len(plan.variants) > 1 else ''} and "
-                 "the --fail-on conditions")  # fmt: skip
-    lines.append(f"  ok  --out {out}: a directory a run can write")
-    lines += [f"  ok  {c}" for c in checks]
-    lines += [f"  --  {c}" for c in _not_run(plan, prometheus, grafana)]
-    lines += ["", _duration_line(plan)]
+    lines += [""] + _guard_lines(plan)
     return "\n".join(lines)
 
 
@@ -270,11 +183,9 @@ def _not_run(plan: Plan, prometheus: str, grafana: str | None) -> list[str]:
         if plan.stack.audit is not None and plan.stack.audit.command:
             out.append(f"audit command (not run): {plan.stack.audit.command}")
     if prometheus == "auto":
-        found = shutil.which(os.environ.get("DRILL_PROMETHEUS_BIN", "prometheus"))
-        out.append("--prometheus auto: " + (f"{found} (not started)" if found else "no prometheus on PATH: a run "
-                                             "goes on without the cross-check"))  # fmt: skip
-    elif prometheus not in ("off", "", None):
-        out.append(f"--prometheus {prometheus}: read back after the run (not contacted)")
+        found = shutil.which(prometheus_binary())
+        none = "no prometheus on PATH: a run goes on without the cross-check"
+        out.append("--prometheus auto: " + (f"{found}, started by the run to watch it" if found else none))
     if grafana:
         out.append(f"--grafana {grafana}: annotations posted during the run (not contacted)")
     return out
@@ -293,31 +204,35 @@ def _duration_line(plan: Plan) -> str:
             f"phases, plus each trial's readiness checks{extra} and the reads after it")  # fmt: skip
 
 
-def dry_run(plan: Plan, *, out: str, prometheus: str, grafana: str | None) -> str:
-    """Check what a run needs (raising what it would raise) and return the printout."""
-    checks = []
-    run_url = prometheus if prometheus.startswith(("http://", "https://")) else None
+def dry_run(plan: Plan, preflight: Preflight, *, prometheus: str, grafana: str | None,
+            command: str | None = None, say: Callable[[str], None] = print) -> None:
+    """Print what a run would do, then its preflight's checks as each is decided (the local ones already
+    passed: a bad input is refused before anything is printed), what it does not run, and the duration.
+    A failing check raises what the run would raise, after its line."""
+    asks = prometheus == "auto" and any(url == "auto" for _, url in prometheus_guards(plan, "auto"))
+    say(head(plan, command=command, asks_prometheus=asks))
+    say("")
+    say("checks")
+    for v in preflight.verdicts:
+        say(preflight.format(v))
+    preflight.say = say
+    run_url = prometheus if prometheus not in ("off", "auto", "") else None
+    if asks:
+        say("        --prometheus auto: starting a Prometheus for a moment to ask each guard (stopped after)")
+        from harness.procs.prometheus import LocalPrometheus
+
+        with LocalPrometheus() as prom:  # a temporary TSDB, removed on stop
+            preflight.sources(prom.url)
+    else:
+        preflight.sources(run_url)
     if plan.stack is not None:
-        checks += asyncio.run(check_stack(plan))
-    elif prometheus == "auto":
-        run_url = "auto"
-    checks += check_prometheus_guards(plan, run_url)
-    return report(plan, checks=checks, out=out, prometheus=prometheus, grafana=grafana)
+        asyncio.run(_stack(preflight))
+    for c in _not_run(plan, prometheus, grafana):
+        say(f"  --  {c}")
+    say("")
+    say(_duration_line(plan))
 
 
-def writable_dir(text: str) -> pathlib.Path:
-    """`--out` as a run would take it, without creating it: a directory, or one that can be created."""
-    out = pathlib.Path(text)
-    if out.exists():
-        if not out.is_dir():
-            raise BadInput(f"--out {text}: exists and is not a directory (results.json, report.html and logs/ go "
-                           "there)")  # fmt: skip
-        if not os.access(out, os.W_OK):
-            raise BadInput(f"--out {text}: not writable")
-        return out
-    parent = out.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise BadInput(f"--out {text}: cannot create it: Permission denied")
-    return out
+async def _stack(preflight: Preflight) -> None:
+    await preflight.wait_edge()
+    await preflight.stack()

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from harness.core import metrics as m
+from harness.core.errors import DrillError as BaseDrillError
 from harness.core.errors import RunFailed
 from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.drills.analysis import landing
@@ -40,6 +41,7 @@ from harness.drills.readings.series import RunSeries, build_series, reduce_famil
 from harness.drills.report.page import write_outputs
 from harness.drills.stack.targets import target_for
 from harness.drills.trials.guard import prometheus_guards
+from harness.drills.trials.preflight import Preflight
 from harness.drills.trials.trip import TrialGuard
 from harness.procs.spawn import python_env, spawn, stop_processes
 
@@ -131,8 +133,12 @@ class Runner:
         log: Callable[[str], None] = print,
         prometheus: object | None = None,
         annotator: DrillAnnotator | None = None,
+        preflight: Preflight | None = None,
     ) -> None:
         self.plan = plan
+        #: the run's preflight: its stack checks are asked after each configuration's first switch, before its
+        #: first load (trials.preflight; None: a caller that took its own)
+        self.preflight = preflight
         #: posts phase changes and each trial's fault window to Grafana (`drill run --grafana`)
         self.annotator = annotator
         self.out = out
@@ -177,6 +183,13 @@ class Runner:
         fault_gauge = m.FAULT_ACTIVE.labels(plan.name)
         try:
             await target.up(variant, trial, workdir)
+            # before this configuration's first fault; not after a guard's trip, whose emergency stop turned the
+            # services' injection off on purpose (one way: the trials that follow show what that left)
+            tripped = any(s.guard for trials in self.series.values() for s in trials)
+            if self.preflight is not None and target.kind == "stack" and not tripped:
+                await self.preflight.stack(variant)
+                if self.preflight.edge_call is not None:
+                    target.use_call(self.preflight.edge_call)
             tr, fault = variant.traffic, variant.fault
             if plan.stack is not None and plan.stack.load is not None:  # the stack's own load, by command
                 load = CommandLoad(
@@ -405,7 +418,7 @@ class Runner:
         for sig in SIGNALS:
             loop.add_signal_handler(sig, interrupt, sig)
         started = time.time()
-        failed: RunFailed | None = None
+        failed: BaseDrillError | None = None
         try:
             for trial in range(1, plan.trials + 1):  # interleaved: A B C A B C …
                 for i, variant in enumerate(plan.variants):
@@ -413,7 +426,7 @@ class Runner:
                         continue
                     try:
                         series = await self.run_config(variant, i, trial)
-                    except RunFailed as exc:  # a late failure keeps what was measured before it
+                    except BaseDrillError as exc:  # a late failure keeps what was measured before it
                         failed = exc
                         self.failed = {"config": variant.name, "trial": trial, "error": str(exc).splitlines()[0]}
                         break
@@ -445,8 +458,9 @@ class Runner:
         self.log(f"[{name}] trial {trial} skipped: a guard stopped its trial {earlier[0]} (guard.after_trip: skip)")
         return True
 
-    def _keep_finished(self, started: float, failed: RunFailed) -> None:
-        """Write the trials that finished before `failed` (marked as such), then fail the run (exit 1)."""
+    def _keep_finished(self, started: float, failed: BaseDrillError) -> None:
+        """Write the trials that finished before `failed` (marked as such), then fail the run with `failed`'s exit
+        code (1 for a failed run; a later configuration's preflight may refuse with 2 or 4)."""
         where = f"{self.failed['config']} trial {self.failed['trial']}"
         if not any(self.series.values()):
             raise failed
@@ -455,7 +469,7 @@ class Runner:
         results.notes.append(f"the run stopped at {where}: {self.failed['error']}")
         write_outputs(self.out, results.model_dump(), {n: s for n, s in self.series.items() if s})
         done = sum(len(s) for s in self.series.values())
-        raise RunFailed(
+        raise type(failed)(
             f"{self.failed['error']} (at {where}); the {done} finished trial{'s' if done != 1 else ''} are in "
             f"{self.out / 'results.json'} (drill analyze --series {self.out / 'series.json'} re-analyses them)"
         ) from None

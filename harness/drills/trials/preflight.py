@@ -1,0 +1,416 @@
+"""The run's preflight: every check a drill needs before its first fault, in one list, each with its verdict.
+
+`drill run --dry-run` prints the list; `drill run` takes the same checks, in the same order, and stops at
+the first that fails, before any trial's load sends a directive. Each check says `ok`, `warn` (the run
+goes on; the line says what will not work as the plan reads) or `fail`. Three stages:
+
+1. `local()`: what needs no network — the plan and `--fail-on` (already loaded by the caller), `--out`
+   (created, a file written and removed in it), the URLs the run will ask (well-formed), which Prometheus
+   each `prometheus` guard asks, a guard that cannot trip within a trial, the edge's type from a .proto or
+   descriptor set, and each directive's `@after`/`@read` against the method's kind where that is known
+   without the network (the demo's methods, a file's). A fail here is the only line printed.
+2. `sources(run_url)`: the Prometheus servers the run reads — the stack's (its selectors) and each guard's —
+   answer; each guard's expression parses, returns an instant vector (`resultType`) and is quiet. Before
+   the first switch: a switch command starts services, never the Prometheus that measures them, so a stack
+   the run cannot measure is never switched, let alone faulted. Under `--prometheus auto` a run starts its
+   Prometheus first and asks it; a dry run starts one for those questions only and stops it at once (it is
+   the one process a dry run starts, and only for a guard that asks it).
+3. `stack(variant)`: once the edge serves (after a configuration's switch and ready probe; in a dry run, the
+   first configuration's ready probe) — the edge's method resolves by reflection, its kind against the
+   directive's options, each hop's `/metrics` answers under the hop's name with injection on (or its
+   selector names a target that is up, with its `drill_fault_switch` not 0).
+
+Exit codes of a fail (harness.core.errors; the same in a dry run and a run, contracts §11):
+- 2, bad input: the user's plan or flags cannot work (a wrong-kind directive, a malformed URL, an
+  unwritable `--out`, a guard expression Prometheus refuses or that is not an instant vector, a guard
+  with no Prometheus to ask). Nothing was started because of it.
+- 1, the run failed: a data source does not answer (a Prometheus, a hop's `/metrics`, the edge). The plan
+  may be right; the world is not there.
+- 4, the fault would not land as planned: the dry run can already tell (the hop that must inject calls
+  itself `drill`, the default, or another name than the plan's target; injection is off on the target or
+  on a hop before it, which then forwards nothing). That is the code the run would end with after its
+  trials (`FaultNotLanded`): refusing before the first fault gives the same answer without hurting users.
+- 5, a guard would stop the drill: a `prometheus` guard already returns series, so it would trip in the
+  first second of every trial.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import pathlib
+import shutil
+import tempfile
+from collections.abc import Callable
+
+from harness.core.errors import BadInput, DrillError, FaultNotLanded, GuardTripped, RunFailed
+from harness.core.faults import Directive, Kind, parse_directive
+from harness.drills.plan.guards import ErrorRateGuard, url_problem
+from harness.drills.plan.model import Plan, Variant
+from harness.drills.stack.edge import DEMO_KINDS, UNARY, EdgeCall
+from harness.drills.trials.guard import name_of, prometheus_guards
+
+#: The error each exit code of a failed check raises (one line, `harness.cli` prints it).
+ERRORS: dict[int, type[DrillError]] = {1: RunFailed, 2: BadInput, 4: FaultNotLanded, 5: GuardTripped}
+#: How long one question to a Prometheus or a hop's /metrics may take in the preflight.
+ASK_TIMEOUT_S = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """One check's verdict: `ok`, `warn`, `fail` (with the exit code it raises) or `--` (named, not run)."""
+
+    status: str
+    text: str
+    code: int = 0
+
+    def line(self) -> str:
+        return f"  {self.status}  {self.text}"
+
+
+class Preflight:
+    """The checks of one run, in order; `verdicts` holds what each said. A fail raises its exit code's error."""
+
+    def __init__(self, plan: Plan, *, out: str, prometheus: str = "off", dry: bool = False,
+                 say: Callable[[str], None] | None = None) -> None:  # fmt: skip
+        self.plan = plan
+        self.out = out
+        self.prometheus = prometheus or "off"
+        #: a dry run leaves nothing behind (the --out it created for the check is removed again)
+        self.dry = dry
+        #: hears each verdict as it is given, and what a wait is waiting for (None: silent, e.g. before the
+        #: caller knows whether it will print at all)
+        self.say = say
+        self.verdicts: list[Verdict] = []
+        #: the edge's call, once resolved (from a file in `local`, by reflection in `stack`)
+        self.edge_call: EdgeCall | None = None
+        self._stacked: set[str] = set()
+
+    # -- verdicts -------------------------------------------------------------------------------
+    def format(self, v: Verdict) -> str:
+        return v.line() if self.dry else f"preflight {v.status}  {v.text}"
+
+    def _give(self, v: Verdict) -> None:
+        self.verdicts.append(v)
+        if self.say is not None:
+            self.say(self.format(v))
+        if v.status == "fail":
+            raise ERRORS[v.code](v.text)
+
+    def ok(self, text: str) -> None:
+        self._give(Verdict("ok", text))
+
+    def warn(self, text: str) -> None:
+        self._give(Verdict("warn", text))
+
+    def fail(self, text: str, code: int) -> None:
+        self._give(Verdict("fail", text, code))
+
+    def _progress(self, text: str) -> None:
+        if self.say is not None:
+            self.say(f"        {text}" if self.dry else f"preflight ..  {text}")
+
+    # -- 1. local --------------------------------------------------------------------------------
+    def local(self) -> None:
+        plan = self.plan
+        n = len(plan.variants)
+        self.ok(f"the plan, its {n} configuration{'s' if n > 1 else ''} and the --fail-on conditions")
+        self._urls()
+        self._guards_local()
+        self._edge_local()
+        self._out()  # last: a run creates it, and a refused input leaves nothing behind
+
+    def _out(self) -> None:
+        try:
+            writable_out(self.out, keep=not self.dry)
+        except BadInput as exc:
+            self.fail(str(exc), 2)
+        self.ok(f"--out {self.out}: a directory a run can write (a file was written there and removed)")
+
+    def _urls(self) -> None:
+        """Every URL the run will ask, well-formed: refused here as bad input, never sent as one."""
+        plan, p = self.plan, self.prometheus
+        if p not in ("off", "auto"):
+            problem = url_problem(p)
+            if problem:
+                self.fail(f"--prometheus: 'auto', 'off' or an http:// URL, got {p!r} ({problem})", 2)
+        stack = plan.stack
+        if stack is None:
+            return
+        named = [("stack.prometheus", stack.prometheus)] if stack.prometheus else []
+        named += [(f"stack.hops.{h.name}.metrics", url) for h in stack.hops for url in h.metrics]
+        named += [("stack.load.metrics", url) for url in (stack.load.metrics if stack.load else ())]
+        for key, url in named:
+            problem = url_problem(url)
+            if problem:
+                self.fail(f"{key}: {url!r} is not a URL a request can go to: {problem}", 2)
+
+    def _guards_local(self) -> None:
+        plan = self.plan
+        if plan.guard is None:
+            return
+        run_url = None if self.prometheus == "off" else self.prometheus
+        try:
+            asked = prometheus_guards(plan, run_url)
+        except BadInput as exc:
+            self.fail(str(exc), 2)
+        if self.prometheus == "auto" and shutil.which(prometheus_binary()) is None:
+            needing = [name_of(g) for g, url in asked if url == "auto"]
+            if needing:
+                self.fail(f"guard {needing[0]!r} asks the Prometheus --prometheus auto starts, and there is no "
+                          f"{prometheus_binary()!r} on PATH (Debian: apt-get install prometheus)", 2)  # fmt: skip
+        ph = plan.phases
+        for g in plan.guard.stop_when:
+            if isinstance(g, ErrorRateGuard) and g.for_s > ph.fault + ph.recovery:
+                self.warn(f"guard {name_of(g)}: needs {g.for_s} s in a row above {g.above:.0%}, and a trial has "
+                          f"{ph.fault + ph.recovery:g} s from fault on to its end: it cannot trip on the fault's "
+                          "errors")  # fmt: skip
+
+    def _edge_local(self) -> None:
+        plan = self.plan
+        stack = plan.stack
+        if stack is None:
+            for v in plan.variants:
+                first = not v.fault.target or v.fault.target == v.hops[0].name
+                # the demo's first hop serves the load's method; every hop behind it is called with a unary Call
+                kind = DEMO_KINDS[v.traffic.method] if first else UNARY
+                self._kind(v, kind, f"drill.v1.Demo/{v.traffic.method if first else 'Call'}")
+            return
+        if stack.edge.proto or stack.edge.descriptor_set:
+            from harness.drills.stack.edge import resolve_edge
+
+            self.edge_call = resolve_edge(stack.edge)  # bad input raises its one line (exit 2)
+            source = "descriptor set" if stack.edge.descriptor_set else ".proto"
+            self.ok(f"edge method {self.edge_call.describe()} and its request resolve by {source}")
+            self._stack_kinds()
+
+    def _kind(self, v: Variant, kind: str, method: str) -> None:
+        """Refuse an `@after`/`@read` the method's kind cannot have: the server counts it in
+        `drill_fault_rejected_total{reason="wrong_kind"}` and injects nothing (harness.core.faults)."""
+        d = _options(v.fault.directive)
+        if d is None:
+            return
+        refused = d.refusal_for(Kind(kind))
+        if refused is None:
+            self.ok(f"{v.name}: {v.fault.directive} fits {method.lstrip('/')} ({kind.replace('_', '-')})")
+            return
+        need = "a response stream (server-streaming or bidi)" if d.after and not Kind(kind).response_streaming \
+            else "a request stream (client-streaming or bidi)"  # fmt: skip
+        option = f"@after={d.after}" if d.after and not Kind(kind).response_streaming else f"@read={d.read}"
+        where = f"configuration {v.name}: " if len(self.plan.variants) > 1 else ""
+        self.fail(f"{where}fault.directive {v.fault.directive!r}: {option} needs {need}, and "
+                  f"{method.lstrip('/')} is a {kind.replace('_', '-')} method: the server would refuse every "
+                  f"call (drill_fault_rejected_total{{reason=\"{refused.value}\"}}) and inject nothing", 2)  # fmt: skip
+
+    def _stack_kinds(self) -> None:
+        """Each configuration's directive against the edge's kind, where the edge is the hop that injects."""
+        stack = self.plan.stack
+        for v in self.plan.variants:
+            if _options(v.fault.directive) is None:
+                continue
+            if v.fault.target and v.fault.target != stack.hops[0].name:
+                self.ok(f"{v.name}: {v.fault.directive} acts at {v.fault.target}, behind the edge: the method it "
+                        "serves there is that server's to check")  # fmt: skip
+                continue
+            self._kind(v, self.edge_call.kind, self.edge_call.method)
+
+    # -- 2. sources -----------------------------------------------------------------------------------
+    def sources(self, run_url: str | None) -> None:
+        """Every Prometheus the run reads answers, and every guard's expression is an instant vector that is
+        quiet now (`run_url`: the run's --prometheus, started or given; None without one)."""
+        from harness.procs.prometheus import PrometheusError, api_get
+
+        plan = self.plan
+        stack = plan.stack
+        if self.prometheus not in ("off", "auto") and run_url:
+            self._reach(run_url, "--prometheus: the run's cross-check is read from it")
+        if stack is not None and stack.prometheus:
+            why = [f"hop {h.name}'s selector" for h in stack.hops if h.selector]
+            why += ["the load's selector"] if stack.load is not None and stack.load.selector else []
+            if why:
+                self._reach(stack.prometheus, f"stack.prometheus: {', '.join(why)} read from it")
+        for g, url in prometheus_guards(plan, run_url) if plan.guard else []:
+            name = name_of(g)
+            try:
+                data = api_get(url, "query", [("query", g.expr)], ASK_TIMEOUT_S)
+            except PrometheusError as exc:
+                if "bad_data" in str(exc):
+                    self.fail(f"guard {name!r}: {url} refuses the expression: {exc}", 2)
+                self.fail(f"guard {name!r}: {exc}", 1)
+            kind = data.get("resultType") if isinstance(data, dict) else None
+            if kind != "vector":
+                self.fail(f"guard {name!r}: {g.expr!r} returns a {kind or 'non-vector'} at {url}, not an instant "
+                          "vector: a guard trips when its vector has series", 2)  # fmt: skip
+            if data.get("result"):
+                self.fail(f"guard {name!r} would trip in the first second: {g.expr!r} already returns "
+                          f"{len(data['result'])} series at {url}", 5)  # fmt: skip
+            self.ok(f"guard {name}: {url} answers {g.expr!r} with nothing (quiet now)")
+
+    def _reach(self, url: str, why: str) -> None:
+        from harness.procs.prometheus import PrometheusError, api_get
+
+        try:
+            api_get(url, "query", [("query", "vector(1)")], ASK_TIMEOUT_S)
+        except PrometheusError as exc:
+            self.fail(f"{exc} ({why}); nothing was switched or sent", 1)
+        self.ok(f"{url} answers ({why})")
+
+    # -- 3. the stack, once its edge serves ----------------------------------------------------------
+    async def wait_edge(self) -> None:
+        """A dry run's wait for the edge, as the first configuration's ready probe asks it (a run's own
+        waits follow each switch)."""
+        from harness.drills.stack.targets import wait_ready
+
+        stack = self.plan.stack
+        config = stack.configs[0]
+        try:
+            await wait_ready(stack.edge.address, config, say=self._progress)
+        except RunFailed as exc:
+            self.fail(str(exc), 1)
+        self.ok(f"edge {stack.edge.address}: passes its gRPC health check {config.ready.checks} times in a row")
+
+    async def stack(self, variant: Variant | None = None) -> None:
+        """What a trial needs of a running stack whose edge serves: its method's kind, each hop's series and
+        that the hop which must inject can (a run asks this once per configuration, after its first switch)."""
+        stack = self.plan.stack
+        if stack is None:
+            return
+        key = variant.name if variant is not None else ""
+        if key in self._stacked:
+            return
+        self._stacked.add(key)
+        needs_kind = any(_options(v.fault.directive) for v in self.plan.variants)
+        if self.edge_call is None and (stack.load is None or needs_kind):
+            from harness.drills.stack.edge import resolve_edge
+
+            self.edge_call = await asyncio.to_thread(resolve_edge, stack.edge)
+            self.ok(f"edge method {self.edge_call.describe()} and its request resolve by server reflection")
+            self._stack_kinds()
+        variants = [variant] if variant is not None else list(self.plan.variants)
+        for hop_index, hop in enumerate(stack.hops):
+            for url in hop.metrics:
+                await self._hop_metrics(hop.name, hop_index, url, variants)
+            if hop.selector:
+                await asyncio.to_thread(self._hop_selector, hop.name, hop_index, hop.selector, variants)
+
+    def _must_inject(self, hop_index: int, variants: list[Variant]) -> str | None:
+        """Why this hop's injection matters (it injects, or forwards to the hop that does), or None."""
+        names = self.plan.hop_names
+        for v in variants:
+            if not v.fault.directive:
+                continue
+            target = names.index(v.fault.target) if v.fault.target in names else 0
+            if hop_index == target:
+                return "the hop that injects"
+            if hop_index < target:
+                return f"in front of {names[target]}, the hop that injects: a hop with injection off forwards no " \
+                       "directive"  # fmt: skip
+        return None
+
+    async def _hop_metrics(self, name: str, index: int, url: str, variants: list[Variant]) -> None:
+        from harness.drills.analysis.landing import Gates
+        from harness.drills.readings.scraper import fetch, reduce_text
+
+        try:
+            text = await fetch(url, timeout_s=5.0)
+        except (OSError, asyncio.TimeoutError, TimeoutError) as exc:
+            self.fail(f"hop {name}: /metrics at {url} does not answer ({exc or 'timeout'}): the run cannot "
+                      "measure it; nothing was sent", 1)  # fmt: skip
+        gates = Gates.parse(text)
+        series = len(reduce_text(text, config=None, service=name, edge=False))
+        svc = f"hop {name}: the service at {url}"
+        matters = self._must_inject(index, variants)
+        targeted = any(v.fault.directive and v.fault.target == name for v in variants)
+        if not gates.switch:
+            self._hop_problem(f"{svc} exports no drill_fault_switch: it runs without the harness's interceptors, "
+                              "as a service started without DRILL_FAULT_ENABLED=1 does", matters)  # fmt: skip
+            return
+        if targeted and name not in gates.switch:
+            said = ", ".join(repr(s) for s in sorted(gates.switch))
+            default = " (the default: DRILL_SERVICE is not set)" if set(gates.switch) == {"drill"} else ""
+            self.fail(f"{svc} calls itself {said}{default}, not {name!r}, so fault.target {name!r} never reaches "
+                      f"it (drill_fault_skipped_total{{reason=\"target\"}}): set DRILL_SERVICE={name}", 4)  # fmt: skip
+        if all(value == 0 for value in gates.switch.values()):
+            self._hop_problem(f"{svc} has injection OFF (drill_fault_switch 0): started without "
+                              "DRILL_FAULT_ENABLED=1, or its emergency stop tripped (one way: restart it)", matters)
+            return
+        if "drill" in gates.switch and name != "drill":
+            self.warn(f"{svc} calls itself 'drill' (the default: DRILL_SERVICE is not set): a fault.target {name!r} "
+                      "would not reach it")  # fmt: skip
+            return
+        self.ok(f"hop {name}: {url} answers ({series} drill series, service {', '.join(sorted(gates.switch))}, "
+                "injection on)")  # fmt: skip
+
+    def _hop_problem(self, text: str, matters: str | None) -> None:
+        """A hop that would not inject: a fail (4) when it is the target or in front of it, else a warning."""
+        if matters:
+            self.fail(f"{text}; it is {matters}: the fault would not land", 4)
+        self.warn(text)
+
+    def _hop_selector(self, name: str, index: int, selector: str, variants: list[Variant]) -> None:
+        from harness.procs.prometheus import PrometheusError, api_get
+
+        url = self.plan.stack.prometheus
+        try:
+            result = api_get(url, "query", [("query", f"up{selector}")], ASK_TIMEOUT_S)["result"]
+            switch = api_get(url, "query", [("query", f"drill_fault_switch{selector}")], ASK_TIMEOUT_S)["result"]
+        except PrometheusError as exc:
+            self.fail(f"hop {name}: {exc}", 1)
+        if not result:
+            self.fail(f"selector {selector} names no target {url} scrapes (up{selector} is empty)", 1)
+        up = sum(1 for r in result if r["value"][1] == "1")
+        head = f"hop {name}: {selector}: {len(result)} target{'s' if len(result) > 1 else ''} in {url}, {up} up"
+        off = [r for r in switch if float(r["value"][1]) == 0]
+        if switch and len(off) == len(switch):
+            matters = self._must_inject(index, variants)
+            self._hop_problem(f"{head}, drill_fault_switch 0 in every one: injection OFF (started without "
+                              "DRILL_FAULT_ENABLED=1, or its emergency stop tripped)", matters)
+            return
+        if off:
+            self.warn(f"{head}, injection OFF in {len(off)} of {len(switch)} (drill_fault_switch 0)")
+            return
+        self.ok(head)
+
+
+def _options(directive: str) -> Directive | None:
+    """The parsed directive when it has an option that needs a stream (`@after`, `@read`), else None."""
+    if not directive:
+        return None
+    d = parse_directive(directive)
+    return d if d.after or d.read else None
+
+
+def prometheus_binary() -> str:
+    from harness.procs.prometheus import PROMETHEUS
+
+    return PROMETHEUS
+
+
+def writable_out(text: str, *, keep: bool) -> pathlib.Path:
+    """`--out`: a directory a run can write, proven by creating it (and its missing parents) and a file in it.
+
+    `keep=False` (a dry run) removes the file and every directory it created, so nothing is left behind.
+    Refused as bad input otherwise (a file in the way, a path no one can create, a read-only directory)."""
+    out = pathlib.Path(text)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {text}: exists and is not a directory (results.json, report.html and logs/ go there)")
+    created = []
+    parent = out.absolute()
+    while not parent.exists():
+        created.append(parent)
+        parent = parent.parent
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".drill-write-check-"):
+            pass
+    except OSError as exc:
+        raise BadInput(f"--out {text}: cannot write there: {exc.strerror or exc}") from None
+    finally:
+        if not keep:
+            for d in created:  # deepest first
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    break
+    return out
