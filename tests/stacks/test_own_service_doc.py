@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import shlex
 import socket
@@ -59,9 +60,11 @@ def shell() -> tuple[dict[str, str], list[str], list[str]]:
         words = shlex.split(line, comments=True)
         assigns = [w for w in words if re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", w)]
         command = [w for w in words if w not in assigns and w != "&"]
-        if command[:1] == ["python"]:
+        # the page runs the repository's venv (.venv/bin/python, .venv/bin/drill): the program's name decides
+        program = pathlib.PurePath(command[0]).name if command else ""
+        if program == "python":
             env, service = dict(a.split("=", 1) for a in assigns), command
-        elif command[:2] == ["drill", "run"]:
+        elif program == "drill" and command[1:2] == ["run"]:
             drill = command
     assert service and drill, body
     return env, service, drill

@@ -42,6 +42,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 
 from harness.core.errors import BadInput, DrillError, FaultNotLanded, GuardTripped, RunFailed
@@ -55,6 +56,10 @@ from harness.drills.trials.guard import name_of, prometheus_guards
 ERRORS: dict[int, type[DrillError]] = {1: RunFailed, 2: BadInput, 4: FaultNotLanded, 5: GuardTripped}
 #: How long one question to a Prometheus or a hop's /metrics may take in the preflight.
 ASK_TIMEOUT_S = 10.0
+#: How long a hop's selector may name no scraped target before the preflight fails: a service a switch has
+#: just started or recreated appears in `up` only after Prometheus discovers and scrapes it (a file_sd or
+#: DNS refresh, then a scrape: 5 s and 1 s in the compose stack's prometheus.yml; 30 s leaves room for both).
+SCRAPE_WAIT_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,13 +357,20 @@ class Preflight:
         from harness.procs.prometheus import PrometheusError, api_get
 
         url = self.plan.stack.prometheus
+        deadline, waited = time.monotonic() + SCRAPE_WAIT_S, False
         try:
-            result = api_get(url, "query", [("query", f"up{selector}")], ASK_TIMEOUT_S)["result"]
+            while not (result := api_get(url, "query", [("query", f"up{selector}")], ASK_TIMEOUT_S)["result"]):
+                if time.monotonic() >= deadline:
+                    self.fail(f"selector {selector} names no target {url} scrapes (up{selector} was empty for "
+                              f"{SCRAPE_WAIT_S:.0f} s)", 1)  # fmt: skip
+                if not waited:  # said once, at the first empty answer, so the wait is never silent
+                    waited = True
+                    self._progress(f"hop {name}: waiting for {url} to scrape {selector} (at most {SCRAPE_WAIT_S:.0f}"
+                                   " s: a service a switch just started is not scraped yet)")  # fmt: skip
+                time.sleep(1.0)
             switch = api_get(url, "query", [("query", f"drill_fault_switch{selector}")], ASK_TIMEOUT_S)["result"]
         except PrometheusError as exc:
             self.fail(f"hop {name}: {exc}", 1)
-        if not result:
-            self.fail(f"selector {selector} names no target {url} scrapes (up{selector} is empty)", 1)
         up = sum(1 for r in result if r["value"][1] == "1")
         head = f"hop {name}: {selector}: {len(result)} target{'s' if len(result) > 1 else ''} in {url}, {up} up"
         off = [r for r in switch if float(r["value"][1]) == 0]
