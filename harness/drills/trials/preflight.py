@@ -56,8 +56,8 @@ from harness.drills.trials.guard import name_of, prometheus_guards
 ERRORS: dict[int, type[DrillError]] = {1: RunFailed, 2: BadInput, 4: FaultNotLanded, 5: GuardTripped}
 #: How long one question to a Prometheus or a hop's /metrics may take in the preflight.
 ASK_TIMEOUT_S = 10.0
-#: How long a hop's selector may name no scraped target before the preflight fails: a service a switch has
-#: just started or recreated appears in `up` only after Prometheus discovers and scrapes it (a file_sd or
+#: How long a hop's selector may name no scraped target after a switch before the preflight fails: a service it
+#: has just started or recreated appears in `up` only after Prometheus discovers and scrapes it (a file_sd or
 #: DNS refresh, then a scrape: 5 s and 1 s in the compose stack's prometheus.yml; 30 s leaves room for both).
 SCRAPE_WAIT_S = 30.0
 
@@ -293,11 +293,14 @@ class Preflight:
             self.ok(f"edge method {self.edge_call.describe()} and its request resolve by server reflection")
             self._stack_kinds()
         variants = [variant] if variant is not None else list(self.plan.variants)
+        # a switch the run just made may have started services Prometheus has not scraped yet: give them time
+        switched = variant is not None and any(c.name == variant.name and c.switch for c in stack.configs)
+        wait_s = SCRAPE_WAIT_S if switched else 0.0
         for hop_index, hop in enumerate(stack.hops):
             for url in hop.metrics:
                 await self._hop_metrics(hop.name, hop_index, url, variants)
             if hop.selector:
-                await asyncio.to_thread(self._hop_selector, hop.name, hop_index, hop.selector, variants)
+                await asyncio.to_thread(self._hop_selector, hop.name, hop_index, hop.selector, variants, wait_s)
 
     def _must_inject(self, hop_index: int, variants: list[Variant]) -> str | None:
         """Why this hop's injection matters (it injects, or forwards to the hop that does), or None."""
@@ -353,20 +356,21 @@ class Preflight:
             self.fail(f"{text}; it is {matters}: the fault would not land", 4)
         self.warn(text)
 
-    def _hop_selector(self, name: str, index: int, selector: str, variants: list[Variant]) -> None:
+    def _hop_selector(self, name: str, index: int, selector: str, variants: list[Variant], wait_s: float) -> None:
+        """`up{selector}` names a target, asked again each second for `wait_s` (after a switch) while empty."""
         from harness.procs.prometheus import PrometheusError, api_get
 
         url = self.plan.stack.prometheus
-        deadline, waited = time.monotonic() + SCRAPE_WAIT_S, False
+        deadline, waited = time.monotonic() + wait_s, False
         try:
             while not (result := api_get(url, "query", [("query", f"up{selector}")], ASK_TIMEOUT_S)["result"]):
                 if time.monotonic() >= deadline:
-                    self.fail(f"selector {selector} names no target {url} scrapes (up{selector} was empty for "
-                              f"{SCRAPE_WAIT_S:.0f} s)", 1)  # fmt: skip
+                    after = f" after {wait_s:.0f} s" if wait_s else ""
+                    self.fail(f"selector {selector} names no target {url} scrapes (up{selector} is empty{after})", 1)
                 if not waited:  # said once, at the first empty answer, so the wait is never silent
                     waited = True
-                    self._progress(f"hop {name}: waiting for {url} to scrape {selector} (at most {SCRAPE_WAIT_S:.0f}"
-                                   " s: a service a switch just started is not scraped yet)")  # fmt: skip
+                    self._progress(f"hop {name}: waiting for {url} to scrape {selector} (at most {wait_s:.0f} s: "
+                                   "a service the switch just started may not be scraped yet)")  # fmt: skip
                 time.sleep(1.0)
             switch = api_get(url, "query", [("query", f"drill_fault_switch{selector}")], ASK_TIMEOUT_S)["result"]
         except PrometheusError as exc:
