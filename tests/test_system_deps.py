@@ -18,7 +18,7 @@ NOT_SYSTEM_DEPS = {
     "sh": "dash (essential)", "sleep": "coreutils (essential)",
 }  # fmt: skip
 #: Program -> the Debian package that provides it, where the names differ.
-PACKAGE = {"promtool": "prometheus", "node": "nodejs"}
+PACKAGE = {"promtool": "prometheus", "node": "nodejs", "go": "golang-go"}
 
 
 def looked_up() -> set[str]:
@@ -32,7 +32,7 @@ def looked_up() -> set[str]:
 
 
 def test_the_scan_sees_the_tools_the_deploy_tests_need():
-    assert {"kubectl", "node", "npm", "promtool", "prometheus", "chromium", "git"} <= looked_up()
+    assert {"kubectl", "node", "npm", "promtool", "prometheus", "chromium", "git", "go"} <= looked_up()
 
 
 def test_system_deps_installs_every_program_the_tests_run():
@@ -41,6 +41,14 @@ def test_system_deps_installs_every_program_the_tests_run():
     wanted = looked_up() - set(NOT_SYSTEM_DEPS)
     missing = sorted(p for p in wanted if p not in checked and PACKAGE.get(p) not in checked)
     assert not missing, f"tests run {missing}, which scripts/system-deps neither checks nor installs"
+
+
+def test_system_deps_installs_the_go_packages_the_proxy_tests_build_with():
+    """tests/proxy/probe.py builds in GOPATH mode from Debian's grpc-go, which `command -v` cannot see."""
+    from tests.proxy.probe import GOPATH
+
+    script = (ROOT / "scripts" / "system-deps").read_text()
+    assert f"{GOPATH}/src/google.golang.org/grpc" in script and "golang-google-grpc-dev" in script
 
 
 def test_ci_runs_the_readme_test_command_which_runs_system_deps():

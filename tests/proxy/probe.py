@@ -8,10 +8,13 @@ no generated code is kept on either side.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import os
 import pathlib
 import shutil
 import subprocess
+import tempfile
 import time
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -22,16 +25,31 @@ SERVICE = "/probe.v1.Probe/"
 GOPATH = "/usr/share/gocode"  # Debian's Go packages (golang-google-grpc-dev and what it needs)
 
 
-def build(out_dir: pathlib.Path) -> pathlib.Path:
-    """`go build` of the probe in GOPATH mode (no network): the binary's path."""
+def build(out_dir: pathlib.Path | None = None) -> pathlib.Path:
+    """`go build` of the probe in GOPATH mode (no network): the binary's path.
+
+    Built once per source and Go version into a shared cache (under the system temp directory, a lock
+    around the build), so the test files that need it, on whichever workers, share one ~15-s build;
+    `out_dir` is accepted for callers that keep their own copy but no longer decides where it is built."""
     go = shutil.which("go")
     assert go, "go is not installed (scripts/system-deps installs golang-go)"
-    binary = out_dir / "goprobe"
-    env = {**os.environ, "GOPATH": GOPATH, "GO111MODULE": "off", "GOFLAGS": "", "GOCACHE": str(out_dir / "cache"),
-           "CGO_ENABLED": "0"}  # fmt: skip
-    proc = subprocess.run([go, "build", "-o", str(binary), "."], cwd=HERE / "goprobe", env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    version = subprocess.run([go, "version"], capture_output=True, text=True, check=True).stdout
+    digest = hashlib.sha256(version.encode() + b"".join(
+        p.read_bytes() for p in sorted((HERE / "goprobe").glob("*.go")))).hexdigest()[:16]  # fmt: skip
+    cache = pathlib.Path(tempfile.gettempdir()) / f"drill-goprobe-{digest}"
+    cache.mkdir(exist_ok=True)
+    binary = cache / "goprobe"
+    with open(cache / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other workers wait for the one that builds
+        if binary.exists():
+            return binary
+        env = {**os.environ, "GOPATH": GOPATH, "GO111MODULE": "off", "GOFLAGS": "", "GOCACHE": str(cache / "cache"),
+               "CGO_ENABLED": "0"}  # fmt: skip
+        partial = cache / "goprobe.partial"
+        proc = subprocess.run([go, "build", "-o", str(partial), "."], cwd=HERE / "goprobe", env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        partial.rename(binary)  # only a whole binary is ever found
     return binary
 
 
