@@ -143,11 +143,13 @@ class ServeProcess:
         stop_processes([self.proc])
 
 
-def spawn_serve(name: str, args: list[str], workdir: pathlib.Path, env: dict[str, str] | None = None) -> ServeProcess:
-    """Start `drill serve ARGS --ready-file ...` (logs to WORKDIR/NAME.log); see `wait_serving`."""
+def spawn_serve(name: str, args: list[str], workdir: pathlib.Path, env: dict[str, str] | None = None,
+                command: str = "serve") -> ServeProcess:  # fmt: skip
+    """Start `drill COMMAND ARGS --ready-file ...` (`serve`, or `proxy`: both write the same ready file; logs to
+    WORKDIR/NAME.log); see `wait_serving`."""
     ready = workdir / f"{name}.ready.json"
     ready.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "harness.cli", "serve", *args, "--ready-file", str(ready)]
+    argv = [sys.executable, "-m", "harness.cli", command, *args, "--ready-file", str(ready)]
     log_path = workdir / f"{name}.log"
     return ServeProcess(name, spawn(argv, log_path, python_env(env)), ready, log_path)
 
@@ -169,10 +171,11 @@ def wait_serving(servers: list[ServeProcess], timeout_s: float = 30.0) -> None:
 
 
 def start_serve(
-    name: str, args: list[str], workdir: pathlib.Path, env: dict[str, str] | None = None, timeout_s: float = 30.0
+    name: str, args: list[str], workdir: pathlib.Path, env: dict[str, str] | None = None, timeout_s: float = 30.0,
+    command: str = "serve",
 ) -> ServeProcess:
     """`spawn_serve` + `wait_serving` for one server; stops it again if it does not come up."""
-    server = spawn_serve(name, args, workdir, env)
+    server = spawn_serve(name, args, workdir, env, command)
     try:
         wait_serving([server], timeout_s)
     except BaseException:

@@ -283,6 +283,16 @@ def _stack_plan(spec: PlanFile, where: str, base_dir: pathlib.Path, source: str)
         if value and not pathlib.Path(value).is_file():
             raise PlanError(f"{where}: stack.edge.{key}: no file {value!r}")
     edge = edge.model_copy(update={"proto_path": [str((base_dir / d).resolve()) for d in edge.proto_path]})
+    if stack.proxy is not None:
+        proxy = stack.proxy
+        for key in ("proto", "descriptor_set"):
+            value = getattr(proxy, key)
+            if value and not pathlib.Path(value).is_absolute():
+                proxy = proxy.model_copy(update={key: str((base_dir / value).resolve())})
+            value = getattr(proxy, key)
+            if value and not pathlib.Path(value).is_file():
+                raise PlanError(f"{where}: stack.proxy.{key}: no file {value!r}")
+        stack = stack.model_copy(update={"proxy": proxy})
     if spec.traffic.driver == "locust":
         raise PlanError(f"{where}: traffic.driver: a stack is driven by the runner's aio load")
     variants = tuple(

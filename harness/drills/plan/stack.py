@@ -119,6 +119,35 @@ class ExternalLoad(Section):
         return self
 
 
+class ProxyFront(Section):
+    """`drill proxy` the runner starts in front of a service it is given, for each trial (contracts §15).
+
+    The service may be written in any language and is left unchanged: the proxy is the edge the load calls
+    (`stack.edge.address` is 127.0.0.1:`port`, filled in when left out), the hop named `service` reads the
+    proxy's /metrics (filled in when the hop names no source), and, without `stack.audit`, the proxy's
+    audit lines of each trial are its hits. It runs with injection on, the plan's seed and fault tenant."""
+
+    #: HOST:PORT of the service every call is forwarded to (the only address the proxy calls)
+    upstream: str = Field(pattern=r"^[^\s:]+:\d+$")
+    #: the hop the proxy stands for: its `--service` (what `fault.target` names)
+    service: str = Field(pattern=HOP_NAME)
+    #: the proxy's gRPC port on 127.0.0.1 (the edge) and its /metrics port
+    port: int = Field(ge=1, le=lim.MAX_PORT)
+    metrics_port: int = Field(ge=1, le=lim.MAX_PORT)
+    #: each method's kind (so `@after`/`@read` are judged as in process): a descriptor set or a .proto;
+    #: neither = the service's reflection, or the wire
+    descriptor_set: str | None = None
+    proto: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+
 class Stack(Section):
     """Services the runner did not start: the edge, the hops' series, the configurations' switches."""
 
@@ -137,6 +166,26 @@ class Stack(Section):
     #: `docker compose -f compose/docker-compose.yml kill -s SIGUSR1 gateway order account ledger`); the
     #: services then inject nothing until they restart. None: only the load's directive is stopped
     emergency_stop: str | None = None
+    #: a `drill proxy` the runner starts in front of the service (a service in any language, unchanged)
+    proxy: ProxyFront | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _proxy_fills_in(cls, data):
+        """With a runner-started proxy, the edge and its hop's /metrics are the proxy's unless given."""
+        proxy = data.get("proxy") if isinstance(data, dict) else None
+        if not isinstance(proxy, dict) or not isinstance(proxy.get("port"), int):
+            return data
+        data = dict(data)
+        if isinstance(data.get("edge"), dict):
+            data["edge"] = {"address": f"127.0.0.1:{proxy['port']}", **data["edge"]}
+        if isinstance(data.get("hops"), list | tuple) and isinstance(proxy.get("metrics_port"), int):
+            url = f"http://127.0.0.1:{proxy['metrics_port']}/metrics"
+            data["hops"] = [
+                {**h, "metrics": [url]} if isinstance(h, dict) and h.get("name") == proxy.get("service")
+                and not h.get("metrics") and not h.get("selector") else h for h in data["hops"]
+            ]  # fmt: skip
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Stack:
@@ -148,5 +197,16 @@ class Stack(Section):
             raise ValueError(f"configuration names must be unique: {configs}")
         if (any(h.selector for h in self.hops) or (self.load and self.load.selector)) and not self.prometheus:
             raise ValueError("a selector (hops or load) needs stack.prometheus (the Prometheus to read it from)")
+        if self.proxy is not None:
+            px = self.proxy
+            if self.edge.address != px.address:
+                raise ValueError(f"the edge is the proxy the runner starts: leave edge.address out or give "
+                                 f"{px.address} (proxy.port), not {self.edge.address}")  # fmt: skip
+            if px.service not in names:
+                raise ValueError(f"proxy.service {px.service!r} names no hop ({', '.join(names)})")
+            if px.port == px.metrics_port:
+                raise ValueError(f"proxy.port and proxy.metrics_port are both {px.port}")
+            if px.descriptor_set and px.proto:
+                raise ValueError("proxy: give descriptor_set or proto, not both (neither = the service's reflection)")
         return self
 

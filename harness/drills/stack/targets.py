@@ -35,11 +35,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from harness.core.audit import hit_ids
 from harness.core.errors import RunFailed
+from harness.core.headers import DEFAULT_DRILL_TENANT
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.plan.stack import Stack, StackConfig
 from harness.drills.stack.edge import EdgeCall, demo_edge, resolve_edge
 from harness.drills.stack.topology import Topology, audit_hit_ids
-from harness.procs.spawn import kill_group, last_line
+from harness.procs.spawn import ServeError, ServeProcess, kill_group, last_line, start_serve
 
 #: How long a stack's emergency stop command may run before it is stopped.
 EMERGENCY_STOP_TIMEOUT_S = 60.0
@@ -134,11 +135,15 @@ class RunningStack:
 
     kind = "stack"
 
-    def __init__(self, stack: Stack, log=print) -> None:
+    def __init__(self, stack: Stack, log=print, *, seed: int = 0, tenant: str = DEFAULT_DRILL_TENANT) -> None:
         self.stack = stack
         self.log = log
+        self.seed, self.tenant = seed, tenant
         self._edge_call: EdgeCall | None = None
         self.switches: list[str] = []
+        #: the `drill proxy` this trial runs in front of the service (`stack.proxy`), and its log
+        self._proxy: ServeProcess | None = None
+        self._proxy_log: pathlib.Path | None = None
 
     def _config(self, name: str) -> StackConfig:
         return next(c for c in self.stack.configs if c.name == name)
@@ -150,6 +155,8 @@ class RunningStack:
             self.log(f"[{config.name}] switching the stack (at most {config.switch_timeout_s:g} s): {config.switch}")
             await run_switch(config, trial, workdir / "switch.log")
         self.switches.append(config.name)
+        if self.stack.proxy is not None:
+            await asyncio.to_thread(self.start_proxy, workdir)
         await wait_ready(self.stack.edge.address, config, say=lambda text: self.log(f"[{config.name}] {text}"))
         self.log(f"[{config.name}] the edge {self.stack.edge.address} serves ({config.ready.checks} health checks)")
 
@@ -174,9 +181,29 @@ class RunningStack:
     def crashed(self) -> list[str]:
         return []
 
+    def start_proxy(self, workdir: pathlib.Path) -> None:
+        """`drill proxy` in front of the service for this trial: injection on, the plan's seed and tenant."""
+        px = self.stack.proxy
+        args = ["--upstream", px.upstream, "--port", str(px.port), "--metrics-port", str(px.metrics_port),
+                "--service", px.service, "--enable-faults", "--seed", str(self.seed)]  # fmt: skip
+        if px.descriptor_set:
+            args += ["--descriptor-set", px.descriptor_set]
+        if px.proto:
+            args += ["--proto", px.proto]
+        self.log(f"starting drill proxy {px.address} -> {px.upstream} (service {px.service})")
+        try:
+            self._proxy = start_serve("proxy", args, workdir, {"DRILL_FAULT_TENANTS": self.tenant}, command="proxy")
+        except ServeError as exc:
+            raise StackError(f"drill proxy in front of {px.upstream} did not start: {exc}") from None
+        self._proxy_log = self._proxy.log_path
+
     async def audit_hits(self, workdir: pathlib.Path, since: float, until: float) -> set[str] | None:
-        """The hits the services' audit lines report for [since, until], or None without `stack.audit`."""
+        """The hits the services' audit lines report for [since, until]: `stack.audit`, else the runner's
+        proxy's own lines, else None."""
         audit = self.stack.audit
+        if audit is None and self._proxy_log is not None:
+            with open(self._proxy_log, errors="replace") as fh:
+                return hit_ids(fh, since, until)
         if audit is None:
             return None
         if audit.files:
@@ -228,11 +255,17 @@ class RunningStack:
         return f"emergency stop command {said}: {command} (log: {log_path})"
 
     async def down(self) -> None:
-        pass  # the stack stays as the last switch left it (the next trial switches it again)
+        # the stack stays as the last switch left it (the next trial switches it again); a proxy the runner
+        # started for the trial stops with it (its log stays: the trial's audit lines)
+        if self._proxy is not None:
+            proxy, self._proxy = self._proxy, None
+            await asyncio.to_thread(proxy.stop)
 
 
 def target_for(plan: Plan, log=print) -> DrillTarget:
-    return RunningStack(plan.stack, log) if plan.stack is not None else LocalTopology(plan, log)
+    if plan.stack is None:
+        return LocalTopology(plan, log)
+    return RunningStack(plan.stack, log, seed=plan.seed, tenant=plan.fault.tenant)
 
 
 async def run_switch(config: StackConfig, trial: int, log_path: pathlib.Path) -> None:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pathlib
 import shutil
+import tempfile
 from collections.abc import Callable
 
 from harness.core.faults import is_hit
@@ -234,5 +236,24 @@ def dry_run(plan: Plan, preflight: Preflight, *, prometheus: str, grafana: str |
 
 
 async def _stack(preflight: Preflight) -> None:
-    await preflight.wait_edge()
-    await preflight.stack()
+    plan = preflight.plan
+    if plan.stack.proxy is None:
+        await preflight.wait_edge()
+        await preflight.stack()
+        return
+    # the edge is the proxy a run starts for each trial: started for these checks and stopped after (no call
+    # carries a directive in a dry run), so they read what a trial would: its /metrics, the service behind it
+    from harness.drills.stack.targets import RunningStack, StackError
+
+    target = RunningStack(plan.stack, lambda text: preflight.say(f"        {text} (for the checks, stopped after)"),
+                          seed=plan.seed, tenant=plan.fault.tenant)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="drill-dry-proxy-") as tmp:
+        try:
+            await asyncio.to_thread(target.start_proxy, pathlib.Path(tmp))
+        except StackError as exc:
+            preflight.fail(str(exc), 1)
+        try:
+            await preflight.wait_edge()
+            await preflight.stack()
+        finally:
+            await target.down()
