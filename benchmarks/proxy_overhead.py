@@ -109,8 +109,9 @@ async def measure(args, direct: str, proxied: str, bare: str, pids: dict, msg) -
             a99 = (quantile(lat_p, 0.99) - quantile(lat_d, 0.99)) * 1000
             added50.append(a50)
             added99.append(a99)
-            print(f"round {r + 1}: direct p50 {quantile(lat_d, 0.5) * 1000:.3f} ms p99 {quantile(lat_d, 0.99) * 1000:.3f}"
-                  f" ms | proxied p50 {quantile(lat_p, 0.5) * 1000:.3f} ms p99 {quantile(lat_p, 0.99) * 1000:.3f} ms"
+            d50, d99 = quantile(lat_d, 0.5) * 1000, quantile(lat_d, 0.99) * 1000
+            p50, p99 = quantile(lat_p, 0.5) * 1000, quantile(lat_p, 0.99) * 1000
+            print(f"round {r + 1}: direct p50 {d50:.3f} ms p99 {d99:.3f} ms | proxied p50 {p50:.3f} ms p99 {p99:.3f} ms"
                   f" | added p50 {a50:+.3f} ms p99 {a99:+.3f} ms", flush=True)  # fmt: skip
     bidi = await bidi_rate(proxied, msg, args.seconds)
     per = {k: v[0] / v[1] * 1e6 for k, v in cpu.items()}
@@ -130,23 +131,23 @@ def main() -> None:
     args = ap.parse_args()
     server_cpu, client_cpu = cores()
     print(header("proxy_overhead"))
-    print(f"# {args.rate:g} unary calls/s open loop, {args.rounds} rounds of {args.seconds:g}-s slices; proxy and bare "
-          f"server on cpu {server_cpu}, Go service and this load generator on cpu {client_cpu}", flush=True)  # fmt: skip
+    print(f"# {args.rate:g} unary calls/s open loop, {args.rounds} rounds of {args.seconds:g}-s slices; proxy and "
+          f"bare server on cpu {server_cpu}, Go service and this load generator on cpu {client_cpu}", flush=True)  # fmt: skip
     os.sched_setaffinity(0, {client_cpu})
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        binary = build(tmp)
+        binary = build()
         msg = message_class(descriptor_set(tmp / "probe.pb"))
         try:
             go = popen_pinned([str(binary), str(tmp / "go.port")], client_cpu, stderr=subprocess.DEVNULL)
             procs.append(go)
             direct = f"127.0.0.1:{wait_file(tmp / 'go.port', go, 'the Go service')}"
             env = {**os.environ, "PYTHONPATH": str(ROOT), "DRILL_FAULT_ENABLED": "true"}
-            proxy = popen_pinned([sys.executable, "-m", "harness.cli", "proxy", "--upstream", direct, "--port", "0",
-                                  "--metrics-port", "0", "--service", "probe", "--descriptor-set", str(tmp / "probe.pb"),
-                                  "--ready-file", str(tmp / "proxy.json")], server_cpu, env=env,
-                                 stderr=subprocess.DEVNULL)  # fmt: skip
+            argv = [sys.executable, "-m", "harness.cli", "proxy", "--upstream", direct, "--port", "0",
+                    "--metrics-port", "0", "--service", "probe", "--descriptor-set", str(tmp / "probe.pb"),
+                    "--ready-file", str(tmp / "proxy.json")]  # fmt: skip
+            proxy = popen_pinned(argv, server_cpu, env=env, stderr=subprocess.DEVNULL)
             procs.append(proxy)
             proxied = f"127.0.0.1:{json.loads(wait_file(tmp / 'proxy.json', proxy, 'drill proxy'))['port']}"
             bare = popen_pinned([sys.executable, str(ROOT / "benchmarks" / "_bare_echo.py"), str(tmp / "bare.port")],
@@ -170,8 +171,8 @@ def main() -> None:
           f"({out['cpu_ratio']:.2f}×)")  # fmt: skip
     print(f"one bidi stream through the proxy, ping-pong: {out['bidi_msgs_per_s']:.0f} messages/s each way")
     print(f"proxy added_p50_ms={out['added_p50_ms']:.3f} added_p99_ms={out['added_p99_ms']:.3f} "
-          f"proxy_cpu_us={out['proxy_cpu_us']:.1f} bare_cpu_us={out['bare_cpu_us']:.1f} cpu_ratio={out['cpu_ratio']:.2f} "
-          f"bidi_msgs_per_s={out['bidi_msgs_per_s']:.0f}")  # fmt: skip
+          f"proxy_cpu_us={out['proxy_cpu_us']:.1f} bare_cpu_us={out['bare_cpu_us']:.1f} "
+          f"cpu_ratio={out['cpu_ratio']:.2f} bidi_msgs_per_s={out['bidi_msgs_per_s']:.0f}")  # fmt: skip
 
 
 if __name__ == "__main__":

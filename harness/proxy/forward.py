@@ -119,15 +119,18 @@ class Forwarder:
         stub = self.channel.unary_unary(method)
 
         async def unary(request: bytes, context):
+            # one message each way: the headers are relayed once the answer is in (they arrived before it, and
+            # a failure carries its own), so a call costs one wait on the upstream, not two
             call = stub(request, timeout=context.time_remaining(), metadata=_outgoing(context))
             try:
-                await _relay_headers(call, context)
                 response = await call
             except aio.AioRpcError as error:
+                await _relay_headers(call, context)
                 await _relay_end(call, context, error)
             except asyncio.CancelledError:
                 call.cancel()
                 raise
+            await _relay_headers(call, context)
             await _relay_end(call, context, None)
             return response
 
