@@ -132,7 +132,8 @@ def main() -> None:
     server_cpu, client_cpu = cores()
     print(header("proxy_overhead"))
     print(f"# {args.rate:g} unary calls/s open loop, {args.rounds} rounds of {args.seconds:g}-s slices; proxy and "
-          f"bare server on cpu {server_cpu}, Go service and this load generator on cpu {client_cpu}", flush=True)  # fmt: skip
+          f"bare server on cpu {server_cpu}, Go service and this load generator on cpu {client_cpu}",
+          flush=True)  # fmt: skip
     os.sched_setaffinity(0, {client_cpu})
     procs = []
     with tempfile.TemporaryDirectory() as tmp:
