@@ -382,3 +382,32 @@ def test_method_kinds_come_from_a_proto_a_descriptor_set_or_reflection_alike(pro
     }  # fmt: skip
     bad = drill_process("proxy", "--upstream", "127.0.0.1:1", "--proto", str(tmp_path / "none.proto"), timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("drill: proxy: --proto: no file"), bad.stderr
+
+
+def test_with_a_drill_secret_only_signed_directives_inject_and_a_named_authority_still_goes_upstream(service,
+                                                                                                    probe):  # fmt: skip
+    """Once a secret is set, a tagged call without a valid token passes untouched (a header alone triggers
+    nothing); a signed one is faulted. A caller naming another host (`:authority`) still reaches the upstream:
+    the proxy forwards only to `--upstream`."""
+    from harness.interceptors import DrillClientInterceptor, Tagging
+
+    spoof = ((h.TENANT, "tenant-drill"), (h.FAULT, "abort:INTERNAL"), (h.FAULT_TARGET, "probe"))
+
+    async def body(address: str):
+        msg = probe[2]
+        options = [("grpc.default_authority", "elsewhere.example:443")]
+        async with aio.insecure_channel(address, options=options) as channel:
+            reply = await channel.unary_unary(SERVICE + "Echo")(msg(id="s1").SerializeToString(), metadata=spoof,
+                                                                timeout=5)  # fmt: skip
+            spoofed = msg.FromString(reply).id
+        signed = Tagging(tenant="tenant-drill", directive="abort:INTERNAL", target="probe", secret="drill-secret")
+        icpt = DrillClientInterceptor(signed, service="t", config="none", target=address)
+        async with aio.insecure_channel(address, interceptors=icpt.with_streams()) as channel:
+            with pytest.raises(aio.AioRpcError) as info:
+                await channel.unary_unary(SERVICE + "Echo")(msg(id="s2").SerializeToString(), timeout=5)
+        return spoofed, info.value.code()
+
+    spoofed, code = behind_proxy(service, probe, body, enabled=True, seed=1, secret="drill-secret")
+    assert spoofed == "s1"  # the Go service's echo: forwarded to the upstream, not faulted
+    assert code is grpc.StatusCode.INTERNAL
+    assert sample("drill_fault_skipped_total", service="probe", grpc_method="probe.v1.Probe/Echo", reason="token") >= 1
