@@ -32,6 +32,8 @@ from harness.proxy import kinds
 from harness.proxy.forward import CHANNEL_OPTIONS, SERVER_OPTIONS, ForwardAll, Forwarder
 
 log = logging.getLogger("drill.proxy")
+#: --workers at most: one process per core is the point, and each holds a connection pool to the upstream
+MAX_WORKERS = 64
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,6 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the bound gRPC port here once serving")  # fmt: skip
     p.add_argument("--ready-file", type=cliargs.new_file, default=None,
                    help="write {host, port, metrics_port, pid} (JSON) once serving")  # fmt: skip
+    p.add_argument("--workers", type=cliargs.integer(1, MAX_WORKERS, f"a number of processes, 1-{MAX_WORKERS}"),
+                   default=1, help="proxy processes sharing the port (SO_REUSEPORT), one core each; each serves "
+                   "its own /metrics (--metrics-port + its index)")  # fmt: skip
+    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # a worker of --workers
 
 
 def method_kinds(args: argparse.Namespace) -> dict:
@@ -79,12 +85,14 @@ def method_kinds(args: argparse.Namespace) -> dict:
 
 
 async def start_proxy(upstream: str, *, host: str = "127.0.0.1", port: int = 0, settings: FaultSettings,
-                      method_kinds: dict | None = None, metrics: bool = True, tracer=None):  # fmt: skip
-    """Start a proxy in front of `upstream`; returns (server, bound port, channel)."""
+                      method_kinds: dict | None = None, metrics: bool = True, tracer=None,
+                      reuse_port: bool = False):  # fmt: skip
+    """Start a proxy in front of `upstream`; returns (server, bound port, channel). `reuse_port`: share the
+    port with the other workers of `--workers` (else a port in use is refused, never shared by accident)."""
     channel = aio.insecure_channel(upstream, options=CHANNEL_OPTIONS)
     table = dict(method_kinds or {})
     server = aio.server(interceptors=[FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)],
-                        options=[("grpc.so_reuseport", 0), *SERVER_OPTIONS])  # fmt: skip
+                        options=[("grpc.so_reuseport", int(reuse_port)), *SERVER_OPTIONS])  # fmt: skip
     server.add_generic_rpc_handlers((ForwardAll(Forwarder(channel), table.get),))
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
@@ -95,7 +103,8 @@ async def start_proxy(upstream: str, *, host: str = "127.0.0.1", port: int = 0, 
 
 
 async def _proxy(args: argparse.Namespace) -> int:
-    check_free(args.host, args.port)
+    if not args.reuse_port:
+        check_free(args.host, args.port)
     table = method_kinds(args)
     overrides = {"service": args.service}
     if args.enable_faults:
@@ -119,7 +128,8 @@ async def _proxy(args: argparse.Namespace) -> int:
         tracer = setup_tracing(settings.service)
     try:
         server, port, channel = await start_proxy(args.upstream, host=args.host, port=args.port, settings=settings,
-                                                  method_kinds=table, tracer=tracer)  # fmt: skip
+                                                  method_kinds=table, tracer=tracer,
+                                                  reuse_port=args.reuse_port)  # fmt: skip
     except (OSError, RuntimeError) as exc:
         raise RunFailed(f"proxy: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
     if args.port_file:
@@ -149,6 +159,12 @@ async def _proxy(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.workers > 1:
+        if args.descriptor_set or args.proto:  # bad input (a missing file, both given) once, not per worker
+            method_kinds(args)
+        from harness.proxy.workers import supervise
+
+        return supervise(args)
     try:
         return asyncio.run(_proxy(args))
     except KeyboardInterrupt:
