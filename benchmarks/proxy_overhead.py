@@ -50,8 +50,9 @@ def wait_file(path: pathlib.Path, proc: subprocess.Popen, what: str) -> str:
 
 
 async def open_loop(channel, method: str, request: bytes, rate: float, seconds: float) -> list[float]:
-    """Latencies (s) of calls sent at i / rate s, each on its own task; the slice waits for every answer."""
-    call = channel.unary_unary(method)
+    """Latencies (s) of calls sent at i / rate s, each on its own task; the slice waits for every answer.
+    `channel` may be a list: call i goes on channel i mod len (connections of their own, for --workers)."""
+    calls = [c.unary_unary(method) for c in (channel if isinstance(channel, list) else [channel])]
     loop = asyncio.get_running_loop()
     start = loop.time() + 0.05
     latencies: list[float] = []
@@ -59,7 +60,7 @@ async def open_loop(channel, method: str, request: bytes, rate: float, seconds: 
     async def one(at: float) -> None:
         await asyncio.sleep(max(0.0, at - loop.time()))
         t0 = time.perf_counter()
-        await call(request, timeout=5)
+        await calls[round((at - start) * rate) % len(calls)](request, timeout=5)
         latencies.append(time.perf_counter() - t0)
 
     await asyncio.gather(*(one(start + i / rate) for i in range(int(rate * seconds))))
@@ -91,16 +92,22 @@ async def measure(args, direct: str, proxied: str, bare: str, pids: dict, msg) -
     request = msg(id="organic", body=b"x" * 64).SerializeToString()
     method = SERVICE + "Echo"
     added50, added99, cpu = [], [], {"proxy": [0.0, 0], "bare": [0.0, 0]}
-    async with (aio.insecure_channel(direct) as d, aio.insecure_channel(proxied) as p,
-                aio.insecure_channel(bare) as b):  # fmt: skip
+    # with --workers, calls to the proxy go over connections of their own (a channel keeps one connection, and
+    # the kernel gives each new connection to one worker): 4 per worker
+    local = [("grpc.use_local_subchannel_pool", 1)]
+    p = [aio.insecure_channel(proxied, options=local) for _ in range(4 * args.workers if args.workers > 1 else 1)]
+    share = [0.0] * len(pids["workers"])
+    async with aio.insecure_channel(direct) as d, aio.insecure_channel(bare) as b:
         for ch in (d, p, b):  # connections up and every path warm before anything counts
             await open_loop(ch, method, request, args.rate, 1.0)
         for r in range(args.rounds):
             lat_d = await open_loop(d, method, request, args.rate, args.seconds)
-            c0 = cpu_seconds(pids["proxy"])
+            c0 = [cpu_seconds(pid) for pid in pids["proxy"]]
             lat_p = await open_loop(p, method, request, args.rate, args.seconds)
-            cpu["proxy"][0] += cpu_seconds(pids["proxy"]) - c0
+            spent = [cpu_seconds(pid) - c for pid, c in zip(pids["proxy"], c0, strict=True)]
+            cpu["proxy"][0] += sum(spent)
             cpu["proxy"][1] += len(lat_p)
+            share = [a + b for a, b in zip(share, spent[-len(share):], strict=True)] if share else share
             c0 = cpu_seconds(pids["bare"])
             lat_b = await open_loop(b, method, request, args.rate, args.seconds)
             cpu["bare"][0] += cpu_seconds(pids["bare"]) - c0
@@ -113,9 +120,12 @@ async def measure(args, direct: str, proxied: str, bare: str, pids: dict, msg) -
             p50, p99 = quantile(lat_p, 0.5) * 1000, quantile(lat_p, 0.99) * 1000
             print(f"round {r + 1}: direct p50 {d50:.3f} ms p99 {d99:.3f} ms | proxied p50 {p50:.3f} ms p99 {p99:.3f} ms"
                   f" | added p50 {a50:+.3f} ms p99 {a99:+.3f} ms", flush=True)  # fmt: skip
+    for ch in p:
+        await ch.close()
     bidi = await bidi_rate(proxied, msg, args.seconds)
     per = {k: v[0] / v[1] * 1e6 for k, v in cpu.items()}
     return {
+        "worker_cpu_shares": [x / sum(share) for x in share] if share and sum(share) else [],
         "added_p50_ms": statistics.median(added50), "added_p50_range": (min(added50), max(added50)),
         "added_p99_ms": statistics.median(added99), "added_p99_range": (min(added99), max(added99)),
         "proxy_cpu_us": per["proxy"], "bare_cpu_us": per["bare"], "cpu_ratio": per["proxy"] / per["bare"],
@@ -128,6 +138,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=200.0, help="unary calls/s, open loop")
     ap.add_argument("--seconds", type=float, default=5.0, help="length of each slice")
     ap.add_argument("--rounds", type=int, default=6, help="direct/proxied/bare rounds")
+    ap.add_argument("--workers", type=int, default=1, help="drill proxy --workers N (CPU per call: all of them)")
     args = ap.parse_args()
     server_cpu, client_cpu = cores()
     print(header("proxy_overhead"))
@@ -147,15 +158,18 @@ def main() -> None:
             env = {**os.environ, "PYTHONPATH": str(ROOT), "DRILL_FAULT_ENABLED": "true"}
             argv = [sys.executable, "-m", "harness.cli", "proxy", "--upstream", direct, "--port", "0",
                     "--metrics-port", "0", "--service", "probe", "--descriptor-set", str(tmp / "probe.pb"),
-                    "--ready-file", str(tmp / "proxy.json")]  # fmt: skip
-            proxy = popen_pinned(argv, server_cpu, env=env, stderr=subprocess.DEVNULL)
+                    "--ready-file", str(tmp / "proxy.json"), "--workers", str(args.workers)]  # fmt: skip
+            proxy = popen_pinned(argv, server_cpu, env=env, stderr=subprocess.DEVNULL)  # its workers inherit the core
             procs.append(proxy)
-            proxied = f"127.0.0.1:{json.loads(wait_file(tmp / 'proxy.json', proxy, 'drill proxy'))['port']}"
+            info = json.loads(wait_file(tmp / "proxy.json", proxy, "drill proxy"))
+            proxied = f"127.0.0.1:{info['port']}"
+            workers = info.get("pids", []) if args.workers > 1 else []
             bare = popen_pinned([sys.executable, str(ROOT / "benchmarks" / "_bare_echo.py"), str(tmp / "bare.port")],
                                 server_cpu, env=env)  # fmt: skip
             procs.append(bare)
             bare_at = f"127.0.0.1:{wait_file(tmp / 'bare.port', bare, 'the bare server')}"
-            out = asyncio.run(measure(args, direct, proxied, bare_at, {"proxy": proxy.pid, "bare": bare.pid}, msg))
+            pids = {"proxy": [proxy.pid, *workers], "workers": workers, "bare": bare.pid}
+            out = asyncio.run(measure(args, direct, proxied, bare_at, pids, msg))
         finally:
             for p in procs:
                 p.send_signal(signal.SIGTERM)
@@ -171,9 +185,13 @@ def main() -> None:
     print(f"CPU per unary call: proxy {out['proxy_cpu_us']:.0f} µs, bare grpc.aio server {out['bare_cpu_us']:.0f} µs "
           f"({out['cpu_ratio']:.2f}×)")  # fmt: skip
     print(f"one bidi stream through the proxy, ping-pong: {out['bidi_msgs_per_s']:.0f} messages/s each way")
+    if out["worker_cpu_shares"]:
+        shares = ", ".join(f"{x:.2f}" for x in out["worker_cpu_shares"])
+        print(f"--workers {args.workers}: each worker's share of the proxy CPU: {shares}")
     print(f"proxy added_p50_ms={out['added_p50_ms']:.3f} added_p99_ms={out['added_p99_ms']:.3f} "
           f"proxy_cpu_us={out['proxy_cpu_us']:.1f} bare_cpu_us={out['bare_cpu_us']:.1f} "
-          f"cpu_ratio={out['cpu_ratio']:.2f} bidi_msgs_per_s={out['bidi_msgs_per_s']:.0f}")  # fmt: skip
+          f"cpu_ratio={out['cpu_ratio']:.2f} bidi_msgs_per_s={out['bidi_msgs_per_s']:.0f} "
+          f"workers={args.workers}")  # fmt: skip
 
 
 if __name__ == "__main__":
