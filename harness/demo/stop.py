@@ -7,7 +7,8 @@ action ends a process, so a process is signalled only when it catches SIGUSR1
 (`SigCgt` in /proc/PID/status): a wrong PID is refused, never killed.
 
 `--all-local` signals every process of this user whose command line is
-`drill serve` or `python -m harness.cli serve`. Linux only (/proc).
+`drill serve` or `drill proxy` (or `python -m harness.cli serve|proxy`): a proxy runs
+the same pipeline in front of a service in another language. Linux only (/proc).
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ def cmdline(pid: int) -> list[str]:
 
 
 def is_drill_serve(argv: list[str]) -> bool:
-    """`drill serve …`, `python -m harness.cli serve …` or `python …/harness/cli.py serve …`."""
+    """`drill serve|proxy …`, `python -m harness.cli serve|proxy …` or `python …/harness/cli.py serve|proxy …`."""
     for i, arg in enumerate(argv[:-1]):
         base = os.path.basename(arg)
-        if (base == "drill" or arg == "harness.cli" or arg.endswith("harness/cli.py")) and argv[i + 1] == "serve":
+        drill = base == "drill" or arg == "harness.cli" or arg.endswith("harness/cli.py")
+        if drill and argv[i + 1] in ("serve", "proxy"):
             return True
     return False
 
@@ -72,7 +74,7 @@ def owner(pid: int) -> int | None:
 
 
 def local_servers() -> list[int]:
-    """PIDs of this user's `drill serve` processes (this process excluded)."""
+    """PIDs of this user's `drill serve` and `drill proxy` processes (this process excluded)."""
     me, uid = os.getpid(), os.getuid()
     found = []
     for entry in PROC.iterdir():
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     if args.all_local:
         pids = local_servers()
         if not pids:
-            raise RunFailed("stop: no local `drill serve` process of this user")
+            raise RunFailed("stop: no local `drill serve` or `drill proxy` process of this user")
         refused = [pid for pid in pids if not catches(pid)]
         for pid in pids:
             if pid in refused:

@@ -84,6 +84,7 @@ def test_drill_stop_refuses_a_process_that_would_die_of_sigusr1():
 def test_is_drill_serve_matches_the_ways_it_is_started():
     assert stop_cmd.is_drill_serve(["/x/.venv/bin/drill", "serve", "--port", "1"])
     assert stop_cmd.is_drill_serve(["/usr/bin/python3", "-m", "harness.cli", "serve"])
+    assert stop_cmd.is_drill_serve(["/x/.venv/bin/drill", "proxy", "--upstream", "127.0.0.1:1"])  # any language
     assert not stop_cmd.is_drill_serve(["/usr/bin/python3", "-m", "harness.cli", "run", "serve"])
     assert not stop_cmd.is_drill_serve(["vim", "serve"])
 
