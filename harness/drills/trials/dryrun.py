@@ -72,7 +72,10 @@ def head(plan: Plan, *, command: str | None = None, asks_prometheus: bool = Fals
     """The dry run's text before its checks: plan, load, timeline of every trial, expected hits, guards."""
     ph, tr, f = plan.phases, plan.traffic, plan.fault
     command = command or f"drill run {plan.name}"
-    started = "nothing was started (but a Prometheus, for the guards)" if asks_prometheus else "nothing was started"
+    but = [w for w, on in (("a Prometheus, for the guards", asks_prometheus),
+                           ("the stack's drill proxy, for the checks", plan.stack is not None and plan.stack.proxy))
+           if on]  # fmt: skip
+    started = f"nothing was started (but {' and '.join(but)})" if but else "nothing was started"
     lines = [f"{command} --dry-run: {started}, switched or sent", ""]
     source = os.path.relpath(plan.source) if plan.source and not os.path.relpath(plan.source).startswith("..") else (
         plan.source or "built in")  # fmt: skip
