@@ -228,9 +228,8 @@ def check_free(host: str, port: int) -> None:
             raise RunFailed(f"serve: cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    _check_args(args)
-    check_free(args.host, args.port)
+def settings_from_args(args: argparse.Namespace) -> FaultSettings:
+    """The fault settings of `drill serve` and `drill proxy`: the environment's, with their flags over it."""
     overrides = {"service": args.service}
     if args.enable_faults:
         overrides["enabled"] = True
@@ -238,20 +237,53 @@ async def _serve(args: argparse.Namespace) -> int:
         overrides["seed"] = args.seed
     if args.instance_id:
         overrides["instance_id"] = args.instance_id
-    settings = FaultSettings.from_env(**overrides)
+    return FaultSettings.from_env(**overrides)
+
+
+def serve_metrics(args: argparse.Namespace, command: str) -> int:
+    """/metrics on `--metrics-port` (0: none, -1: any free port); the port bound, or 0."""
+    if not args.metrics_port:
+        return 0
+    try:
+        http, _thread = start_http_server(max(0, args.metrics_port), addr=args.host)
+    except OSError as exc:
+        where = f"{args.host} (any free port)" if args.metrics_port < 0 else f"{args.host}:{args.metrics_port}"
+        raise RunFailed(f"{command}: cannot serve metrics on {where}: {exc.strerror}") from None
+    return http.server_port
+
+
+def tracer_for(settings: FaultSettings):
+    """A tracer when OTEL_TRACES_EXPORTER names an exporter (the standard OTEL_* variables), else None."""
+    if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() == "none":
+        return None
+    from harness.core.tracing import setup_tracing
+
+    return setup_tracing(settings.service)
+
+
+def announce(args: argparse.Namespace, port: int, extra: dict) -> None:
+    """`--port-file` (the port) and `--ready-file` ({host, port, pid, …extra}, replaced whole, so a reader
+    never sees half of it): what a parent waits for once this process serves."""
+    if args.port_file:
+        with open(args.port_file, "w") as fh:
+            fh.write(str(port))
+    if args.ready_file:
+        tmp = args.ready_file + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"host": args.host, "port": port, **extra, "pid": os.getpid()}, fh)
+        os.replace(tmp, args.ready_file)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    _check_args(args)
+    check_free(args.host, args.port)
+    settings = settings_from_args(args)
     downstream = None
     channel = None
     if args.downstream:
         args.downstream = await resolve_downstream(args.downstream, args.downstream_wait)
         downstream, channel = await _make_downstream(args, settings)
-    metrics_port = 0
-    if args.metrics_port:
-        try:
-            http, _thread = start_http_server(max(0, args.metrics_port), addr=args.host)
-        except OSError as exc:
-            where = f"{args.host} (any free port)" if args.metrics_port < 0 else f"{args.host}:{args.metrics_port}"
-            raise RunFailed(f"serve: cannot serve metrics on {where}: {exc.strerror}") from None
-        metrics_port = http.server_port
+    metrics_port = serve_metrics(args, "serve")
     options = []
     if args.keepalive_ms:
         options += [("grpc.keepalive_time_ms", args.keepalive_ms), ("grpc.keepalive_timeout_ms", 1000)]
@@ -259,11 +291,7 @@ async def _serve(args: argparse.Namespace) -> int:
         options.append(("grpc.max_connection_idle_ms", args.max_idle_ms))
     if args.max_connection_age_ms:  # gRPC adds ±10 % jitter; its grace is unbounded unless set
         options.append(("grpc.max_connection_age_ms", args.max_connection_age_ms))
-    tracer = None
-    if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() != "none":
-        from harness.core.tracing import setup_tracing
-
-        tracer = setup_tracing(settings.service)  # exporter from the standard OTEL_* variables
+    tracer = tracer_for(settings)
     try:
         server, port, _ = await start_server(
             tracer=tracer,
@@ -278,14 +306,7 @@ async def _serve(args: argparse.Namespace) -> int:
         )
     except (OSError, RuntimeError) as exc:  # grpc says "Failed to bind" as a RuntimeError
         raise RunFailed(f"serve: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
-    if args.port_file:
-        with open(args.port_file, "w") as fh:
-            fh.write(str(port))
-    if args.ready_file:
-        tmp = args.ready_file + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"host": args.host, "port": port, "metrics_port": metrics_port, "pid": os.getpid()}, fh)
-        os.replace(tmp, args.ready_file)
+    announce(args, port, {"metrics_port": metrics_port})
     log.warning(
         "serving %s on %s:%d (faults %s, seed %d, tenants %s), metrics on :%s",
         settings.service,

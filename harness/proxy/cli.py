@@ -13,20 +13,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
 
 from grpc import aio
-from prometheus_client import start_http_server
 
 from harness.core import audit, cliargs
 from harness.core import limits as lim
 from harness.core.errors import BadInput, RunFailed
 from harness.core.safety import install_stop_signal
 from harness.core.settings import FaultSettings
-from harness.demo.serve import check_free, freeze_startup_heap
+from harness.demo.serve import (
+    announce,
+    check_free,
+    freeze_startup_heap,
+    serve_metrics,
+    settings_from_args,
+    tracer_for,
+)
 from harness.interceptors import FaultServerInterceptor
 from harness.proxy import kinds
 from harness.proxy.forward import CHANNEL_OPTIONS, SERVER_OPTIONS, ForwardAll, Forwarder
@@ -106,40 +111,16 @@ async def _proxy(args: argparse.Namespace) -> int:
     if not args.reuse_port:
         check_free(args.host, args.port)
     table = method_kinds(args)
-    overrides = {"service": args.service}
-    if args.enable_faults:
-        overrides["enabled"] = True
-    if args.seed is not None:
-        overrides["seed"] = args.seed
-    if args.instance_id:
-        overrides["instance_id"] = args.instance_id
-    settings = FaultSettings.from_env(**overrides)
-    metrics_port = 0
-    if args.metrics_port:
-        try:
-            http, _thread = start_http_server(max(0, args.metrics_port), addr=args.host)
-        except OSError as exc:
-            raise RunFailed(f"proxy: cannot serve metrics on {args.host}:{args.metrics_port}: {exc.strerror}") from None
-        metrics_port = http.server_port
-    tracer = None
-    if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() != "none":
-        from harness.core.tracing import setup_tracing
-
-        tracer = setup_tracing(settings.service)
+    settings = settings_from_args(args)
+    metrics_port = serve_metrics(args, "proxy")
+    tracer = tracer_for(settings)
     try:
         server, port, channel = await start_proxy(args.upstream, host=args.host, port=args.port, settings=settings,
                                                   method_kinds=table, tracer=tracer,
                                                   reuse_port=args.reuse_port)  # fmt: skip
     except (OSError, RuntimeError) as exc:
         raise RunFailed(f"proxy: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
-    if args.port_file:
-        with open(args.port_file, "w") as fh:
-            fh.write(str(port))
-    if args.ready_file:
-        tmp = args.ready_file + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"host": args.host, "port": port, "metrics_port": metrics_port, "pid": os.getpid()}, fh)
-        os.replace(tmp, args.ready_file)
+    announce(args, port, {"metrics_port": metrics_port})
     log.warning("proxy %s on %s:%d → %s (faults %s, seed %d, %d methods known), metrics on :%s", settings.service,
                 args.host, port, args.upstream, "ON" if settings.enabled else "off", settings.seed, len(table),
                 metrics_port or "-")  # fmt: skip

@@ -31,6 +31,7 @@ import tempfile
 import time
 
 from harness.core.errors import RunFailed
+from harness.demo.serve import announce
 
 #: How long the workers may take to serve, together.
 READY_TIMEOUT_S = 60.0
@@ -127,17 +128,8 @@ def _wait_ready(procs, readies, stopping) -> list[dict] | None:
 
 
 def _write_ready(args: argparse.Namespace, port: int, infos: list[dict]) -> None:
-    if args.port_file:
-        with open(args.port_file, "w") as fh:
-            fh.write(str(port))
-    if args.ready_file:
-        body = {"host": args.host, "port": port, "metrics_port": infos[0]["metrics_port"],
-                "metrics_ports": [i["metrics_port"] for i in infos], "pids": [i["pid"] for i in infos],
-                "pid": os.getpid()}  # fmt: skip
-        tmp = args.ready_file + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(body, fh)
-        os.replace(tmp, args.ready_file)
+    ports = [i["metrics_port"] for i in infos]
+    announce(args, port, {"metrics_port": ports[0], "metrics_ports": ports, "pids": [i["pid"] for i in infos]})
 
 
 def _stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -85,3 +87,26 @@ def go_service(binary: pathlib.Path, tmp: pathlib.Path, port: int = 0):
     finally:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def drill_proxy(tmp: pathlib.Path, *args: str, env: dict[str, str] | None = None):
+    """`drill proxy ARGS --ready-file …` as a process, as a user starts it; yields (process, its ready file's
+    JSON) once it serves, its stderr (the audit lines) in TMP/proxy.log; terminated and waited for after."""
+    from tests.conftest import ROOT
+
+    ready, log_path = tmp / f"proxy-{time.monotonic_ns()}.json", tmp / "proxy.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "proxy", *args, "--ready-file", str(ready)],
+                                cwd=ROOT, stderr=log, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not ready.exists():
+                assert proc.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "drill proxy did not serve in 60 s: " + log_path.read_text()
+                time.sleep(0.05)
+            yield proc, json.loads(ready.read_text())
+        finally:
+            proc.terminate()
+            proc.wait(15)

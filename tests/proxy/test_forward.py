@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 
@@ -25,8 +22,8 @@ from harness.core.faults import is_hit
 from harness.core.settings import FaultSettings
 from harness.proxy import kinds
 from harness.proxy.cli import start_proxy
-from tests.conftest import ROOT, drill_process, sample
-from tests.proxy.probe import SERVICE, build, descriptor_set, go_service, message_class
+from tests.conftest import drill_process, sample
+from tests.proxy.probe import SERVICE, build, descriptor_set, drill_proxy, go_service, message_class
 
 BIG = {"grpc.max_receive_message_length": -1, "grpc.max_send_message_length": -1}.items()
 
@@ -289,18 +286,9 @@ def test_drill_proxy_as_a_process_serves_metrics_under_its_service_and_stops_inj
     """What a user starts: `drill proxy` with a ready file; a tagged call is injected and counted under
     `service="probe"`; after `kill -USR1` (`drill stop`) the same call reaches the service."""
     _, ds, msg, _ = probe
-    ready = tmp_path / "ready.json"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "proxy", "--upstream", service, "--port", "0",
-                             "--metrics-port", "-1", "--service", "probe", "--enable-faults", "--descriptor-set",
-                             str(ds), "--ready-file", str(ready)], cwd=ROOT, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        info = json.loads(ready.read_text())
+    args = ("--upstream", service, "--port", "0", "--metrics-port", "-1", "--service", "probe", "--enable-faults",
+            "--descriptor-set", str(ds))  # fmt: skip
+    with drill_proxy(tmp_path, *args) as (proc, info):
         md = ((h.TENANT, "tenant-drill"), (h.FAULT, "abort:UNAVAILABLE"), (h.FAULT_RATIO, "100"),
               (h.FAULT_TARGET, "probe"), (h.REQUEST_ID, "sig-1"))  # fmt: skip
 
@@ -322,9 +310,6 @@ def test_drill_proxy_as_a_process_serves_metrics_under_its_service_and_stops_inj
                 break
             time.sleep(0.05)
         assert asyncio.run(call()) == "OK"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_a_slow_reader_slows_the_service_through_the_proxy(service, probe):

@@ -9,19 +9,15 @@ ones in the proxy and in this test (`is_hit`).
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
-import time
 
 import pytest
 import yaml
 
 from harness.core.faults import is_hit
 from harness.drills.load.schedule import ids_digest
-from tests.conftest import ROOT, drill_process
-from tests.proxy.probe import build, descriptor_set, go_service
+from tests.conftest import drill_process
+from tests.proxy.probe import build, descriptor_set, drill_proxy, go_service
 
 pytestmark = pytest.mark.slow
 
@@ -30,19 +26,9 @@ def test_drill_run_on_a_go_service_behind_the_proxy_hits_what_the_seed_predicts(
     binary = build()
     ds = descriptor_set(tmp_path / "probe.pb")
     with go_service(binary, tmp_path) as upstream:
-        ready = tmp_path / "proxy.json"
-        log = (tmp_path / "proxy.log").open("w")
-        proxy = subprocess.Popen([sys.executable, "-m", "harness.cli", "proxy", "--upstream", upstream, "--port", "0",
-                                  "--metrics-port", "-1", "--service", "probe", "--descriptor-set", str(ds),
-                                  "--ready-file", str(ready)], cwd=ROOT, stderr=log,
-                                 env={**os.environ, "PYTHONPATH": str(ROOT), "DRILL_FAULT_ENABLED": "1",
-                                      "DRILL_FAULT_SEED": "3"})  # fmt: skip
-        try:
-            deadline = time.monotonic() + 60
-            while not ready.exists():
-                assert proxy.poll() is None and time.monotonic() < deadline, (tmp_path / "proxy.log").read_text()
-                time.sleep(0.05)
-            info = json.loads(ready.read_text())
+        args = ("--upstream", upstream, "--port", "0", "--metrics-port", "-1", "--service", "probe",
+                "--descriptor-set", str(ds))  # fmt: skip
+        with drill_proxy(tmp_path, *args, env={"DRILL_FAULT_ENABLED": "1", "DRILL_FAULT_SEED": "3"}) as (_, info):
             plan = {
                 "name": "probe", "seed": 3,
                 "stack": {
@@ -61,10 +47,6 @@ def test_drill_run_on_a_go_service_behind_the_proxy_hits_what_the_seed_predicts(
             (tmp_path / "probe.yaml").write_text(json.dumps(plan))
             run = drill_process("run", str(tmp_path / "probe.yaml"), "--out", str(tmp_path / "out"), "--no-live",
                                 "--trials", "1")  # fmt: skip
-        finally:
-            proxy.terminate()
-            proxy.wait(10)
-            log.close()
     assert run.returncode == 0, run.stderr[-3000:]
     trial = json.loads((tmp_path / "out" / "results.json").read_text())["configs"]["go"]["trials"][0]
     tagged = [f"probe-3-drill0-{n}" for n in range(80) if 2 <= n / 10 + 1 / 20 < 5]

@@ -9,20 +9,17 @@ SIGTERM stops them all.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 
 from grpc import aio
 
 from harness.core import headers as h
-from tests.conftest import ROOT, drill_process
-from tests.proxy.probe import SERVICE, build, descriptor_set, go_service, message_class
+from tests.conftest import drill_process
+from tests.proxy.probe import SERVICE, build, descriptor_set, drill_proxy, go_service, message_class
 
 CHANNELS = 16
 
@@ -37,19 +34,9 @@ def test_two_workers_share_the_port_each_count_their_calls_and_stop_together(tmp
     ds = descriptor_set(tmp_path / "probe.pb")
     msg = message_class(ds)
     with go_service(binary, tmp_path) as upstream:
-        ready = tmp_path / "ready.json"
-        argv = [sys.executable, "-m", "harness.cli", "proxy", "--upstream", upstream, "--port", "0",
-                "--metrics-port", "-1", "--service", "probe", "--enable-faults", "--workers", "2",
-                "--descriptor-set", str(ds), "--ready-file", str(ready)]  # fmt: skip
-        proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
-        try:
-            deadline = time.monotonic() + 60
-            while not ready.exists():
-                assert proc.poll() is None, proc.stderr.read()
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            info = json.loads(ready.read_text())
+        args = ("--upstream", upstream, "--port", "0", "--metrics-port", "-1", "--service", "probe",
+                "--enable-faults", "--workers", "2", "--descriptor-set", str(ds))  # fmt: skip
+        with drill_proxy(tmp_path, *args) as (proc, info):
             assert len(info["pids"]) == 2 and len(set(info["metrics_ports"])) == 2, info
             hit = ((h.TENANT, "tenant-drill"), (h.FAULT, "abort:UNAVAILABLE"), (h.FAULT_RATIO, "100"),
                    (h.FAULT_TARGET, "probe"))  # fmt: skip
@@ -78,10 +65,7 @@ def test_two_workers_share_the_port_each_count_their_calls_and_stop_together(tmp
                     break
                 time.sleep(0.05)
             assert asyncio.run(round_of_calls()) == ["OK"] * CHANNELS
-        finally:
-            proc.terminate()
-            code = proc.wait(15)
-    assert code == 0
+    assert proc.returncode == 0  # terminated: the supervisor stopped its workers and exits 0
     for pid in info["pids"]:  # the workers went with their supervisor
         assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
 
