@@ -49,6 +49,9 @@ CHANNEL_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_MS),
     ("grpc.enable_retries", 0),  # a forwarded call is sent once: retrying is the caller's business
+    # every address the upstream's name resolves to (replicas behind one name), each call to the next one;
+    # one address is one connection, as with the default pick_first
+    ("grpc.lb_policy_name", "round_robin"),
 )
 SERVER_OPTIONS = (
     ("grpc.max_receive_message_length", -1),

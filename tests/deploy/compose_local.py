@@ -66,6 +66,8 @@ __all__ = ["ComposeError", "ComposeLocal", "declared_ports", "interpolate", "lis
 VENV_BIN = pathlib.Path(sys.executable).parent
 #: Images we can run locally, by repository name.
 PROMETHEUS_IMAGE = "prom/prometheus"
+#: the project's image's Dockerfile, as the compose file names it (relative to its build context, the repo)
+PROJECT_DOCKERFILE = "compose/Dockerfile"
 
 
 # --- the running stack ------------------------------------------------------------------------------------
@@ -110,7 +112,7 @@ class ComposeLocal:
 
     def __init__(
         self,
-        compose_file: pathlib.Path,
+        compose_file: pathlib.Path | list[pathlib.Path],
         workdir: pathlib.Path,
         services: list[str],
         env: dict[str, str] | None = None,
@@ -119,12 +121,14 @@ class ComposeLocal:
     ) -> None:
         """`services`: what `docker compose up SERVICE…` would start (their dependencies too);
         `env`: the shell `docker compose` runs in; `network`: the /24 (`127.A.B`), random if None."""
-        self.file = compose_file
-        self.dir = compose_file.parent
+        #: the files, merged in order (`docker compose -f A -f B`); paths in them are relative to the first's folder
+        self.files = [compose_file] if isinstance(compose_file, pathlib.Path) else list(compose_file)
+        self.file = self.files[0]
+        self.dir = self.file.parent
         self.workdir = workdir
         self.requested = list(services)
         self.env = dict(env or {})
-        self.spec = load_compose(compose_file, self.env)
+        self.spec = load_compose(self.files, self.env)
         self.services: dict[str, dict] = self.spec["services"]
         self.planned = self._with_dependencies(services)
         self.network = network or f"127.{random.randint(100, 250)}.{random.randint(0, 255)}"
@@ -138,13 +142,19 @@ class ComposeLocal:
                 self.containers[name].append(Container(name, i, f"{self.network}.{n}", log))
                 n += 1
         self.image_env = dockerfile_env(ROOT / "compose" / "Dockerfile")
-        #: images some service of the file builds (the project's): every service naming one runs from the repo
-        self.built_images = {svc.get("image") for svc in self.services.values() if "build" in svc}
+        #: the project's image, as some service builds it (compose/Dockerfile): every service naming it runs from
+        #: the repo
+        self.built_images = {svc.get("image") for svc in self.services.values() if self._builds_project(svc)}
+
+    @staticmethod
+    def _builds_project(svc: dict) -> bool:
+        build = svc.get("build")
+        return build is not None and (not isinstance(build, dict) or build.get("dockerfile") == PROJECT_DOCKERFILE)
 
     def project_image(self, name: str) -> bool:
-        """Whether service `name` runs the project's image (builds it, or names an image the file builds)."""
+        """Whether service `name` runs the project's image (builds it, or names the image a service builds)."""
         svc = self.services[name]
-        return "build" in svc or svc.get("image") in self.built_images
+        return self._builds_project(svc) or svc.get("image") in self.built_images
 
     # -- plan --------------------------------------------------------------------------------------------
     def _with_dependencies(self, services: list[str]) -> list[str]:
@@ -208,7 +218,23 @@ class ComposeLocal:
             return [self._executable(out[0]), *out[1:]]
         if image.split(":")[0] == PROMETHEUS_IMAGE:
             return self._prometheus_argv(name, container, out)
+        go = self._go_program(name)
+        if go is not None:  # its image's ENTRYPOINT is the program, the command its arguments
+            return [str(go), *out]
         raise ComposeError(f"{name}: image {image} cannot run without the engine")
+
+    def _go_program(self, name: str) -> pathlib.Path | None:
+        """A service whose image is built from a Go program (a Dockerfile beside its `.go` files): the program,
+        built here from the same sources (tests/proxy/probe.go_build: Debian's Go and grpc-go, offline)."""
+        build = self.services[name].get("build")
+        if not isinstance(build, dict) or not build.get("dockerfile"):
+            return None
+        source = (self.dir / build.get("context", ".") / build["dockerfile"]).resolve().parent
+        if not list(source.glob("*.go")):
+            return None
+        from tests.proxy.probe import go_build
+
+        return go_build(source)
 
     @staticmethod
     def _executable(program: str) -> str:
@@ -301,7 +327,7 @@ class ComposeLocal:
         recreate the containers whose command or environment changed, keep the others; returns the
         recreated containers' names once every service with a healthcheck is healthy again."""
         self.env = dict(env)
-        self.spec = load_compose(self.file, self.env)
+        self.spec = load_compose(self.files, self.env)
         self.services = self.spec["services"]
         for name in self.planned:
             want = int((self.services[name].get("deploy") or {}).get("replicas", 1))
@@ -352,7 +378,7 @@ class ComposeLocal:
                     return 200 <= r.status < 300
             except OSError:
                 return False
-        if not self.project_image(name):
+        if not self.project_image(name) and self._go_program(name) is None:  # the Go images carry the probe
             raise ComposeError(f"{name}: healthcheck {args[0]} cannot run here")
         env = self._environment(name, container)
         try:
@@ -416,7 +442,7 @@ class ComposeLocal:
     # -- state, for switch commands run in other processes ------------------------------------------------------
     def save(self) -> None:
         state = {
-            "file": str(self.file),
+            "files": [str(f) for f in self.files],
             "services": self.requested,
             "env": self.env,
             "network": self.network,
@@ -429,7 +455,8 @@ class ComposeLocal:
     @classmethod
     def load(cls, workdir: pathlib.Path) -> ComposeLocal:
         state = json.loads((workdir / "state.json").read_text())
-        stack = cls(pathlib.Path(state["file"]), workdir, state["services"], state["env"], network=state["network"])
+        files = [pathlib.Path(f) for f in state["files"]]
+        stack = cls(files, workdir, state["services"], state["env"], network=state["network"])
         for cs in stack.containers.values():
             for c in cs:
                 saved = state["containers"].get(c.name, {})

@@ -50,8 +50,19 @@ def interpolate(value: Any, env: dict[str, str]) -> Any:
     return _INTERP.sub(one, value)
 
 
-def load_compose(path: pathlib.Path, env: dict[str, str]) -> dict:
-    spec = yaml.safe_load(path.read_text(encoding="utf-8"))  # merge keys (<<) resolved by the loader
+def _merge(base: Any, over: Any) -> Any:
+    """Compose's merge of an override file, for what ours use: mappings merge key by key, anything else
+    (a command, a list) is replaced by the override's."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{k: _merge(base[k], v) if k in base else v for k, v in over.items()}}
+    return over
+
+
+def load_compose(paths: pathlib.Path | list[pathlib.Path], env: dict[str, str]) -> dict:
+    """One compose file, or several merged in order (`docker compose -f A -f B`), interpolated from `env`."""
+    spec: dict = {}
+    for path in [paths] if isinstance(paths, pathlib.Path) else paths:
+        spec = _merge(spec, yaml.safe_load(path.read_text(encoding="utf-8")))  # merge keys (<<) resolved by the loader
     return interpolate(spec, env)
 
 

@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     p = argparse.ArgumentParser(prog="python -m tests.deploy.compose_switch", description=main.__doc__)
     p.add_argument("--state", required=True, type=pathlib.Path, help="working directory holding state.json")
-    p.add_argument("--file", type=pathlib.Path, default=ROOT / "compose" / "docker-compose.yml")
+    p.add_argument("--file", type=pathlib.Path, action="append", default=None,
+                   help="a compose file (repeatable, merged in order; default compose/docker-compose.yml)")
     p.add_argument("action", choices=("up", "recreate", "address", "down"))
     p.add_argument("services", nargs="*")
     p.add_argument("-e", dest="env", action="append", default=[], help="KEY=VALUE of the compose shell")
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.action == "up":
             args.state.mkdir(parents=True, exist_ok=True)
-            stack = ComposeLocal(args.file, args.state, args.services, env)
+            stack = ComposeLocal(args.file or [ROOT / "compose" / "docker-compose.yml"], args.state, args.services, env)
             stack.up()
             stack.save()
         elif args.action == "recreate":

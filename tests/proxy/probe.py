@@ -28,27 +28,33 @@ GOPATH = "/usr/share/gocode"  # Debian's Go packages (golang-google-grpc-dev and
 
 
 def build(out_dir: pathlib.Path | None = None) -> pathlib.Path:
-    """`go build` of the probe in GOPATH mode (no network): the binary's path.
+    """The probe's binary (`out_dir` is accepted for callers that keep their own copy; it is built once, shared)."""
+    return go_build(HERE / "goprobe")
+
+
+def go_build(source: pathlib.Path) -> pathlib.Path:
+    """`go build` of the program in `source` in GOPATH mode (no network): the binary's path.
 
     Built once per source and Go version into a shared cache (under the system temp directory, a lock
-    around the build), so the test files that need it, on whichever workers, share one ~15-s build;
-    `out_dir` is accepted for callers that keep their own copy but no longer decides where it is built."""
+    around the build), so the test files that need it, on whichever workers, share one build; the compiled
+    packages (grpc-go's) are cached across programs, so a second program takes seconds."""
     go = shutil.which("go")
     assert go, "go is not installed (scripts/system-deps installs golang-go)"
     version = subprocess.run([go, "version"], capture_output=True, text=True, check=True).stdout
     digest = hashlib.sha256(version.encode() + b"".join(
-        p.read_bytes() for p in sorted((HERE / "goprobe").glob("*.go")))).hexdigest()[:16]  # fmt: skip
-    cache = pathlib.Path(tempfile.gettempdir()) / f"drill-goprobe-{digest}"
+        p.read_bytes() for p in sorted(source.glob("*.go")))).hexdigest()[:16]  # fmt: skip
+    tmp = pathlib.Path(tempfile.gettempdir())
+    cache = tmp / f"drill-go-{source.name}-{digest}"
     cache.mkdir(exist_ok=True)
-    binary = cache / "goprobe"
+    binary = cache / source.name
     with open(cache / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the other workers wait for the one that builds
         if binary.exists():
             return binary
-        env = {**os.environ, "GOPATH": GOPATH, "GO111MODULE": "off", "GOFLAGS": "", "GOCACHE": str(cache / "cache"),
-               "CGO_ENABLED": "0"}  # fmt: skip
-        partial = cache / "goprobe.partial"
-        proc = subprocess.run([go, "build", "-o", str(partial), "."], cwd=HERE / "goprobe", env=env,
+        env = {**os.environ, "GOPATH": GOPATH, "GO111MODULE": "off", "GOFLAGS": "",
+               "GOCACHE": str(tmp / "drill-gocache"), "CGO_ENABLED": "0"}  # fmt: skip
+        partial = cache / f"{source.name}.partial"
+        proc = subprocess.run([go, "build", "-o", str(partial), "."], cwd=source, env=env,
                               capture_output=True, text=True, timeout=600)  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
         partial.rename(binary)  # only a whole binary is ever found
