@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -389,3 +390,55 @@ def _cmdline(pid: int) -> bytes:
         return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+# --- the ledger in another language, behind a drill proxy sidecar --------------------------------------
+def _with_component(tmp_path: pathlib.Path, overlay: str, component: str) -> list[dict]:
+    """An overlay with a component added, as a user's kustomization would add it (paths relative: kustomize
+    refuses absolute ones)."""
+    here = tmp_path / overlay
+    here.mkdir()
+    rel = os.path.relpath(K8S, here)
+    (here / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{rel}/overlays/{overlay}]\ncomponents: [{rel}/components/{component}]\n"
+    )
+    return render(here)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_ledger_go_component_puts_the_proxy_in_front_of_the_go_ledger(tmp_path: pathlib.Path, overlay: str) -> None:
+    """deploy/k8s/components/ledger-go: the ledger pod runs the Go ledger on its loopback and `drill proxy` in
+    its hop container, on the ports the Service, the PodMonitor and the probes name; nothing else changes, and
+    every object still validates strictly."""
+    plain = render(K8S / "overlays" / overlay)
+    objects = _with_component(tmp_path, overlay, "ledger-go")
+    for version in K8S_VERSIONS:
+        errors = {f"{o['kind']}/{o['metadata']['name']}": validate_builtin(o, version)
+                  for o in objects if not is_operator_object(o)}  # fmt: skip
+        assert not {k: e for k, e in errors.items() if e}, f"Kubernetes {version}"
+    key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
+    changed = {key(o) for o in objects} ^ {key(o) for o in plain} | {
+        key(o) for o in objects for p in plain if key(o) == key(p) and o != p
+    }
+    assert changed == {("Deployment", "ledger")}, changed
+
+    template = find(objects, "Deployment", "ledger")["spec"]["template"]
+    hop, app = _container(template, "hop"), _container(template, "app")
+    assert hop["args"][0] == "proxy" and _flag(hop["args"], "--service") == "ledger"  # the stack's fault target
+    upstream_host, upstream_port = _flag(hop["args"], "--upstream").rsplit(":", 1)
+    assert (upstream_host, _flag(app["args"], "-port")) == ("127.0.0.1", upstream_port)
+    assert _flag(app["args"], "-host") == "127.0.0.1"  # only the proxy reaches it
+    assert app["image"] == "drill-ledger-go:0.1.0"
+    ports = {p["name"]: p["containerPort"] for p in hop["ports"]}
+    assert (str(ports["grpc"]), str(ports["metrics"])) == (_flag(hop["args"], "--port"),
+                                                           _flag(hop["args"], "--metrics-port"))  # fmt: skip
+    # the Go ledger keeps the plan's ledger capacity, as the Python hop had it
+    ledger = next(h for h in _plan_hops() if h["name"] == "ledger")
+    assert [_flag(app["args"], f) for f in ("-work-ms", "-concurrency", "-queue")] == [
+        str(ledger["work_ms"]), str(ledger["concurrency"]), str(ledger["queue"])]
+    assert app["securityContext"]["readOnlyRootFilesystem"] and app["resources"]["limits"]
+
+
+def _plan_hops() -> list[dict]:
+    return yaml.safe_load((ROOT / "harness" / "plans" / "retry-storm.yaml").read_text())["topology"]["hops"]
