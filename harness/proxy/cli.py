@@ -108,9 +108,13 @@ async def start_proxy(upstream: str, *, host: str = "127.0.0.1", port: int = 0, 
 
 
 async def _proxy(args: argparse.Namespace) -> int:
+    # local inputs first (a missing --proto is bad input whatever the port), then the port, then the network
+    local = bool(args.descriptor_set or args.proto or args.proto_path)
+    table = method_kinds(args) if local else {}
     if not args.reuse_port:
         check_free(args.host, args.port)
-    table = method_kinds(args)
+    if not local:
+        table = method_kinds(args)
     settings = settings_from_args(args)
     metrics_port = serve_metrics(args, "proxy")
     tracer = tracer_for(settings)

@@ -12,9 +12,9 @@ the wire. Exactness is the contract, each point an easy mistake in a generic pro
 - the caller's deadline goes up as the time it has left;
 - a caller's cancel reaches the upstream as a cancel, never as an end of stream:
   grpc.aio ends a cancelled call's request iterator exactly as a half-close would
-  and delivers the cancel itself to the handler's task at its next await, so at
-  the end of a request stream the forwarder yields once before it half-closes
-  (`_end_of_requests`);
+  and tells the handler of the cancel later, so at the end of a request stream the
+  forwarder waits for the call to be done, at most CANCEL_GRACE_S (20 ms), before
+  it half-closes (`_end_of_requests`): a half-close reaches the service that late;
 - a half-closed bidi stream keeps receiving until the upstream ends it;
 - flow control: each message is awaited into the other side before the next is
   read, so a slow reader slows the writer and nothing buffers without bound;
@@ -29,6 +29,7 @@ The fault pipeline is not here: the proxy's server runs the interceptors' own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 import grpc
@@ -91,13 +92,26 @@ async def _relay_end(call, context, error: aio.AioRpcError | None) -> None:
     await context.abort(error.code(), error.details() or "", trailers)
 
 
-async def _end_of_requests(call) -> None:
+#: how long a request stream's end waits to be told from a cancel (see _end_of_requests)
+CANCEL_GRACE_S = 0.02
+
+
+async def _end_of_requests(call, context) -> None:
     """The caller's request stream ended: half-close the upstream's, unless the caller cancelled.
 
-    A cancel ends the request iterator as a half-close does and reaches this task at its
-    next await (grpc.aio cancels the handler's task): yield first, so a cancel raises
-    here and the upstream is cancelled, never half-closed."""
-    await asyncio.sleep(0)
+    grpc.aio ends a cancelled call's request iterator exactly as a half-close ends it, and tells the
+    handler of the cancel separately, later (its task is cancelled once the core reports the call
+    closed), and later still on a busy machine. So the half-close waits until the call is done or
+    CANCEL_GRACE_S has passed: a cancel in that time raises here (the upstream is cancelled, never
+    half-closed); a half-close reaches the service that much later. A caller that half-closes keeps
+    its call open, so the wait never ends early on its account."""
+    done = asyncio.Event()
+    context.add_done_callback(lambda _: done.set())
+    if not context.done():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), CANCEL_GRACE_S)
+    if context.cancelled():
+        raise asyncio.CancelledError
     await call.done_writing()
 
 
@@ -147,7 +161,7 @@ class Forwarder:
             try:
                 async for message in requests:
                     await call.write(message)
-                await _end_of_requests(call)
+                await _end_of_requests(call, context)
                 await _relay_headers(call, context)
                 response = await call
             except aio.AioRpcError as error:
@@ -193,7 +207,7 @@ class Forwarder:
                     async for message in requests:
                         await call.write(message)
                     await asyncio.sleep(0)  # a cancel of the caller reaches the handler's task first
-                    await _end_of_requests(call)
+                    await _end_of_requests(call, context)
                 except asyncio.CancelledError:
                     raise
                 except aio.AioRpcError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import time
 import urllib.request
 
@@ -365,7 +366,12 @@ def test_method_kinds_come_from_a_proto_a_descriptor_set_or_reflection_alike(pro
         "/drill.v1.Demo/Call": "unary", "/drill.v1.Demo/Write": "unary",
         "/drill.v1.Demo/Stream": "server_streaming", "/drill.v1.Demo/Exchange": "bidi_streaming",
     }  # fmt: skip
-    bad = drill_process("proxy", "--upstream", "127.0.0.1:1", "--proto", str(tmp_path / "none.proto"), timeout=60)
+    # a missing --proto is bad input even where the port is taken: local inputs are checked before the port
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        bad = drill_process("proxy", "--upstream", "127.0.0.1:1", "--port", str(busy.getsockname()[1]),
+                            "--proto", str(tmp_path / "none.proto"), timeout=60)  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.startswith("drill: proxy: --proto: no file"), bad.stderr
 
 
