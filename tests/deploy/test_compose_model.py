@@ -238,3 +238,53 @@ def test_every_hop_ends_its_connections_so_callers_see_new_replicas() -> None:
         if (doc or {}).get("kind") == "Deployment":
             args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
             assert 0 < int(args[args.index("--max-connection-age-ms") + 1]) <= 30_000, doc["metadata"]["name"]
+
+
+# --- the ledger in Go behind drill proxy (compose/ledger-go.yml, an override) --------------------------------
+GO_OVERRIDE = ROOT / "compose" / "ledger-go.yml"
+
+
+def test_go_override_keeps_the_ledgers_name_ports_and_build_and_fronts_the_go_server() -> None:
+    """Merged as `-f docker-compose.yml -f ledger-go.yml`: `ledger` is now `drill proxy` on the hop's ports (what
+    the account calls, Prometheus scrapes and compose/stack.yaml's selectors name), still the one builder of the
+    project's image; it forwards only to `ledger-go`, which publishes nothing, has the plan's ledger capacity,
+    scales with LEDGER_REPLICAS like the proxies and is never pulled. The Go image builds from the same pinned
+    base through the same build argument, and its healthcheck's probe is in that image."""
+    plain = services()
+    merged = load_compose([COMPOSE_FILE, GO_OVERRIDE], {"LEDGER_REPLICAS": "3"})["services"]
+    assert set(merged) == set(plain) | {"ledger-go"}
+    assert {k: v for k, v in merged.items() if k not in ("ledger", "ledger-go")} == {
+        k: v for k, v in load_compose(COMPOSE_FILE, {"LEDGER_REPLICAS": "3"})["services"].items() if k != "ledger"}
+    ledger, go = merged["ledger"], merged["ledger-go"]
+    argv = shlex.split(ledger["command"])
+    flag = lambda name: argv[argv.index(name) + 1]  # noqa: E731
+    assert argv[:2] == ["drill", "proxy"] and flag("--upstream") == "ledger-go:50051"
+    assert (flag("--port"), flag("--metrics-port"), flag("--service")) == ("50051", "9464", "ledger")
+    assert ledger["build"] == plain["ledger"]["build"] and ledger["healthcheck"] == plain["ledger"]["healthcheck"]
+    assert ledger["depends_on"]["ledger-go"] == {"condition": "service_healthy"}
+    assert "ports" not in go and go["pull_policy"] == "missing" and go["deploy"]["replicas"] == "3"
+    go_argv = shlex.split(go["command"])
+    go_flag = lambda name: go_argv[go_argv.index(name) + 1]  # noqa: E731
+    plan_ledger = next(h for h in yaml.safe_load((ROOT / "harness/plans/retry-storm.yaml").read_text())
+                       ["topology"]["hops"] if h["name"] == "ledger")  # fmt: skip
+    assert [go_flag(f) for f in ("-work-ms", "-concurrency", "-queue")] == [
+        str(plan_ledger[k]) for k in ("work_ms", "concurrency", "queue")]
+    assert go_flag("-port") == "50051" and go_flag("-host") == "0.0.0.0"
+    dockerfile = (ROOT / go["build"]["dockerfile"]).read_text()
+    assert f"ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm@{BASE_DIGEST}" in dockerfile
+    assert go["build"]["args"] == ["PYTHON_IMAGE"] and "golang-google-grpc-dev" in dockerfile
+    probe = go["healthcheck"]["test"][-2]
+    assert f"COPY {probe.removeprefix('/app/')} {probe}" in dockerfile
+
+
+def test_go_stack_file_is_the_compose_stack_file_with_both_compose_files() -> None:
+    go = yaml.safe_load((ROOT / "compose" / "stack-go.yaml").read_text())
+    plain = yaml.safe_load(STACK.read_text())
+    both = "-f compose/docker-compose.yml -f compose/ledger-go.yml"
+    for a, b in zip(go["stack"]["configs"], plain["stack"]["configs"], strict=True):
+        assert a["switch"] == b["switch"].replace("-f compose/docker-compose.yml", both)
+    assert go["stack"]["audit"]["command"] == plain["stack"]["audit"]["command"].replace(
+        "-f compose/docker-compose.yml", both)
+    for key in ("traffic", "fault", "phases", "slo", "trials", "seed"):
+        assert go[key] == plain[key], key
+    assert go["stack"]["hops"] == plain["stack"]["hops"] and go["stack"]["edge"] == plain["stack"]["edge"]
