@@ -171,3 +171,69 @@ def test_a_prometheus_guard_trips_and_the_stacks_emergency_stop_turns_injection_
     # every hop's one-way stop tripped: injection off for the life of the process
     assert all(c["drill_fault_switch"] == 0 for c in (_counters(i) for i in range(len(HOPS))))
     assert '"event":"emergency_stop","reason":"signal:SIGUSR1"' in (stack["chain"] / "ledger.log").read_text()
+
+
+def test_a_dry_run_waits_for_a_stack_that_prometheus_has_found_but_not_scraped_yet(stack, tmp_path):
+    """Right after `up`, Prometheus knows the hops' targets but has not scraped them once: every selector is
+    empty. The dry run says at once that it waits for that first scrape (not "names no target", exit 1, which
+    a stack that has just come up would get) and checks the hops once it is in. Here each hop's target is a
+    gate that holds every scrape until the dry run says it is waiting (a 10-s scrape interval and timeout keep
+    the targets "unknown" until then), so a dry run that does not wait fails before any scrape is answered."""
+    import http.server
+    import threading
+
+    released = threading.Event()
+
+    class Gate(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server naming
+            released.wait(60)
+            body = b"drill_fault_switch 1\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    gate = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gate)
+    threading.Thread(target=gate.serve_forever, daemon=True).start()
+    prom = LocalPrometheus(tmp_path / "prometheus", scrape_interval="10s")
+    try:
+        prom.start()
+        address = f"127.0.0.1:{gate.server_address[1]}"
+        prom.targets_file.write_text(json.dumps([{"targets": [address], "labels": {"compose_service": hop}}
+                                                 for hop in HOPS]))  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:  # found, and not one scrape answered: the state a stack that has just come up is in
+            with urllib.request.urlopen(f"{prom.url}/api/v1/targets?state=active", timeout=5) as r:
+                active = json.load(r)["data"]["activeTargets"]
+            if len(active) == len(HOPS):
+                assert all(t["health"] == "unknown" for t in active), active
+                break
+            assert time.monotonic() < deadline, active
+            time.sleep(0.2)
+        plan = yaml.safe_load((ROOT / "compose/stack.yaml").read_text())
+        plan["stack"]["edge"]["address"] = f"{NET}.1:50051"
+        plan["stack"]["prometheus"] = prom.url
+        path = tmp_path / "fresh.yaml"
+        path.write_text(yaml.safe_dump(plan))
+        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(path), "--dry-run"], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "not scraped yet" in line:
+                released.set()
+        err = proc.stderr.read()
+        assert proc.wait(60) == 0, "".join(lines) + err
+    finally:
+        released.set()
+        prom.stop()
+        gate.shutdown()
+    text = "".join(lines)
+    assert (f'hop gateway: waiting for {prom.url} to scrape {{compose_service="gateway"}} (at most 30 s: it has 4 '
+            "targets it has not scraped yet)") in text, text  # fmt: skip
+    for hop in HOPS:
+        assert f'ok  hop {hop}: {{compose_service="{hop}"}}: 1 target in {prom.url}, 1 up' in text, text

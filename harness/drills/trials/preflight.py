@@ -362,15 +362,21 @@ class Preflight:
 
         url = self.plan.stack.prometheus
         deadline, waited = time.monotonic() + wait_s, False
+        why = "a service the switch just started may not be scraped yet"
         try:
             while not (result := api_get(url, "query", [("query", f"up{selector}")], ASK_TIMEOUT_S)["result"]):
+                if not waited and not wait_s and (pending := _pending_targets(url)):
+                    # a stack that has just come up (Prometheus found targets it has not scraped once yet): a
+                    # selector of one of them is empty until that scrape, so it waits as after a switch
+                    wait_s, deadline = SCRAPE_WAIT_S, time.monotonic() + SCRAPE_WAIT_S
+                    why = f"it has {pending} target{'s' if pending > 1 else ''} it has not scraped yet"
                 if time.monotonic() >= deadline:
                     after = f" after {wait_s:.0f} s" if wait_s else ""
                     self.fail(f"selector {selector} names no target {url} scrapes (up{selector} is empty{after})", 1)
                 if not waited:  # said once, at the first empty answer, so the wait is never silent
                     waited = True
                     self._progress(f"hop {name}: waiting for {url} to scrape {selector} (at most {wait_s:.0f} s: "
-                                   "a service the switch just started may not be scraped yet)")  # fmt: skip
+                                   f"{why})")  # fmt: skip
                 time.sleep(1.0)
             switch = api_get(url, "query", [("query", f"drill_fault_switch{selector}")], ASK_TIMEOUT_S)["result"]
         except PrometheusError as exc:
@@ -387,6 +393,14 @@ class Preflight:
             self.warn(f"{head}, injection OFF in {len(off)} of {len(switch)} (drill_fault_switch 0)")
             return
         self.ok(head)
+
+
+def _pending_targets(url: str) -> int:
+    """How many targets Prometheus has discovered but not scraped once yet (health "unknown")."""
+    from harness.procs.prometheus import api_get
+
+    active = api_get(url, "targets", [("state", "active")], ASK_TIMEOUT_S).get("activeTargets", [])
+    return sum(1 for t in active if t.get("health") == "unknown")
 
 
 def _options(directive: str) -> Directive | None:
