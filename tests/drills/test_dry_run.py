@@ -10,10 +10,11 @@ import re
 import sys
 
 import pytest
+import yaml
 
 from harness.drills.plan.files import load_plan, shipped_plans
 from harness.procs import spawn
-from tests.conftest import drill_inprocess
+from tests.conftest import ROOT, drill_inprocess
 
 
 def hits_of(ids: list[str], *args: str) -> str:
@@ -233,3 +234,20 @@ def test_under_prometheus_auto_a_run_asks_its_prometheus_before_the_first_trial(
     assert lines[0].startswith("drill: guard 'bad': http://127.0.0.1:") and "bad_data" in lines[0], lines[0]
     assert "preflight fail  guard 'bad': " in proc.stderr
     assert spawn._LIVE == children and not (out / "logs").exists() and not (out / "results.json").exists()
+
+
+def test_an_empty_selector_waits_one_discovery_refresh_and_one_scrape_from_prometheus_config() -> None:
+    """Before "names no target", a dry run against a stack that has just come up waits as long as Prometheus
+    may take to find and scrape a new target: the compose config polls DNS every 5 s and scrapes every 1 s;
+    file and Kubernetes discovery are notified, not polled; Prometheus' defaults where a config is silent;
+    never more than the bound."""
+    from harness.drills.trials.preflight import SCRAPE_WAIT_S, discovery_wait
+
+    compose = yaml.safe_load((ROOT / "compose" / "prometheus" / "prometheus.yml").read_text())
+    assert discovery_wait(compose) == 5 + 1 + 1
+    assert discovery_wait({"scrape_configs": [{"job_name": "f", "file_sd_configs": [{"files": ["t.json"]}]}],
+                           "global": {"scrape_interval": "1s"}}) == 0 + 1 + 1  # fmt: skip
+    assert discovery_wait({"scrape_configs": [{"job_name": "d", "scrape_interval": "1m30s",
+                                               "dns_sd_configs": [{"names": ["x"]}]}]}) == SCRAPE_WAIT_S  # fmt: skip
+    assert discovery_wait({"global": {"scrape_interval": "500ms"}, "scrape_configs": [
+        {"job_name": "c", "consul_sd_configs": [{"refresh_interval": "2s"}]}]}) == 2 + 0.5 + 1

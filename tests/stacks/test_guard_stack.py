@@ -114,10 +114,13 @@ def test_a_dry_run_fails_as_a_run_would_when_the_stack_is_not_there(stack, tmp_p
     path = tmp_path / "typo.yaml"
     path.write_text(yaml.safe_dump(plan))
     dry = drill_inprocess("run", str(path), "--dry-run")
+    # it waits one discovery refresh and one scrape first (file discovery is notified, the scrape interval 1 s)
     assert dry.returncode == 1 and dry.stderr.strip().splitlines() == [
         f'drill: selector {{compose_service="ledgr"}} names no target {stack["prometheus"]} scrapes '
-        '(up{compose_service="ledgr"} is empty)'
+        '(up{compose_service="ledgr"} is empty after 2 s)'
     ], dry.stderr
+    assert (f'hop ledger: waiting for {stack["prometheus"]} to scrape {{compose_service="ledgr"}} (at most 2 s: one '
+            "service-discovery refresh and one scrape, from its config)") in dry.stdout, dry.stdout  # fmt: skip
     plan["stack"]["edge"]["address"] = f"{NET}.9:50051"  # nothing listens there
     for config in plan["stack"]["configs"]:
         config["ready"] = {"checks": 1, "timeout_s": 1, "interval_s": 0.2}

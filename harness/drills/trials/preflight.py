@@ -40,6 +40,7 @@ import asyncio
 import dataclasses
 import os
 import pathlib
+import re
 import shutil
 import tempfile
 import time
@@ -365,11 +366,17 @@ class Preflight:
         why = "a service the switch just started may not be scraped yet"
         try:
             while not (result := api_get(url, "query", [("query", f"up{selector}")], ASK_TIMEOUT_S)["result"]):
-                if not waited and not wait_s and (pending := _pending_targets(url)):
-                    # a stack that has just come up (Prometheus found targets it has not scraped once yet): a
-                    # selector of one of them is empty until that scrape, so it waits as after a switch
-                    wait_s, deadline = SCRAPE_WAIT_S, time.monotonic() + SCRAPE_WAIT_S
-                    why = f"it has {pending} target{'s' if pending > 1 else ''} it has not scraped yet"
+                if not waited and not wait_s:
+                    # a stack that has just come up: Prometheus may have found targets it has not scraped once yet
+                    # (wait as after a switch), or not have looked for them yet (one discovery refresh and one
+                    # scrape, from its own config); a selector that is still empty after that names nothing
+                    if pending := _pending_targets(url):
+                        wait_s = SCRAPE_WAIT_S
+                        why = f"it has {pending} target{'s' if pending > 1 else ''} it has not scraped yet"
+                    else:
+                        wait_s = _discovery_wait(url)
+                        why = "one service-discovery refresh and one scrape, from its config"
+                    deadline = time.monotonic() + wait_s
                 if time.monotonic() >= deadline:
                     after = f" after {wait_s:.0f} s" if wait_s else ""
                     self.fail(f"selector {selector} names no target {url} scrapes (up{selector} is empty{after})", 1)
@@ -401,6 +408,47 @@ def _pending_targets(url: str) -> int:
 
     active = api_get(url, "targets", [("state", "active")], ASK_TIMEOUT_S).get("activeTargets", [])
     return sum(1 for t in active if t.get("health") == "unknown")
+
+
+#: Prometheus' defaults: dns_sd_configs' refresh_interval, the global scrape_interval
+_DEFAULT_REFRESH_S, _DEFAULT_SCRAPE_S = 30.0, 60.0
+
+
+def _seconds(text: str | None, default: float) -> float:
+    """A Prometheus duration ("1m30s", "5s", "900ms") in seconds; `default` when absent or unreadable."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", str(text or ""))
+    if not parts:
+        return default
+    unit = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    return sum(float(n) * unit[u] for n, u in parts)
+
+
+def _discovery_wait(url: str) -> float:
+    """How long a target that has just started may take to appear in `up`: the longest polling refresh of its
+    service discovery (file and Kubernetes discovery are notified, not polled) plus the longest scrape interval,
+    from Prometheus' own config; at most SCRAPE_WAIT_S."""
+    import yaml
+
+    from harness.procs.prometheus import api_get
+
+    try:
+        config = yaml.safe_load(api_get(url, "status/config", (), ASK_TIMEOUT_S)["yaml"]) or {}
+    except Exception:  # noqa: BLE001 - an unreadable config: the bound
+        return SCRAPE_WAIT_S
+    return discovery_wait(config)
+
+
+def discovery_wait(config: dict) -> float:
+    """`_discovery_wait` of a Prometheus config (the parsed YAML)."""
+    default_scrape = _seconds((config.get("global") or {}).get("scrape_interval"), _DEFAULT_SCRAPE_S)
+    refresh, scrape = 0.0, 0.0
+    for job in config.get("scrape_configs") or []:
+        scrape = max(scrape, _seconds(job.get("scrape_interval"), default_scrape))
+        for key, sds in job.items():
+            if key.endswith("_sd_configs") and key not in ("file_sd_configs", "kubernetes_sd_configs"):
+                for sd in sds or []:
+                    refresh = max(refresh, _seconds(sd.get("refresh_interval"), _DEFAULT_REFRESH_S))
+    return min(SCRAPE_WAIT_S, refresh + scrape + 1.0)
 
 
 def _options(directive: str) -> Directive | None:
