@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shlex
+import signal
 import subprocess
 import sys
 
@@ -91,3 +92,15 @@ def header(name: str, *, pinned: bool = True) -> str:
 def popen_pinned(argv: list[str], cpu: int, **kwargs) -> subprocess.Popen:
     """Start `argv` pinned to `cpu`."""
     return subprocess.Popen(argv, preexec_fn=pinned(cpu), **kwargs)  # noqa: PLW1509 - affinity only
+
+
+def stop_all(procs: list[subprocess.Popen], timeout_s: float = 10.0) -> None:
+    """SIGTERM to each process started here, then SIGKILL to any still running after `timeout_s`."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import pathlib
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from grpc import aio
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._cpu import cores, header, popen_pinned  # noqa: E402
+from benchmarks._cpu import cores, header, popen_pinned, stop_all  # noqa: E402
 from benchmarks.proxy_overhead import wait_file  # noqa: E402
 from tests.proxy.probe import SERVICE, build, descriptor_set, message_class  # noqa: E402
 
@@ -97,13 +96,7 @@ def main() -> None:
             request = msg(id="organic", body=b"x" * 64).SerializeToString()
             p50 = asyncio.run(measure(addresses, request, args.calls, args.rounds))
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
     med = {k: statistics.median(v) for k, v in p50.items()}
     for k in PATHS:
         added = "" if k == "direct" else f", adds {med[k] - med['direct']:+.3f} ms"

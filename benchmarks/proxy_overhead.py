@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import pathlib
-import signal
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from grpc import aio
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._cpu import cores, cpu_seconds, header, popen_pinned  # noqa: E402
+from benchmarks._cpu import cores, cpu_seconds, header, popen_pinned, stop_all  # noqa: E402
 from tests.proxy.probe import SERVICE, build, descriptor_set, message_class  # noqa: E402
 
 
@@ -171,13 +170,7 @@ def main() -> None:
             pids = {"proxy": [proxy.pid, *workers], "workers": workers, "bare": bare.pid}
             out = asyncio.run(measure(args, direct, proxied, bare_at, pids, msg))
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
     lo50, hi50 = out["added_p50_range"]
     lo99, hi99 = out["added_p99_range"]
     print(f"added latency through the proxy: p50 {out['added_p50_ms']:+.3f} ms (rounds {lo50:+.3f}..{hi50:+.3f}), "

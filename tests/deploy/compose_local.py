@@ -468,3 +468,28 @@ class ComposeLocal:
 
     def __exit__(self, *exc) -> None:
         self.down()
+
+
+def run_stack_file(stack: ComposeLocal, stack_file: pathlib.Path, workdir: pathlib.Path,
+                   **plan_changes) -> subprocess.CompletedProcess:  # fmt: skip
+    """`drill run STACK-FILE --out WORKDIR/out` against `stack` as documented, with only what needs the engine
+    replaced: the published ports by the containers' own addresses, each `K=V docker compose … up -d --wait`
+    switch by `compose_switch … recreate -e DRILL_CONFIG=NAME` on the stack's state, and the audit command
+    (`docker compose logs ledger`) by the ledger's log file. `plan_changes` update the plan (trials, phases)."""
+    plan = yaml.safe_load(stack_file.read_text())
+    spec = plan["stack"]
+    spec["edge"]["address"] = f"{stack.address('gateway')}:50051"
+    spec["prometheus"] = f"http://{stack.address('prometheus')}:9090"
+    for config in spec["configs"]:
+        assert "docker compose" in config["switch"] and f"DRILL_CONFIG={config['name']}" in config["switch"]
+        config["switch"] = (f"{sys.executable} -m tests.deploy.compose_switch --state {stack.workdir} recreate "
+                            f"-e DRILL_CONFIG={config['name']}")  # fmt: skip
+    assert spec["audit"]["command"].endswith(" ledger"), spec["audit"]
+    spec["audit"] = {"files": [str(stack.containers["ledger"][0].log)]}  # the ledger's container log
+    plan.update(plan_changes)
+    path = workdir / "stack.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(workdir / "out"), "--no-live"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip

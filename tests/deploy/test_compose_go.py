@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import pathlib
 import socket
-import subprocess
-import sys
 import time
 
 import grpc
@@ -26,7 +24,7 @@ import yaml
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from tests.conftest import ROOT
 from tests.deploy import compose_switch
-from tests.deploy.compose_local import ComposeLocal
+from tests.deploy.compose_local import ComposeLocal, run_stack_file
 
 FILES = [ROOT / "compose" / "docker-compose.yml", ROOT / "compose" / "ledger-go.yml"]
 HOPS = ["gateway", "order", "account", "ledger"]
@@ -52,22 +50,11 @@ def test_drill_run_on_the_go_ledger_behind_the_proxy(tmp_path) -> None:
         assert reply.served_by == f"ledger@{socket.gethostname()}", reply.served_by  # as the Go server names itself
 
         before = {c.service: c.pid for cs in stack.containers.values() for c in cs}
-        plan = yaml.safe_load((ROOT / "compose" / "stack-go.yaml").read_text())
-        spec = plan["stack"]
-        spec["edge"]["address"] = f"{stack.address('gateway')}:50051"
-        spec["prometheus"] = f"http://{stack.address('prometheus')}:9090"
-        for config in spec["configs"]:  # in the role of `DRILL_CONFIG=NAME docker compose -f … -f … up -d --wait`
+        go_plan = yaml.safe_load((ROOT / "compose" / "stack-go.yaml").read_text())
+        for config in go_plan["stack"]["configs"]:  # its switches keep the Go ledger (replaced here, as the engine)
             assert "-f compose/ledger-go.yml" in config["switch"], config["switch"]
-            config["switch"] = (f"{sys.executable} -m tests.deploy.compose_switch --state {state} recreate "
-                                f"-e DRILL_CONFIG={config['name']}")  # fmt: skip
-        spec["audit"] = {"files": [str(stack.containers["ledger"][0].log)]}  # the proxy's container log
-        plan.update(trials=1, phases={"warmup": 2, "fault": 3, "recovery": 3})
-        path = tmp_path / "stack.yaml"
-        path.write_text(yaml.safe_dump(plan))
-        proc = subprocess.run(
-            [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "out"), "--no-live"],
-            cwd=ROOT, capture_output=True, text=True, timeout=240,
-        )  # fmt: skip
+        phases = {"warmup": 2, "fault": 3, "recovery": 3}
+        proc = run_stack_file(stack, ROOT / "compose" / "stack-go.yaml", tmp_path, trials=1, phases=phases)
         assert proc.returncode in (0, 3), proc.stderr[-3000:]
         after = ComposeLocal.load(state)
         pids = {c.service: c.pid for cs in after.containers.values() for c in cs}

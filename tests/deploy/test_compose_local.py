@@ -12,8 +12,6 @@ attempts); the master exits 0 once its phases end; Grafana's datasource URL reac
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -25,7 +23,7 @@ import yaml
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from tests.conftest import ROOT
 from tests.deploy import compose_switch
-from tests.deploy.compose_local import ComposeLocal, declared_ports, listening_sockets
+from tests.deploy.compose_local import ComposeLocal, declared_ports, listening_sockets, run_stack_file
 
 COMPOSE_FILE = ROOT / "compose" / "docker-compose.yml"
 HOPS = ["gateway", "order", "account", "ledger"]
@@ -159,21 +157,8 @@ def test_drill_run_on_compose_stack_yaml_compares_both_configurations(tmp_path) 
     try:
         stack = ComposeLocal.load(state)
         before = {c.service: c.pid for cs in stack.containers.values() for c in cs}
-        plan = yaml.safe_load((ROOT / "compose" / "stack.yaml").read_text())
-        spec = plan["stack"]
-        spec["edge"]["address"] = f"{stack.address('gateway')}:50051"
-        spec["prometheus"] = f"http://{stack.address('prometheus')}:9090"
-        for config in spec["configs"]:  # in the role of `DRILL_CONFIG=NAME docker compose up -d --wait`
-            config["switch"] = (f"{sys.executable} -m tests.deploy.compose_switch --state {state} recreate "
-                                f"-e DRILL_CONFIG={config['name']}")  # fmt: skip
-        spec["audit"] = {"files": [str(stack.containers["ledger"][0].log)]}  # the ledger's container log
-        plan.update(trials=1, phases={"warmup": 2, "fault": 3, "recovery": 3})
-        path = tmp_path / "stack.yaml"
-        path.write_text(yaml.safe_dump(plan))
-        proc = subprocess.run(
-            [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "out"), "--no-live"],
-            cwd=ROOT, capture_output=True, text=True, timeout=240,
-        )  # fmt: skip
+        phases = {"warmup": 2, "fault": 3, "recovery": 3}
+        proc = run_stack_file(stack, ROOT / "compose" / "stack.yaml", tmp_path, trials=1, phases=phases)
         assert proc.returncode in (0, 3), proc.stderr[-3000:]
         after = ComposeLocal.load(state)
         pids = {c.service: c.pid for cs in after.containers.values() for c in cs}
