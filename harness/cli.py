@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run the embedded demo drill (topology + load + MTTR report), no Docker",
     ),
     "run": ("harness.drills.cli.run", "run a drill plan (YAML) and write results.json and report.html"),
+    "sweep": (
+        "harness.drills.cli.sweep",
+        "find where each configuration stops recovering: a trigger bisected, with confidence",
+    ),
     "analyze": (
         "harness.drills.cli.analyze",
         "compute MTTR and the report from a Prometheus that watched a drill",

@@ -1,0 +1,91 @@
+"""sweep.json: every trial of a sweep as it ends, the settings it ran with, and what they add up to.
+
+Written whole after every point (a temporary file renamed over the old one), so a sweep killed at any moment
+leaves the last complete state; `--resume DIR` reads it back and the search (a function of the trials) asks
+for exactly the trials still missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+
+from harness.core.errors import BadInput
+from harness.drills.sweep.axes import Axis
+from harness.drills.sweep.search import Tally
+
+FILE = "sweep.json"
+VERSION = 1
+
+
+@dataclasses.dataclass
+class Settings:
+    """What a sweep runs: a resumed sweep takes them from its sweep.json."""
+
+    plan: str
+    axis: Axis
+    quick: bool
+    max_trials: int
+    configs: list[str]
+    seed: int | None = None
+
+    def to_json(self) -> dict:
+        return {"plan": self.plan, "axis": dataclasses.asdict(self.axis), "quick": self.quick,
+                "max_trials": self.max_trials, "configs": self.configs, "seed": self.seed}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict) -> Settings:
+        return cls(data["plan"], Axis(**data["axis"]), data["quick"], data["max_trials"], list(data["configs"]),
+                   data.get("seed"))  # fmt: skip
+
+
+@dataclasses.dataclass
+class Record:
+    """One configuration's trial at one value: the drill's own outcome and what it cost users."""
+
+    config: str
+    value: float
+    point: str  # the point's output directory, relative to the sweep's
+    breached: bool
+    never_restored: bool
+    insufficient_data: bool
+    mttr_s: float | None
+    budget_burn: float | None
+    guard_tripped: bool = False
+
+
+def tallies(records: list[Record], config: str) -> dict[float, Tally]:
+    """Each value's tally for `config`; trials with insufficient data do not count."""
+    out: dict[float, Tally] = {}
+    for r in records:
+        if r.config == config and not r.insufficient_data:
+            t = out.get(r.value, Tally())
+            out[r.value] = Tally(t.n + 1, t.k + int(r.never_restored))
+    return out
+
+
+def save(out: pathlib.Path, settings: Settings, records: list[Record], summary: dict) -> pathlib.Path:
+    path = out / FILE
+    tmp = out / f".{FILE}.tmp"
+    data = {"version": VERSION, **settings.to_json(), "trials": [dataclasses.asdict(r) for r in records], **summary}
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load(out: pathlib.Path) -> tuple[Settings, list[Record]]:
+    path = out / FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BadInput(f"sweep: --resume {out}: no {FILE} there") from None
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"sweep: --resume {out}: {FILE} unreadable ({exc})") from None
+    if data.get("version") != VERSION:
+        raise BadInput(f"sweep: --resume {out}: {FILE} version {data.get('version')!r}, this drill reads {VERSION}")
+    try:
+        return Settings.from_json(data), [Record(**r) for r in data["trials"]]
+    except (KeyError, TypeError) as exc:
+        raise BadInput(f"sweep: --resume {out}: {FILE} is not a sweep's ({exc})") from None
