@@ -23,6 +23,9 @@ from tests.conftest import drill_inprocess, drill_process
     (["metastable", "--vary", "phases.fault=1..3", "--budget-min", "0"], "--budget-min 0: must be above 0"),
     (["--vary", "phases.fault=1..3"], "name a plan"),
     (["nope-plan", "--vary", "phases.fault=1..3"], "nope-plan"),
+    (["metastable", "--vary", "phases.fault=1..20", "--at", "2.5"], "--at 2.5: not a value of the axis (1, 2, 3"),
+    (["metastable", "--vary", "phases.fault=1..3", "--at", "2", "--render", "k8s"], "--at and --render do not go"),
+    (["--collect", "/nonexistent-sweep"], "--collect /nonexistent-sweep: no sweep.json there"),
 ])  # fmt: skip
 def test_bad_input_is_one_line_exit_2(args: list[str], says: str, tmp_path: pathlib.Path) -> None:
     r = drill_inprocess("sweep", *args, "--out", str(tmp_path / "out"))

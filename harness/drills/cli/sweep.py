@@ -41,6 +41,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="go on with the sweep saved in DIR (its plan, axis and settings)")  # fmt: skip
     p.add_argument("--budget-min", type=float, default=None, metavar="M",
                    help="stop before a point that would end after M minutes, and report what is known")  # fmt: skip
+    p.add_argument("--at", type=float, default=None, metavar="VALUE",
+                   help="run one point only, every configuration up to --max-trials times, no bisection (a point "
+                        "run elsewhere; --collect merges them)")  # fmt: skip
+    p.add_argument("--collect", nargs="+", type=pathlib.Path, default=None, metavar="DIR",
+                   help="merge the sweep.json of sweeps run elsewhere (same settings) into one map in --out")
+    p.add_argument("--render", choices=("k8s",), default=None,
+                   help="print a Kubernetes Indexed Job that runs every value of the axis (--at), one pod per "
+                        "point on nodes of their own, instead of running here")  # fmt: skip
+    p.add_argument("--parallelism", type=cliargs.integer(1, 1000, "pods"), default=4,
+                   help="--render k8s: points running at once (default 4)")  # fmt: skip
 
 
 def _settings(args: argparse.Namespace):
@@ -76,13 +86,43 @@ def run(args: argparse.Namespace) -> int:
 
     if args.budget_min is not None and not args.budget_min > 0:
         raise BadInput(f"sweep: --budget-min {args.budget_min:g}: must be above 0")
+    modes = [m for m, on in (("--resume", args.resume), ("--at", args.at is not None), ("--collect", args.collect),
+                             ("--render", args.render)) if on]  # fmt: skip
+    if len(modes) > 1:
+        raise BadInput(f"sweep: {' and '.join(modes)} do not go together")
+    log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    if args.collect:
+        from harness.drills.sweep.elsewhere import collect
+        from harness.drills.sweep.store import FILE
+
+        out = pathlib.Path(args.out)
+        if (out / FILE).exists() and out.resolve() not in {d.resolve() for d in args.collect}:
+            raise BadInput(f"sweep: {out} holds a sweep already: give another --out for the merged map")
+        writable_out(str(out), keep=True)
+        settings, records = collect(args.collect, out)
+        summary = Sweep(settings, out, records, log=log)._save(None)
+        log(f"sweep: merged {len(records)} trials from {len(args.collect)} sweeps")
+        return _report(summary, out)
     settings, records, out = _settings(args)
+    if args.render:
+        from harness.drills.sweep.elsewhere import render_k8s
+
+        print(render_k8s(settings, parallelism=args.parallelism), end="")
+        return 0
+    if args.at is not None and args.at not in settings.axis.values:
+        grid = ", ".join(f"{v:g}" for v in settings.axis.values)
+        raise BadInput(f"sweep: --at {args.at:g}: not a value of the axis ({grid})")
     writable_out(str(out), keep=True)
     sweep = Sweep(settings, out, records, budget_s=None if args.budget_min is None else args.budget_min * 60,
-                  log=lambda text: print(text, file=sys.stderr, flush=True))  # fmt: skip
+                  log=log)  # fmt: skip
+    if args.at is not None:
+        return _report(sweep.at(args.at), out)
     if records:
-        print(f"sweep: resuming {out}: {len(records)} trials saved", file=sys.stderr, flush=True)
-    summary = sweep.run()
+        log(f"sweep: resuming {out}: {len(records)} trials saved")
+    return _report(sweep.run(), out)
+
+
+def _report(summary: dict, out: pathlib.Path) -> int:
     print(summary["verdict"])
     print(f"wrote {out / 'sweep.json'} and {out / 'sweep.html'}")
     return 0

@@ -86,7 +86,16 @@ class Sweep:
         summary = self._save(stopped)
         return summary
 
-    def _point(self, value: float, configs: list[str]) -> None:
+    def at(self, value: float) -> dict:
+        """Every configuration's trials at one value, up to the trials cap, without bisecting (a point of a sweep
+        run elsewhere: `drill sweep --at`, merged by `--collect`)."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.log(f"sweep: {self.settings.axis.key}={value:g} for {', '.join(self.settings.configs)}, "
+                 f"{self.settings.max_trials} trials each")  # fmt: skip
+        self._point(value, list(self.settings.configs), trials=self.settings.max_trials)
+        return self._save(None)
+
+    def _point(self, value: float, configs: list[str], trials: int = 1) -> None:
         from harness.core.errors import FaultNotLanded
         from harness.drills.analysis.landing import problem
         from harness.drills.trials.guard import check_trips, trips_of
@@ -94,7 +103,7 @@ class Sweep:
         from harness.drills.trials.runner import Runner
 
         s = self.settings
-        plan = plan_at(s.plan, s.axis, value, quick=s.quick, only=configs, trials=1, seed=s.seed)
+        plan = plan_at(s.plan, s.axis, value, quick=s.quick, only=configs, trials=trials, seed=s.seed)
         index = len({r.point for r in self.records}) + 1
         name = f"{index:03d}-{s.axis.key}={value:g}"
         where = self.out / "points" / name
@@ -104,17 +113,18 @@ class Sweep:
         t0 = time.monotonic()
         runner = Runner(plan, where, log=lambda text: self.log(f"  {text}"), preflight=preflight)
         results = asyncio.run(runner.run())
-        self._trial_s.append((time.monotonic() - t0) / max(1, len(configs)))
-        tripped = {n for n, _ in trips_of(results)}
+        self._trial_s.append((time.monotonic() - t0) / max(1, len(configs) * trials))
+        tripped = {(n, t.get("trial", 1)) for n, t in trips_of(results)}
         for config in configs:
-            (trial,) = results["configs"][config]["trials"][:1] or [{}]
-            breached = bool(trial.get("breached"))
-            self.records.append(Record(
-                config=config, value=value, point=f"points/{name}", breached=breached,
-                never_restored=breached and trial.get("mttr_s") is None and not trial.get("insufficient_data"),
-                insufficient_data=bool(trial.get("insufficient_data")) or not trial, mttr_s=trial.get("mttr_s"),
-                budget_burn=trial.get("budget_burn"), guard_tripped=config in tripped,
-            ))  # fmt: skip
+            for i, trial in enumerate(results["configs"][config]["trials"][:trials] or [{}], 1):
+                breached = bool(trial.get("breached"))
+                self.records.append(Record(
+                    config=config, value=value, point=f"points/{name}", breached=breached,
+                    never_restored=breached and trial.get("mttr_s") is None and not trial.get("insufficient_data"),
+                    insufficient_data=bool(trial.get("insufficient_data")) or not trial,
+                    mttr_s=trial.get("mttr_s"), budget_burn=trial.get("budget_burn"),
+                    guard_tripped=(config, i) in tripped,
+                ))  # fmt: skip
         self._save(None)
         check_trips(results)  # exit 5, after saving: a trip says nothing about the trigger
         missed = problem(results)

@@ -75,17 +75,18 @@ def save(out: pathlib.Path, settings: Settings, records: list[Record], summary: 
     return path
 
 
-def load(out: pathlib.Path) -> tuple[Settings, list[Record]]:
+def load(out: pathlib.Path, flag: str = "--resume") -> tuple[Settings, list[Record]]:
+    """A saved sweep's settings and trials; `flag` names the option that asked for it, in the errors."""
     path = out / FILE
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise BadInput(f"sweep: --resume {out}: no {FILE} there") from None
+        raise BadInput(f"sweep: {flag} {out}: no {FILE} there") from None
     except (OSError, ValueError) as exc:
-        raise BadInput(f"sweep: --resume {out}: {FILE} unreadable ({exc})") from None
+        raise BadInput(f"sweep: {flag} {out}: {FILE} unreadable ({exc})") from None
     if data.get("version") != VERSION:
-        raise BadInput(f"sweep: --resume {out}: {FILE} version {data.get('version')!r}, this drill reads {VERSION}")
+        raise BadInput(f"sweep: {flag} {out}: {FILE} version {data.get('version')!r}, this drill reads {VERSION}")
     try:
         return Settings.from_json(data), [Record(**r) for r in data["trials"]]
     except (KeyError, TypeError) as exc:
-        raise BadInput(f"sweep: --resume {out}: {FILE} is not a sweep's ({exc})") from None
+        raise BadInput(f"sweep: {flag} {out}: {FILE} is not a sweep's ({exc})") from None
