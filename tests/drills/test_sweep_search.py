@@ -218,3 +218,19 @@ def test_the_rendered_indexed_job_validates_and_each_index_runs_its_own_point(tm
         assert argv[argv.index("--at") + 1] == f"{settings.axis.values[index]:g}"
         assert argv[argv.index("--out") + 1] == f"/results/point-{index}"
         assert argv[:4] == ["sweep", "metastable", "--vary", "phases.fault=1..20"] and "--quick" in argv
+
+
+def test_the_page_draws_each_point_coloured_by_outcome_and_shades_the_bracket(tmp_path) -> None:
+    from harness.drills.sweep.page import write_page
+
+    settings = _settings(tmp_path)
+    sweep = _Fake(settings, tmp_path / "p", boundaries={"naive": 3, "budget": 40}, log=lambda _: None)
+    summary = sweep.run()
+    page = (tmp_path / "p" / "sweep.html").read_text()
+    assert page == write_page(tmp_path / "p", settings, summary).read_text()
+    dots = [(c, p["value"]) for p in summary["points"] for c in p["configs"]]
+    failing = [(c, v) for c, v in dots if c == "naive" and v >= 3]  # the synthetic boundary
+    assert page.count("<circle ") == len(dots) and page.count('class="failing"') == len(failing)
+    assert page.count('class="recovering"') == len(dots) - len(failing) and 'class="open"' not in page
+    assert page.count('<rect class="boundary"') == 1  # naive's bracket; budget has none inside the range
+    assert "naive stops recovering between 2 s and 3 s" in page and "held, held" in page

@@ -80,7 +80,9 @@ def write_page(out: pathlib.Path, settings, summary: dict) -> pathlib.Path:
     for p in summary["points"]:
         for config, c in p["configs"].items():
             lo, hi = c["ci95"]
-            mttr = ", ".join("never" if m is None else f"{m:g} s" for m in c["mttr_s"]) or "—"
+            breached = c.get("breached") or [True] * len(c["mttr_s"])
+            mttr = ", ".join("held" if not b else "never" if m is None else f"{m:g} s"
+                             for b, m in zip(breached, c["mttr_s"], strict=True)) or "—"  # fmt: skip
             burn = ", ".join("—" if b is None else f"{b:.2f}×" for b in c["budget_burn"]) or "—"
             rows.append(f"<tr><td>{html.escape(p['label'])}</td><td>{html.escape(config)}</td><td>{c['trials']}</td>"
                         f"<td>{c['never_restored']}</td><td>{lo:.2f}–{hi:.2f}</td><td>{html.escape(mttr)}</td>"

@@ -59,7 +59,8 @@ def points(axis: Axis, records: list[Record], configs: list[str]) -> list[dict]:
             row["configs"][config] = {
                 "trials": len(counted), "never_restored": k, "insufficient_data": len(rs) - len(counted),
                 "p_never_restored": k / len(counted) if counted else None, "ci95": [lo, hi],
-                "mttr_s": [r.mttr_s for r in counted], "budget_burn": [r.budget_burn for r in counted],
+                "breached": [r.breached for r in counted], "mttr_s": [r.mttr_s for r in counted],
+                "budget_burn": [r.budget_burn for r in counted],
                 "points": sorted({r.point for r in rs}),
             }  # fmt: skip
         out.append(row)
