@@ -148,3 +148,19 @@ def test_stop_cancels_the_streams_in_flight(notes):
                          stop_after=lambda load: load.sent >= 3)  # fmt: skip
     assert load.sent >= 3 and not load._calls
     assert sum(calls(counts).values()) < load.sent
+
+
+def test_grpc_aios_internal_in_place_of_a_streams_own_deadline_is_read_as_the_deadline() -> None:
+    """grpc/grpc#36066: a client stream whose deadline ends it while a write is in flight is reported INTERNAL
+    "Internal error from Core" (seen once in the suite: 3 of 4 streams DEADLINE_EXCEEDED, 1 INTERNAL). At or past
+    its deadline that INTERNAL is the deadline's end; before it, or with other details, an INTERNAL stays one."""
+    from grpc import StatusCode, aio
+
+    from harness.drills.load.aio import _lost_deadline
+
+    core = aio.AioRpcError(StatusCode.INTERNAL, aio.Metadata(), aio.Metadata(), "Internal error from Core")
+    real = aio.AioRpcError(StatusCode.INTERNAL, aio.Metadata(), aio.Metadata(), "ledger: invariant broken")
+    late = aio.AioRpcError(StatusCode.UNAVAILABLE, aio.Metadata(), aio.Metadata(), "Internal error from Core")
+    assert _lost_deadline(core, 0.5, 0.5) and _lost_deadline(core, 0.61, 0.5)
+    assert not _lost_deadline(core, 0.49, 0.5)  # before the deadline: a real INTERNAL
+    assert not _lost_deadline(real, 0.7, 0.5) and not _lost_deadline(late, 0.7, 0.5)

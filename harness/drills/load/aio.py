@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections import Counter
 
+import grpc
 from grpc import aio
 
 from harness.core import headers as h
@@ -146,7 +147,7 @@ class AioLoad:
     async def _one(self, method, rid: str, slots: asyncio.Semaphore, traffic: str, mode: str) -> None:
         edge = self.edge_call
         trailers = first = None
-        status = "OK"
+        status, lost_deadline = "OK", False
         sent, received = [0 if edge.streams_in else 1], 0
         start = time.perf_counter()
         self.counts.start(self.config_label, self.method_label, traffic)
@@ -165,6 +166,7 @@ class AioLoad:
         except aio.AioRpcError as err:
             status = status_name(err.code())
             trailers = err.trailing_metadata()
+            lost_deadline = _lost_deadline(err, time.perf_counter() - start, self.traffic.timeout_s)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task.cancelling() and task not in self._guard_cancelled:  # stop(): abandoned, not counted
@@ -177,6 +179,8 @@ class AioLoad:
         slots.release()
         if first is not None and first.code is not None:  # the status the server sent, not grpc.aio's INTERNAL
             status, trailers = status_name(first.code), first.trailers
+        if lost_deadline and status == "INTERNAL":
+            status = "DEADLINE_EXCEEDED"
         if edge.kind != UNARY:
             self._count_messages(traffic, sent[0], received)
         injected = trailers is not None and has_fault_marker(trailers)
@@ -259,6 +263,18 @@ class FirstStatus:
     def _set(self, call) -> None:
         self.code = _settled(call.code())
         self.trailers = _settled(call.trailing_metadata())
+
+
+#: the details grpc.aio gives the INTERNAL it puts in place of a stream's real status (grpc/grpc#36066)
+_CORE_INTERNAL = "Internal error from Core"
+
+
+def _lost_deadline(err: aio.AioRpcError, elapsed_s: float, timeout_s: float) -> bool:
+    """A client stream whose own deadline ended it while one of its writes was in flight: grpc.aio reports
+    the INTERNAL of grpc/grpc#36066, with no status from the server (FirstStatus saw none it could read),
+    at or after the deadline. That is the deadline's end, DEADLINE_EXCEEDED, not a failure of the service's."""
+    return (err.code() is grpc.StatusCode.INTERNAL and (err.details() or "") == _CORE_INTERNAL
+            and elapsed_s >= timeout_s)  # fmt: skip
 
 
 def _settled(coro):
