@@ -234,3 +234,59 @@ def test_the_page_draws_each_point_coloured_by_outcome_and_shades_the_bracket(tm
     assert page.count('class="recovering"') == len(dots) - len(failing) and 'class="open"' not in page
     assert page.count('<rect class="boundary"') == 1  # naive's bracket; budget has none inside the range
     assert "naive stops recovering between 2 s and 3 s" in page and "held, held" in page
+
+
+# --- two axes: a phase diagram, one row per value of the second key --------------------------------------------
+def test_a_phase_diagram_bisects_each_row_and_resumes_row_by_row(tmp_path) -> None:
+    """Two --vary keys: the trigger is bisected in each row (one per value of the second key, each a sweep of its
+    own); a synthetic boundary that moves with the second key is found in every row, within one step; a kill in
+    the middle of a row resumes from each row's sweep.json, repeating no trial; the page has a diagram per
+    configuration with one shaded bracket per row where it has one."""
+    from harness.drills.sweep.plane import Plane
+
+    axis2 = Axis("traffic.organic_rate", 2, 10, 2, True)
+    settings = Settings("metastable", Axis("phases.fault", 1, 20, 1, True), True, 4, ["naive", "budget"], None,
+                        axis2)  # fmt: skip
+    ran: list = []
+
+    def plane_with(kill_after=None):
+        class Row(_Fake):
+            def __init__(self, row_settings, *args, **kwargs):
+                v2 = row_settings.fixed  # naive's boundary moves down as organic traffic grows
+                super().__init__(row_settings, *args, boundaries={"naive": 12 - v2, "budget": 40}, **kwargs)
+
+            def _point(self, value, configs):
+                if kill_after is not None and len(ran) >= kill_after:
+                    raise KeyboardInterrupt
+                super()._point(value, configs)
+                ran.append((self.settings.fixed, value, tuple(configs)))
+
+        plane = Plane(settings, tmp_path / "plane", log=lambda _: None)
+        plane.row_class = Row
+        return plane
+
+    whole_ran = []
+    whole = plane_with()
+    whole.out = tmp_path / "whole"
+    summary = whole.run()
+    whole_ran, ran[:] = list(ran), []
+    assert summary["complete"] and [r["value"] for r in summary["rows"]] == [2, 4, 6, 8, 10]
+    for r in summary["rows"]:
+        b = r["boundaries"]["naive"]
+        assert (b["recovering"], b["failing"]) == (12 - r["value"] - 1, 12 - r["value"]), r
+        assert r["boundaries"]["budget"]["kind"] == "above_range"
+    assert summary["verdict"].startswith("naive stops recovering between 9 s and 10 s at traffic.organic_rate=2; "
+                                         "stops recovering between 7 s and 8 s at traffic.organic_rate=4")
+    with pytest.raises(KeyboardInterrupt):
+        plane_with(kill_after=len(whole_ran) // 2).run()
+    first = list(ran)
+    saved = json.loads((tmp_path / "plane" / "sweep.json").read_text())
+    assert saved["axis2"]["key"] == "traffic.organic_rate" and not saved["complete"]
+    resumed_settings, _ = load(tmp_path / "plane")
+    assert resumed_settings.axis2 == axis2 and resumed_settings.fixed is None
+    ran[:] = []
+    plane_with().run()
+    assert first + ran == whole_ran  # nothing lost, nothing repeated
+    page = (tmp_path / "plane" / "sweep.html").read_text()
+    assert page.count("<svg ") == 2 and page.count('<rect class="boundary"') == 5  # naive's five rows
+    assert page.count('href="traffic.organic_rate=') == 5

@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "not with --resume")  # fmt: skip
     p.add_argument("--vary", action="append", default=[], metavar="KEY=LO..HI",
                    help="the plan key to vary and its range, e.g. phases.fault=1..20, fault.ratio=10..100, "
-                        "fault.delay=100..2000 (a delay:MS directive's milliseconds); one axis")  # fmt: skip
+                        "fault.delay=100..2000 (a delay:MS directive's milliseconds); twice for a phase diagram: "
+                        "the first bisected at each of 5 values of the second")  # fmt: skip
     p.add_argument("--step", type=float, default=None,
                    help="the axis' resolution: the boundary is bracketed to within one step (default: the "
                         "range in 16 steps, whole numbers for whole-number keys)")  # fmt: skip
@@ -69,7 +70,7 @@ def _settings(args: argparse.Namespace):
         return settings, records, args.resume
     if not args.plan:
         raise BadInput("sweep: name a plan (e.g. drill sweep metastable --vary phases.fault=1..20)")
-    axis = axes.parse(args.vary, args.plan, step=args.step, quick=args.quick)
+    axis, axis2 = axes.parse_all(args.vary, args.plan, step=args.step, quick=args.quick)
     only = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else None
     plan = load_plan(args.plan, quick=args.quick, only=only)
     configs = [v.name for v in plan.variants]
@@ -77,7 +78,7 @@ def _settings(args: argparse.Namespace):
     out = pathlib.Path(args.out)
     if (out / "sweep.json").exists():
         raise BadInput(f"sweep: {out} holds a sweep already: --resume {out} goes on with it, or give another --out")
-    return Settings(args.plan, axis, args.quick, max_trials, configs, args.seed), [], out
+    return Settings(args.plan, axis, args.quick, max_trials, configs, args.seed, axis2), [], out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,6 +105,18 @@ def run(args: argparse.Namespace) -> int:
         log(f"sweep: merged {len(records)} trials from {len(args.collect)} sweeps")
         return _report(summary, out)
     settings, records, out = _settings(args)
+    if settings.fixed is not None:
+        raise BadInput(f"sweep: {out} is one row of a phase diagram: resume the diagram's directory, {out.parent}")
+    if settings.axis2 is not None:
+        if args.render or args.at is not None:
+            raise BadInput(f"sweep: {'--render' if args.render else '--at'} takes one --vary axis")
+        from harness.drills.sweep.plane import Plane
+
+        writable_out(str(out), keep=True)
+        if args.resume is not None:
+            log(f"sweep: resuming {out}: each row from its own sweep.json")
+        plane = Plane(settings, out, budget_s=None if args.budget_min is None else args.budget_min * 60, log=log)
+        return _report(plane.run(), out)
     if args.render:
         from harness.drills.sweep.elsewhere import render_k8s
 

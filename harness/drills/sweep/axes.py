@@ -19,7 +19,9 @@ from harness.drills.sweep.search import grid
 #: the axis' grid when none is given: this many steps across the range (integer keys: at least 1 each)
 DEFAULT_STEPS = 16
 #: --vary given more often than this is refused
-MAX_AXES = 1
+MAX_AXES = 2
+#: the second axis' grid: this many steps across its range (a row of the phase diagram at each value)
+SECOND_AXIS_STEPS = 4
 _RANGE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*(-?\d+(?:\.\d+)?)\s*\.\.\s*(-?\d+(?:\.\d+)?)\s*$")
 _DELAY = re.compile(r"^delay:(\d+)((?:@.*)?)$")
 
@@ -68,15 +70,30 @@ def overrides(axis_key: str, value: float, data: dict, integer: bool) -> dict:
     return out
 
 
-def parse(specs: list[str], plan_name: str, *, step: float | None, quick: bool) -> Axis:
-    """`--vary KEY=LO..HI` (one) into an Axis, each end checked against the plan's own validation."""
+def parse_all(specs: list[str], plan_name: str, *, step: float | None, quick: bool) -> tuple[Axis, Axis | None]:
+    """`--vary` once or twice: the trigger bisected (the first, at `step`) and, for a phase diagram, a second
+    key stepped across its range (SECOND_AXIS_STEPS steps); the plan checked at every corner."""
     if not specs:
         raise BadInput("sweep: give the axis: --vary KEY=LO..HI (e.g. --vary phases.fault=1..20)")
     if len(specs) > MAX_AXES:
-        raise BadInput(f"sweep: one --vary axis at a time ({len(specs)} given)")
-    m = _RANGE.match(specs[0])
+        raise BadInput(f"sweep: at most {MAX_AXES} --vary axes ({len(specs)} given)")
+    first = parse(specs[0], plan_name, step=step, quick=quick)
+    if len(specs) == 1:
+        return first, None
+    second = parse(specs[1], plan_name, step=None, quick=quick, steps=SECOND_AXIS_STEPS)
+    if second.key == first.key:
+        raise BadInput(f"sweep: --vary {first.key} given twice: vary two different keys")
+    for a in (first.lo, first.hi):
+        for b in (second.lo, second.hi):
+            plan_at(plan_name, first, a, quick=quick, fixed=(second, b))
+    return first, second
+
+
+def parse(spec: str, plan_name: str, *, step: float | None, quick: bool, steps: int = DEFAULT_STEPS) -> Axis:
+    """`--vary KEY=LO..HI` into an Axis, each end checked against the plan's own validation."""
+    m = _RANGE.match(spec)
     if not m:
-        raise BadInput(f"sweep: --vary {specs[0]!r}: expected KEY=LO..HI with numbers, e.g. phases.fault=1..20")
+        raise BadInput(f"sweep: --vary {spec!r}: expected KEY=LO..HI with numbers, e.g. phases.fault=1..20")
     key, lo, hi = m.group(1), float(m.group(2)), float(m.group(3))
     if not lo < hi:
         raise BadInput(f"sweep: --vary {key}={m.group(2)}..{m.group(3)}: an empty range (LO must be below HI)")
@@ -96,7 +113,7 @@ def parse(specs: list[str], plan_name: str, *, step: float | None, quick: bool) 
                            "fault.delay")  # fmt: skip
         integer = isinstance(current, int)
     if step is None:
-        step = (hi - lo) / DEFAULT_STEPS
+        step = (hi - lo) / steps
         if integer:
             step = max(1.0, round(step))
     if step <= 0:
@@ -109,15 +126,26 @@ def parse(specs: list[str], plan_name: str, *, step: float | None, quick: bool) 
     return axis
 
 
+def _merged(a: dict, b: dict) -> dict:
+    return {**a, **{k: _merged(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+                    for k, v in b.items()}}  # fmt: skip
+
+
 def plan_at(plan_name: str, axis: Axis, value: float, *, quick: bool, only: list[str] | None = None,
-            trials: int = 1, seed: int | None = None) -> Plan:  # fmt: skip
-    """The plan with the axis at `value` (and `trials`, `only`, `seed`), validated; BadInput if it cannot be."""
+            trials: int = 1, seed: int | None = None, fixed: tuple[Axis, float] | None = None) -> Plan:  # fmt: skip
+    """The plan with the axis at `value` (and a second axis at its `fixed` value, `trials`, `only`, `seed`),
+    validated; BadInput if it cannot be."""
     data = read_yaml(resolve(plan_name))
     over = overrides(axis.key, value, data, axis.integer)
+    if fixed is not None:
+        over = _merged(over, overrides(fixed[0].key, fixed[1], data, fixed[0].integer))
+        value_text = f"{value:g}, {fixed[0].key}={fixed[1]:g}"
+    else:
+        value_text = f"{value:g}"
     over["trials"] = trials
     if seed is not None:
         over["seed"] = seed
     try:
         return load_plan(plan_name, quick=quick, overrides=over, only=only)
     except PlanError as exc:
-        raise BadInput(f"sweep: --vary {axis.key}={value:g}: {exc}") from None
+        raise BadInput(f"sweep: --vary {axis.key}={value_text}: {exc}") from None

@@ -61,7 +61,8 @@ class Sweep:
     def _trial_estimate_s(self, value: float) -> float:
         if self._trial_s:
             return sorted(self._trial_s)[len(self._trial_s) // 2]
-        plan = plan_at(self.settings.plan, self.settings.axis, value, quick=self.settings.quick)
+        plan = plan_at(self.settings.plan, self.settings.axis, value, quick=self.settings.quick,
+                       fixed=self.settings.fixed_axis)
         return plan.phases.total + TRIAL_OVERHEAD_S
 
     # -- running ---------------------------------------------------------------------------------------
@@ -80,7 +81,8 @@ class Sweep:
             left = self._left_trials() * per_trial
             when = f"{left:.0f} s" if left < 90 else f"{left / 60:.0f} min"
             points = len({r.point for r in self.records})
-            self.log(f"sweep: {self.settings.axis.key}={value:g} for {', '.join(configs)} ({points} points, "
+            row = "" if self.settings.fixed is None else f" ({self.settings.axis2.key}={self.settings.fixed:g})"
+            self.log(f"sweep: {self.settings.axis.key}={value:g}{row} for {', '.join(configs)} ({points} points, "
                      f"{len(self.records)} trials done; at most about {when} left)")  # fmt: skip
             self._point(value, configs)
         summary = self._save(stopped)
@@ -103,7 +105,8 @@ class Sweep:
         from harness.drills.trials.runner import Runner
 
         s = self.settings
-        plan = plan_at(s.plan, s.axis, value, quick=s.quick, only=configs, trials=trials, seed=s.seed)
+        plan = plan_at(s.plan, s.axis, value, quick=s.quick, only=configs, trials=trials, seed=s.seed,
+                       fixed=s.fixed_axis)
         index = len({r.point for r in self.records}) + 1
         name = f"{index:03d}-{s.axis.key}={value:g}"
         where = self.out / "points" / name

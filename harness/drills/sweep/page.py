@@ -110,3 +110,79 @@ The figure over each dot is never restored / trials; hover for its Wilson 95 % i
     path = out / "sweep.html"
     path.write_text(page)
     return path
+
+
+def svg_plane(settings, summary: dict, config: str) -> str:
+    """One configuration's phase diagram: the trigger across, the second key up, each measured value a dot
+    coloured by its outcome, each row's bracket shaded."""
+    axis, axis2 = settings.axis, settings.axis2
+    rows = summary["rows"]
+    height = TOP + ROW * max(1, len(axis2.values)) + 40
+    span = axis.hi - axis.lo
+
+    def x(v: float) -> float:
+        return LEFT + (v - axis.lo) / span * (WIDTH - LEFT - RIGHT)
+
+    def y(i: int) -> float:  # the lowest value of the second axis at the bottom
+        return TOP + ROW * (len(axis2.values) - 1 - i) + ROW / 2
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" role="img" '
+           f'aria-label="{html.escape(config)}: where it stops recovering, by {html.escape(axis2.key)}">']  # fmt: skip
+    base = TOP + ROW * len(axis2.values)
+    out.append(f'<line x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#444"/>')
+    for v in (axis.lo, axis.hi):
+        out.append(f'<text x="{x(v):.1f}" y="{base + 18}" text-anchor="middle" font-size="12">'
+                   f"{html.escape(axis.label(v))}</text>")  # fmt: skip
+    out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{base + 34}" text-anchor="middle" font-size="12">'
+               f"{html.escape(axis.key)}</text>")  # fmt: skip
+    out.append(f'<text x="10" y="{TOP - 14}" font-size="12">{html.escape(axis2.key)}</text>')
+    for i, v2 in enumerate(axis2.values):
+        out.append(f'<text x="{LEFT - 10}" y="{y(i) + 4:.0f}" text-anchor="end" font-size="12">'
+                   f"{html.escape(axis2.label(v2))}</text>")  # fmt: skip
+        out.append(f'<line x1="{LEFT}" y1="{y(i)}" x2="{WIDTH - RIGHT}" y2="{y(i)}" stroke="#eee"/>')
+        row = next((r for r in rows if r["value"] == v2), None)
+        if row is None:
+            continue
+        b = row["boundaries"][config]
+        if b["kind"] == "between":
+            a, z = x(b["recovering"]), x(b["failing"])
+            out.append(f'<rect class="boundary" x="{a:.1f}" y="{y(i) - ROW / 2 + 6:.1f}" width="{z - a:.1f}" '
+                       f'height="{ROW - 12}" fill="#f5c6c0" opacity="0.6"><title>{html.escape(b["text"])}</title>'
+                       "</rect>")  # fmt: skip
+        for p in row["points"]:
+            c = p["configs"].get(config)
+            if not c or not c["trials"]:
+                continue
+            kind = _outcome(c, settings.max_trials)
+            tip = f"{config} at {p['label']}, {axis2.key} {axis2.label(v2)}: {c['never_restored']}/{c['trials']}"
+            out.append(f'<circle class="{kind}" cx="{x(p["value"]):.1f}" cy="{y(i)}" r="6" fill="{COLOURS[kind]}">'
+                       f"<title>{html.escape(tip)} never restored</title></circle>")  # fmt: skip
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def write_plane_page(out: pathlib.Path, settings, summary: dict) -> pathlib.Path:
+    state = "complete" if summary["complete"] else f"not complete ({html.escape(summary['stopped'] or 'stopped')})"
+    panels = "".join(f'<h2>{html.escape(c)}</h2><div class="map">{svg_plane(settings, summary, c)}</div>'
+                     for c in settings.configs)  # fmt: skip
+    rows = "".join(f'<li><a href="{html.escape(r["dir"])}/sweep.html">{html.escape(settings.axis2.key)} = '
+                   f'{html.escape(r["label"])}</a>: {html.escape(r["verdict"])}</li>'
+                   for r in summary["rows"])  # fmt: skip
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>drill sweep {html.escape(settings.plan)}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;padding:0 1em}}
+.map{{overflow-x:auto}}</style></head><body>
+<h1>Where each configuration stops recovering, by {html.escape(settings.axis2.key)}</h1>
+<p>Plan <b>{html.escape(settings.plan)}</b>: {html.escape(settings.axis.key)} bisected from
+{html.escape(settings.axis.label(settings.axis.lo))} to {html.escape(settings.axis.label(settings.axis.hi))} at each
+{html.escape(settings.axis2.key)} from {html.escape(settings.axis2.label(settings.axis2.lo))} to
+{html.escape(settings.axis2.label(settings.axis2.hi))}; up to {settings.max_trials} trials a point; {state}.</p>
+<p class="verdict">{html.escape(summary["verdict"])}</p>
+{panels}
+<p>Each row is a sweep of its own (its page and sweep.json in its directory). Red: never restored in at least
+half the trials there; green: restored; amber: not decided yet; the shaded band holds the row's boundary.</p>
+<ul>{rows}</ul></body></html>
+"""
+    path = out / "sweep.html"
+    path.write_text(page)
+    return path

@@ -30,15 +30,33 @@ class Settings:
     max_trials: int
     configs: list[str]
     seed: int | None = None
+    #: a phase diagram's second axis: the whole diagram's (each row a sweep of its own, `plane`) …
+    axis2: Axis | None = None
+    #: … and, in a row's own sweep, that axis' value there
+    fixed: float | None = None
+
+    @property
+    def fixed_axis(self) -> tuple[Axis, float] | None:
+        return None if self.fixed is None else (self.axis2, self.fixed)
+
+    def row(self, value: float) -> Settings:
+        """The settings of the phase diagram's row at `value` of the second axis."""
+        return dataclasses.replace(self, fixed=value)
 
     def to_json(self) -> dict:
-        return {"plan": self.plan, "axis": dataclasses.asdict(self.axis), "quick": self.quick,
-                "max_trials": self.max_trials, "configs": self.configs, "seed": self.seed}  # fmt: skip
+        out = {"plan": self.plan, "axis": dataclasses.asdict(self.axis), "quick": self.quick,
+               "max_trials": self.max_trials, "configs": self.configs, "seed": self.seed}  # fmt: skip
+        if self.axis2 is not None:
+            out["axis2"] = dataclasses.asdict(self.axis2)
+            if self.fixed is not None:
+                out["fixed"] = self.fixed
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> Settings:
+        axis2 = Axis(**data["axis2"]) if data.get("axis2") else None
         return cls(data["plan"], Axis(**data["axis"]), data["quick"], data["max_trials"], list(data["configs"]),
-                   data.get("seed"))  # fmt: skip
+                   data.get("seed"), axis2, data.get("fixed"))  # fmt: skip
 
 
 @dataclasses.dataclass
