@@ -206,7 +206,6 @@ class Forwarder:
                 try:
                     async for message in requests:
                         await call.write(message)
-                    await asyncio.sleep(0)  # a cancel of the caller reaches the handler's task first
                     await _end_of_requests(call, context)
                 except asyncio.CancelledError:
                     raise

@@ -438,6 +438,10 @@ def test_ledger_go_component_puts_the_proxy_in_front_of_the_go_ledger(tmp_path: 
     assert [_flag(app["args"], f) for f in ("-work-ms", "-concurrency", "-queue")] == [
         str(ledger["work_ms"]), str(ledger["concurrency"]), str(ledger["queue"])]
     assert app["securityContext"]["readOnlyRootFilesystem"] and app["resources"]["limits"]
+    # the stack's emergency stop (`kubectl exec POD -- drill stop --all-local`, no -c) reaches the proxy
+    stop = yaml.safe_load((K8S / "stack.yaml").read_text())["stack"]["emergency_stop"]
+    assert " exec " in stop and " -c " not in stop
+    assert template["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "hop"
 
 
 def _plan_hops() -> list[dict]:

@@ -90,7 +90,7 @@ class _Fake(Sweep):
             never = value >= self.boundaries[c]
             self.records.append(Record(c, value, name, never, never, False, None if never else 3.0, 0.5))
         self.ran.append((value, tuple(configs)))
-        self._save(None)
+        self.write(None)
 
 
 def _settings(tmp_path):

@@ -402,3 +402,55 @@ def test_with_a_drill_secret_only_signed_directives_inject_and_a_named_authority
     assert spoofed == "s1"  # the Go service's echo: forwarded to the upstream, not faulted
     assert code is grpc.StatusCode.INTERNAL
     assert sample("drill_fault_skipped_total", service="probe", grpc_method="probe.v1.Probe/Echo", reason="token") >= 1
+
+
+def test_a_request_streams_end_waits_for_a_late_cancel_and_half_closes_only_a_real_end():
+    """The mechanism under the cancel test above, made deterministic: grpc.aio ends a cancelled call's request
+    iterator as a half-close would and reports the cancel later (here 5 ms, a busy machine's delay; beside two
+    CPU hogs a forwarder that yielded one loop turn let the Go service see an end of stream in 4 of 6 runs). A
+    cancel within CANCEL_GRACE_S cancels, never half-closes; a real end half-closes once the grace is over."""
+    from harness.proxy.forward import CANCEL_GRACE_S, _end_of_requests
+
+    class Upstream:
+        half_closed = False
+
+        async def done_writing(self):
+            self.half_closed = True
+
+    class Context:  # what _end_of_requests reads of a grpc.aio ServicerContext
+        def __init__(self, cancel_after_s):
+            self._done = self._cancelled = False
+            self._callbacks = []
+            if cancel_after_s is not None:
+                asyncio.get_running_loop().call_later(cancel_after_s, self._cancel)
+
+        def _cancel(self):
+            self._done = self._cancelled = True
+            for cb in self._callbacks:
+                cb(self)
+
+        def add_done_callback(self, cb):
+            self._callbacks.append(cb)
+
+        def done(self):
+            return self._done
+
+        def cancelled(self):
+            return self._cancelled
+
+    async def end(cancel_after_s):
+        upstream, t0 = Upstream(), time.monotonic()
+        try:
+            await _end_of_requests(upstream, Context(cancel_after_s))
+            outcome = "half-closed"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+        return outcome, upstream.half_closed, time.monotonic() - t0
+
+    assert 0.005 < CANCEL_GRACE_S
+    outcome, half_closed, _ = asyncio.run(end(0.005))
+    assert (outcome, half_closed) == ("cancelled", False)
+    outcome, half_closed, waited = asyncio.run(end(None))
+    # asyncio runs a timer once the loop's clock is within its resolution of the deadline: that early, no more
+    early = time.get_clock_info("monotonic").resolution
+    assert (outcome, half_closed) == ("half-closed", True) and waited >= CANCEL_GRACE_S - early

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput(f"sweep: {out} holds a sweep already: give another --out for the merged map")
         writable_out(str(out), keep=True)
         settings, records = collect(args.collect, out)
-        summary = Sweep(settings, out, records, log=log)._save(None)
+        summary = Sweep(settings, out, records, log=log).write(None)
         log(f"sweep: merged {len(records)} trials from {len(args.collect)} sweeps")
         return _report(summary, out)
     settings, records, out = _settings(args)

@@ -8,6 +8,7 @@ points' outcomes), so the Job runs the whole grid; `--collect` then draws the sa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import shlex
@@ -38,7 +39,7 @@ def collect(dirs: list[pathlib.Path], out: pathlib.Path) -> tuple[Settings, list
             raise BadInput(f"sweep: --collect {d}: a sweep of other settings than {dirs[0]} (plan, axis, --quick, "
                            "--max-trials, --configs and --seed must agree)")  # fmt: skip
         for r in rs:
-            records.append(Record(**{**r.__dict__, "point": os.path.relpath((d / r.point).resolve(), out.resolve())}))
+            records.append(dataclasses.replace(r, point=os.path.relpath((d / r.point).resolve(), out.resolve())))
     return settings, records
 
 

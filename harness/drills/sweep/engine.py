@@ -70,7 +70,7 @@ class Sweep:
         started = time.monotonic()
         stopped = None
         self.out.mkdir(parents=True, exist_ok=True)
-        self._save(None)
+        self.write(None)
         while need := self.need():
             value = min(need)
             configs = need[value]
@@ -85,7 +85,7 @@ class Sweep:
             self.log(f"sweep: {self.settings.axis.key}={value:g}{row} for {', '.join(configs)} ({points} points, "
                      f"{len(self.records)} trials done; at most about {when} left)")  # fmt: skip
             self._point(value, configs)
-        summary = self._save(stopped)
+        summary = self.write(stopped)
         return summary
 
     def at(self, value: float) -> dict:
@@ -95,7 +95,7 @@ class Sweep:
         self.log(f"sweep: {self.settings.axis.key}={value:g} for {', '.join(self.settings.configs)}, "
                  f"{self.settings.max_trials} trials each")  # fmt: skip
         self._point(value, list(self.settings.configs), trials=self.settings.max_trials)
-        return self._save(None)
+        return self.write(None)
 
     def _point(self, value: float, configs: list[str], trials: int = 1) -> None:
         from harness.core.errors import FaultNotLanded
@@ -128,13 +128,14 @@ class Sweep:
                     mttr_s=trial.get("mttr_s"), budget_burn=trial.get("budget_burn"),
                     guard_tripped=(config, i) in tripped,
                 ))  # fmt: skip
-        self._save(None)
+        self.write(None)
         check_trips(results)  # exit 5, after saving: a trip says nothing about the trigger
         missed = problem(results)
         if missed:
             raise FaultNotLanded(f"sweep: at {s.axis.key}={value:g}: {missed}")
 
-    def _save(self, stopped: str | None) -> dict:
+    def write(self, stopped: str | None) -> dict:
+        """sweep.json and sweep.html from the trials so far (`stopped`: why the sweep ended unfinished)."""
         summary = summarize(self.settings.axis, self.records, self.settings.configs, self.settings.max_trials,
                             stopped=stopped)  # fmt: skip
         save(self.out, self.settings, self.records, summary)

@@ -21,56 +21,61 @@ def _outcome(c: dict, max_trials: int) -> str:
     return "failing" if t.failing else "recovering"
 
 
-def svg_map(settings, summary: dict) -> str:
-    axis = settings.axis
-    configs = settings.configs
-    height = TOP + ROW * len(configs) + 40
-    span = axis.hi - axis.lo
+def _x(axis, v: float) -> float:
+    return LEFT + (v - axis.lo) / (axis.hi - axis.lo) * (WIDTH - LEFT - RIGHT)
 
-    def x(v: float) -> float:
-        return LEFT + (v - axis.lo) / span * (WIDTH - LEFT - RIGHT)
 
+def _frame(axis, rows: int, label: str) -> tuple[list[str], float]:
+    """The SVG's opening, the trigger axis under `rows` rows (ticks at the grid, the ends labelled); its base y."""
+    height = TOP + ROW * max(1, rows) + 40
+    base = TOP + ROW * max(1, rows)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" role="img" '
-           f'aria-label="where each configuration stops recovering">']  # fmt: skip
-    base = TOP + ROW * len(configs)
-    out.append(f'<line x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#444"/>')
+           f'aria-label="{html.escape(label)}">',
+           f'<line x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#444"/>']  # fmt: skip
     for v in axis.values:
-        out.append(f'<line x1="{x(v):.1f}" y1="{base}" x2="{x(v):.1f}" y2="{base + 4}" stroke="#444"/>')
+        out.append(f'<line x1="{_x(axis, v):.1f}" y1="{base}" x2="{_x(axis, v):.1f}" y2="{base + 4}" stroke="#444"/>')
     for v in (axis.lo, axis.hi):
-        out.append(f'<text x="{x(v):.1f}" y="{base + 18}" text-anchor="middle" font-size="12">'
-                   f'{html.escape(axis.label(v))}</text>')  # fmt: skip
+        out.append(f'<text x="{_x(axis, v):.1f}" y="{base + 18}" text-anchor="middle" font-size="12">'
+                   f"{html.escape(axis.label(v))}</text>")  # fmt: skip
     out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{base + 34}" text-anchor="middle" font-size="12">'
-               f'{html.escape(axis.key)}</text>')  # fmt: skip
-    for i, config in enumerate(configs):
-        y = TOP + ROW * i + ROW / 2
-        b = summary["boundaries"][config]
-        out.append(f'<text x="{LEFT - 10}" y="{y + 4:.0f}" text-anchor="end" font-size="13">{html.escape(config)}'
-                   "</text>")  # fmt: skip
-        out.append(f'<line x1="{LEFT}" y1="{y}" x2="{WIDTH - RIGHT}" y2="{y}" stroke="#ddd"/>')
-        lo = b["recovering"] if b["recovering"] is not None else None
-        hi = b["failing"] if b["failing"] is not None else None
-        if b["done"] and (lo is not None or hi is not None):
-            a = x(lo) if lo is not None else LEFT
-            z = x(hi) if hi is not None else WIDTH - RIGHT
-            if lo is not None and hi is not None:
-                out.append(f'<rect class="boundary" x="{a:.1f}" y="{y - ROW / 2 + 6:.1f}" width="{z - a:.1f}" '
-                           f'height="{ROW - 12}" fill="#f5c6c0" opacity="0.6"><title>{html.escape(b["text"])}'
-                           "</title></rect>")  # fmt: skip
-                mid = (a + z) / 2
-                out.append(f'<line class="boundary" x1="{mid:.1f}" y1="{y - ROW / 2 + 4:.1f}" x2="{mid:.1f}" '
-                           f'y2="{y + ROW / 2 - 4:.1f}" stroke="#c0392b" stroke-dasharray="4 3"/>')  # fmt: skip
-        for p in summary["points"]:
-            c = p["configs"].get(config)
-            if not c or not c["trials"]:
-                continue
-            kind = _outcome(c, settings.max_trials)
-            lo_ci, hi_ci = c["ci95"]
-            tip = (f"{config} at {p['label']}: {c['never_restored']}/{c['trials']} never restored "
-                   f"(95% CI {lo_ci:.2f}–{hi_ci:.2f})")  # fmt: skip
-            out.append(f'<circle class="{kind}" cx="{x(p["value"]):.1f}" cy="{y}" r="7" fill="{COLOURS[kind]}">'
-                       f"<title>{html.escape(tip)}</title></circle>")  # fmt: skip
-            out.append(f'<text x="{x(p["value"]):.1f}" y="{y - 11}" text-anchor="middle" font-size="10">'
-                       f'{c["never_restored"]}/{c["trials"]}</text>')  # fmt: skip
+               f"{html.escape(axis.key)}</text>")  # fmt: skip
+    return out, base
+
+
+def _row(out: list[str], settings, y: float, name: str, boundary: dict, points: list[dict], config: str,
+         where: str) -> None:  # fmt: skip
+    """One row: its name, the bracket shaded (with a dashed middle) when both sides are in range, and each
+    measured value a dot coloured by its outcome, its count above it and its interval on hover."""
+    axis = settings.axis
+    out.append(f'<text x="{LEFT - 10}" y="{y + 4:.0f}" text-anchor="end" font-size="12">{html.escape(name)}</text>')
+    out.append(f'<line x1="{LEFT}" y1="{y}" x2="{WIDTH - RIGHT}" y2="{y}" stroke="#ddd"/>')
+    if boundary["kind"] == "between":
+        a, z = _x(axis, boundary["recovering"]), _x(axis, boundary["failing"])
+        out.append(f'<rect class="boundary" x="{a:.1f}" y="{y - ROW / 2 + 6:.1f}" width="{z - a:.1f}" '
+                   f'height="{ROW - 12}" fill="#f5c6c0" opacity="0.6"><title>{html.escape(boundary["text"])}</title>'
+                   "</rect>")  # fmt: skip
+        out.append(f'<line x1="{(a + z) / 2:.1f}" y1="{y - ROW / 2 + 4:.1f}" x2="{(a + z) / 2:.1f}" '
+                   f'y2="{y + ROW / 2 - 4:.1f}" stroke="#c0392b" stroke-dasharray="4 3"/>')  # fmt: skip
+    for p in points:
+        c = p["configs"].get(config)
+        if not c or not c["trials"]:
+            continue
+        kind, cx = _outcome(c, settings.max_trials), _x(axis, p["value"])
+        lo_ci, hi_ci = c["ci95"]
+        tip = (f"{config} at {p['label']}{where}: {c['never_restored']}/{c['trials']} never restored "
+               f"(95% CI {lo_ci:.2f}–{hi_ci:.2f})")  # fmt: skip
+        out.append(f'<circle class="{kind}" cx="{cx:.1f}" cy="{y}" r="7" fill="{COLOURS[kind]}">'
+                   f"<title>{html.escape(tip)}</title></circle>")  # fmt: skip
+        out.append(f'<text x="{cx:.1f}" y="{y - 11}" text-anchor="middle" font-size="10">'
+                   f'{c["never_restored"]}/{c["trials"]}</text>')  # fmt: skip
+
+
+def svg_map(settings, summary: dict) -> str:
+    """One axis: a row per configuration."""
+    out, _ = _frame(settings.axis, len(settings.configs), "where each configuration stops recovering")
+    for i, config in enumerate(settings.configs):
+        _row(out, settings, TOP + ROW * i + ROW / 2, config, summary["boundaries"][config], summary["points"],
+             config, "")  # fmt: skip
     out.append("</svg>")
     return "\n".join(out)
 
@@ -113,50 +118,19 @@ The figure over each dot is never restored / trials; hover for its Wilson 95 % i
 
 
 def svg_plane(settings, summary: dict, config: str) -> str:
-    """One configuration's phase diagram: the trigger across, the second key up, each measured value a dot
-    coloured by its outcome, each row's bracket shaded."""
-    axis, axis2 = settings.axis, settings.axis2
-    rows = summary["rows"]
-    height = TOP + ROW * max(1, len(axis2.values)) + 40
-    span = axis.hi - axis.lo
-
-    def x(v: float) -> float:
-        return LEFT + (v - axis.lo) / span * (WIDTH - LEFT - RIGHT)
-
-    def y(i: int) -> float:  # the lowest value of the second axis at the bottom
-        return TOP + ROW * (len(axis2.values) - 1 - i) + ROW / 2
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" role="img" '
-           f'aria-label="{html.escape(config)}: where it stops recovering, by {html.escape(axis2.key)}">']  # fmt: skip
-    base = TOP + ROW * len(axis2.values)
-    out.append(f'<line x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#444"/>')
-    for v in (axis.lo, axis.hi):
-        out.append(f'<text x="{x(v):.1f}" y="{base + 18}" text-anchor="middle" font-size="12">'
-                   f"{html.escape(axis.label(v))}</text>")  # fmt: skip
-    out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{base + 34}" text-anchor="middle" font-size="12">'
-               f"{html.escape(axis.key)}</text>")  # fmt: skip
+    """One configuration's phase diagram: a row per value of the second key, the lowest at the bottom."""
+    axis2 = settings.axis2
+    values = axis2.values
+    out, _ = _frame(settings.axis, len(values), f"{config}: where it stops recovering, by {axis2.key}")
     out.append(f'<text x="10" y="{TOP - 14}" font-size="12">{html.escape(axis2.key)}</text>')
-    for i, v2 in enumerate(axis2.values):
-        out.append(f'<text x="{LEFT - 10}" y="{y(i) + 4:.0f}" text-anchor="end" font-size="12">'
-                   f"{html.escape(axis2.label(v2))}</text>")  # fmt: skip
-        out.append(f'<line x1="{LEFT}" y1="{y(i)}" x2="{WIDTH - RIGHT}" y2="{y(i)}" stroke="#eee"/>')
-        row = next((r for r in rows if r["value"] == v2), None)
-        if row is None:
+    for i, v2 in enumerate(values):
+        row = next((r for r in summary["rows"] if r["value"] == v2), None)
+        y = TOP + ROW * (len(values) - 1 - i) + ROW / 2
+        if row is None:  # not run yet: the row's line, no dots
+            _row(out, settings, y, axis2.label(v2), {"kind": "open"}, [], config, "")
             continue
-        b = row["boundaries"][config]
-        if b["kind"] == "between":
-            a, z = x(b["recovering"]), x(b["failing"])
-            out.append(f'<rect class="boundary" x="{a:.1f}" y="{y(i) - ROW / 2 + 6:.1f}" width="{z - a:.1f}" '
-                       f'height="{ROW - 12}" fill="#f5c6c0" opacity="0.6"><title>{html.escape(b["text"])}</title>'
-                       "</rect>")  # fmt: skip
-        for p in row["points"]:
-            c = p["configs"].get(config)
-            if not c or not c["trials"]:
-                continue
-            kind = _outcome(c, settings.max_trials)
-            tip = f"{config} at {p['label']}, {axis2.key} {axis2.label(v2)}: {c['never_restored']}/{c['trials']}"
-            out.append(f'<circle class="{kind}" cx="{x(p["value"]):.1f}" cy="{y(i)}" r="6" fill="{COLOURS[kind]}">'
-                       f"<title>{html.escape(tip)} never restored</title></circle>")  # fmt: skip
+        _row(out, settings, y, axis2.label(v2), row["boundaries"][config], row["points"], config,
+             f", {axis2.key} {axis2.label(v2)}")  # fmt: skip
     out.append("</svg>")
     return "\n".join(out)
 

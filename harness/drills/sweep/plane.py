@@ -41,7 +41,7 @@ class Plane:
         started = time.monotonic()
         self.out.mkdir(parents=True, exist_ok=True)
         rows, stopped = [], None
-        self._save(rows, None)
+        self.write(rows, None)
         for value in self.settings.axis2.values:
             where = self.row_dir(value)
             records = load(where)[1] if (where / FILE).exists() else []
@@ -50,10 +50,10 @@ class Plane:
             summary = row.run()
             stopped = stopped or summary["stopped"]
             rows.append((value, where, summary))
-            self._save(rows, None)
-        return self._save(rows, stopped)
+            self.write(rows, None)
+        return self.write(rows, stopped)
 
-    def _save(self, rows: list, stopped: str | None) -> dict:
+    def write(self, rows: list, stopped: str | None) -> dict:
         s = self.settings
         lab2 = s.axis2.label
         per_config = []
