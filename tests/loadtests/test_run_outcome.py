@@ -72,7 +72,8 @@ def test_a_master_fails_the_run_from_its_workers_counts(tmp_path):
     run = run_locust(tmp_path, _dead_address(), "-u", "2", "-r", "2", "-t", "2s", "--processes", "1",
                      "--master-bind-host", here, "--master-host", here, timeout=60)  # fmt: skip
     assert run.rc == 1, run.log[-3000:]
-    assert [ln for ln in run.log.splitlines() if ln.startswith("drill: locust: no call reached the target: ")]
+    said = [ln for ln in run.log.splitlines() if ln.startswith("drill: locust:")]
+    assert [ln for ln in said if ln.startswith("drill: locust: no call reached the target: ")], (said, run.log[-3000:])
 
 
 def test_a_load_whose_every_call_failed_by_injection_reached_its_target(tmp_path, drill_server):
