@@ -21,7 +21,7 @@ from harness.core import metrics as m
 from harness.core.settings import FaultSettings
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import FaultServerInterceptor, SyncFaultServerInterceptor
-from tests.core.servers import CountingAioServicer, CountingServicer
+from tests.interceptors.servers import CountingAioServicer, CountingServicer
 
 #: A drill call that would abort at once if the probe were faulted.
 DRILL = (("x-tenant-id", "tenant-drill"), ("x-fault", "abort:UNAVAILABLE"), ("x-request-id", "probe-1"))

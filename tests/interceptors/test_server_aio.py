@@ -14,7 +14,7 @@ from harness.core.settings import FaultSettings
 from harness.demo.proto import drill_pb2
 from harness.interceptors import FaultServerInterceptor, Tagging
 from tests.conftest import sample, sample_sum
-from tests.core.servers import aio_server, aio_stub
+from tests.interceptors.servers import aio_server, aio_stub
 
 M = "drill.v1.Demo/Call"
 

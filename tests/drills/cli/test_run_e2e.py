@@ -1,5 +1,5 @@
 """`drill demo --quick`, the README's main job, end to end as a user runs it (the wiring; its story is in
-benchmarks/results/demo-run.txt). The drill runner's own wiring is proved by tests/drills/test_live_run.py."""
+benchmarks/results/demo-run.txt). The drill runner's own wiring is proved by tests/drills/trials/test_live_run.py."""
 
 from __future__ import annotations
 

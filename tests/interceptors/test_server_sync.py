@@ -12,7 +12,7 @@ from harness.core.settings import FaultSettings
 from harness.demo.proto import drill_pb2
 from harness.interceptors import SyncFaultServerInterceptor, Tagging, call_with_cancel
 from tests.conftest import sample
-from tests.core.servers import sync_server, sync_stub
+from tests.interceptors.servers import sync_server, sync_stub
 
 M = "drill.v1.Demo/Call"
 

@@ -27,7 +27,7 @@ from harness.core.settings import FaultSettings
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import FaultServerInterceptor
 from tests.conftest import sample, sample_sum
-from tests.core.servers import CountingAioServicer
+from tests.interceptors.servers import CountingAioServicer
 
 M = "drill.v1.Demo/Call"
 #: Long enough for the request to reach the server before it passes, even beside two CPU hogs.

@@ -11,7 +11,7 @@ from harness.drills.plan.files import PlanError, from_dict, load_plan, shipped_p
 from harness.drills.plan.sections import Phases
 
 SHIPPED = {"retry-storm", "slow-half", "basics", "half-open"}
-CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "harness" / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[3] / "harness" / "configs"
 
 
 def test_the_four_plans_are_shipped():

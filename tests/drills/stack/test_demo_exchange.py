@@ -28,7 +28,7 @@ from tests.conftest import drill_process
 
 pytestmark = pytest.mark.slow
 
-#: room for a starved machine (as tests/drills/test_live_run.py): no call of this plan is shed or times out
+#: room for a starved machine (as tests/drills/trials/test_live_run.py): no call of this plan is shed or times out
 ROOMY = {"work_ms": 1, "concurrency": 64, "queue": 512}
 DIRECTIVE = "abort:UNAVAILABLE"
 PLAN = {

@@ -13,7 +13,7 @@ from harness.core import headers as h
 from harness.core.settings import FaultSettings
 from harness.demo.proto import drill_pb2
 from harness.interceptors import FaultServerInterceptor
-from tests.core.servers import aio_server, aio_stub
+from tests.interceptors.servers import aio_server, aio_stub
 
 KEYS = [h.TENANT, h.FAULT, h.FAULT_RATIO, h.FAULT_TARGET, h.FAULT_INSTANCES, h.REQUEST_ID, h.DRILL_TOKEN,
         h.ORIGIN_DEADLINE, "user-agent", "x-other"]  # fmt: skip

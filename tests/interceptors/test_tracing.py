@@ -26,7 +26,7 @@ from harness.core.settings import FaultSettings
 from harness.core.tracing import HarnessTracer, UnexportedSpan, start_server_span, trace_id_hex
 from harness.demo.proto import drill_pb2
 from harness.interceptors import Tagging
-from tests.core.servers import aio_server, aio_stub
+from tests.interceptors.servers import aio_server, aio_stub
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 PARENT_TRACE = int("0af7651916cd43dd8448eb211c80319c", 16)

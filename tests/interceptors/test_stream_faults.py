@@ -1,6 +1,6 @@
 """Every kind of method gets every fault, in both server flavours, against a service that is not the demo.
 
-`tests/core/kinds.py`: unary, server-, client- and bidi-streaming methods on grpc.aio (coroutine and
+`tests/interceptors/kinds.py`: unary, server-, client- and bidi-streaming methods on grpc.aio (coroutine and
 async-generator handlers; handlers that use `context.read()`/`write()`; plain functions and generators
 on its executor) and on sync grpc. Each call is made by a plain grpc client (no harness interceptor),
 so what is checked is what any caller sees: the status, the `x-drill-fault` trailer, the messages, and
@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from harness.core.faults import Kind
 from harness.core.tracing import HarnessTracer
 from tests.conftest import sample
-from tests.core import kinds as K
+from tests.interceptors import kinds as K
 
 FLAVOURS = ("aio", "aio-rw", "aio-sync", "sync")
 D = 0.2  # the delay and drop, seconds

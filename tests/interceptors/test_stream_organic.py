@@ -2,7 +2,7 @@
 test_organic_property.py): a task or thread spawned by a stream handler serving a drill call is organic, while
 the handler's own downstream calls carry the drill; sync stream handlers on a grpc.aio server run on its
 executor, side by side; and random sequences of drill and organic calls of every kind leave every organic
-call untouched. Real servers on 127.0.0.1, a service that is not the demo (tests/core/kinds.py)."""
+call untouched. Real servers on 127.0.0.1, a service that is not the demo (tests/interceptors/kinds.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from harness.core import scope
 from harness.core.faults import Kind
 from harness.interceptors import DrillClientInterceptor, SyncDrillClientInterceptor, Tagging
 from tests.conftest import sample_sum
-from tests.core import kinds as K
-from tests.core.test_stream_faults import wait_for
+from tests.interceptors import kinds as K
+from tests.interceptors.test_stream_faults import wait_for
 
 
 class Downstream:

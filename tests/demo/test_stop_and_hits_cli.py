@@ -15,7 +15,7 @@ from harness.core.faults import is_hit_attempt
 from harness.demo import stop as stop_cmd
 from harness.procs.spawn import start_serve
 from tests.conftest import ROOT
-from tests.core.test_safety import call, drill_md, in_thread, wait_for
+from tests.interceptors.test_safety import call, drill_md, in_thread, wait_for
 from tests.test_cli_errors import assert_one_line, drill, drill_process
 
 

@@ -22,7 +22,7 @@ from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import DrillClientInterceptor, FaultServerInterceptor, SyncFaultServerInterceptor, Tagging
 from harness.interceptors._client_core import outgoing_metadata
 from tests.conftest import sample, sample_sum
-from tests.core.servers import aio_server, aio_stub, sync_server, sync_stub
+from tests.interceptors.servers import aio_server, aio_stub, sync_server, sync_stub
 
 M = "drill.v1.Demo/Call"
 Req = drill_pb2.CallRequest

@@ -22,7 +22,7 @@ from harness.core.settings import FaultSettings
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import Tagging
 from tests.conftest import sample_sum
-from tests.core.servers import aio_server, aio_stub
+from tests.interceptors.servers import aio_server, aio_stub
 
 Req = drill_pb2.CallRequest
 WORK_S = 0.03  # the sync handler's work: large enough that running three on the loop (serially) shows

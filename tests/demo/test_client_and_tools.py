@@ -23,7 +23,7 @@ from harness.demo.proto import drill_pb2
 from harness.interceptors import Tagging
 from harness.interceptors._client_core import outgoing_metadata
 from tests.conftest import ROOT, sample
-from tests.core.servers import aio_server, aio_stub
+from tests.interceptors.servers import aio_server, aio_stub
 
 
 def test_outgoing_metadata_keeps_a_callers_request_id_and_adds_the_origin_deadline():

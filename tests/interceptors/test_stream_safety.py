@@ -2,7 +2,7 @@
 that cannot have the option, DRILL_FAULT_MAX_ACTIVE (a held stream holds its slot until it ends), the
 one-way emergency stop (it releases held streams at once, by signal or trip, or within a second by the stop
 file), and the client interceptors tag and count every kind. Real servers of both flavours, a service that
-is not the demo (tests/core/kinds.py)."""
+is not the demo (tests/interceptors/kinds.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from harness.core.safety import EmergencyStop
 from harness.core.settings import FaultSettings
 from harness.interceptors import DrillClientInterceptor, SyncDrillClientInterceptor, Tagging
 from tests.conftest import sample
-from tests.core import kinds as K
-from tests.core.test_stream_faults import wait_for
+from tests.interceptors import kinds as K
+from tests.interceptors.test_stream_faults import wait_for
 
 FLAVOURS = ("aio", "aio-sync", "sync")
 HOLD_MS = 20_000  # what the held faults ask for: a call that ends sooner was released

@@ -83,7 +83,7 @@ def test_a_locust_driven_naive_storm_keeps_its_arrival_rate_and_hits_exactly_the
 
 def test_a_load_that_cannot_keep_up_falls_behind_and_is_insufficient_data(tmp_path):
     # one call in flight per drill user, each held 500 ms by the fault: at most 2 calls/s of the planned 10
-    # (that the flag names only the class that fell behind is tests/drills/test_offered_load.py's, on series)
+    # (that the flag names only the class that fell behind is tests/drills/analysis/test_offered_load.py's, on series)
     plan = {
         **STORM, "name": "behind", "configs": ["plain"],
         "traffic": {**STORM["traffic"], "driver": "aio", "profile": None, "max_inflight": 1, "timeout_s": 1.0},

@@ -20,7 +20,7 @@ from harness.core.settings import FaultSettings, SettingsError
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import Tagging
 from tests.conftest import sample
-from tests.core.servers import (
+from tests.interceptors.servers import (
     CountingAioServicer,
     CountingServicer,
     aio_server,

@@ -1,6 +1,6 @@
 """`drill run PLAN --dry-run` on every shipped plan: the local topology starts nothing, writes nothing, and the
 expected hits it prints are what `drill hits` says for the ids it names (a live run's equality with them is in
-tests/drills/test_guard_live.py; the stack files' dry runs in tests/stacks/test_guard_stack.py)."""
+tests/drills/trials/test_guard_live.py; the stack files' dry runs in tests/stacks/test_guard_stack.py)."""
 
 from __future__ import annotations
 

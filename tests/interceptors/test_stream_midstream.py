@@ -1,5 +1,5 @@
 """Faults inside a stream (`@after=N`, `@read=N`) and after the response headers (`@headers=sent`), on real
-servers of both flavours (tests/core/kinds.py: a service that is not the demo).
+servers of both flavours (tests/interceptors/kinds.py: a service that is not the demo).
 
 Timing is checked as lower bounds on the monotonic clock the test shares with its servers (one process):
 a stall of D after response N keeps the handler from producing message N+1 until D after it produced
@@ -19,8 +19,8 @@ import pytest
 
 from harness.core.faults import Kind, is_hit
 from tests.conftest import sample
-from tests.core import kinds as K
-from tests.core.test_stream_faults import wait_for
+from tests.interceptors import kinds as K
+from tests.interceptors.test_stream_faults import wait_for
 
 FLAVOURS = ("aio", "aio-rw", "aio-sync", "sync")
 RESPONSE_STREAMS = (Kind.SERVER_STREAMING, Kind.BIDI_STREAMING)
