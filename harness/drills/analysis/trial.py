@@ -294,10 +294,10 @@ class TrialResult:
     #: never restored: run end − the start of the first bad second
     mttr_lower_bound_s: float | None
     post_fault_breach: PostFaultBreach | None
-    outage_s: float | None
+    outage_s: float
     budget_burn: float | None
     bad_calls: float
-    bad_s: float | None
+    bad_s: float
     flaps: int
     #: the deepest hop's attempts ÷ edge first attempts over the fault window
     amplification: float | None
