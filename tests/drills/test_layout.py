@@ -62,3 +62,15 @@ def test_the_plan_schema_stays_where_editors_find_it():
 
     assert SCHEMA_PATH == DRILLS / "plan.schema.json" and SCHEMA_PATH.is_file()
     assert pathlib.Path(SCHEMA_PATH).relative_to(ROOT).as_posix() in (ROOT / "README.md").read_text()
+
+
+SWEEP_MODULES = sorted(p.stem for p in (DRILLS / "sweep").glob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("module", SWEEP_MODULES)
+def test_every_sweep_module_has_its_test_module_and_is_named_in_the_architecture(module):
+    assert (ROOT / "tests" / "drills" / "sweep" / f"test_{module}.py").is_file(), f"tests/drills/sweep/test_{module}.py"
+    row = next(line for line in (ROOT / "docs" / "architecture.md").read_text().splitlines()
+               if line.startswith("| 8 | `sweep/` |"))  # fmt: skip
+    assert f"`{module}`" in row, f"docs/architecture.md's sweep row does not name {module}"
+    assert f"`{module}`" in (importlib.import_module("harness.drills.sweep").__doc__ or ""), "sweep/__init__.py"

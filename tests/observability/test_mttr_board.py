@@ -200,7 +200,7 @@ def case(request) -> Case:
 def test_the_cut_recording_still_gives_the_runs_results(case: Case) -> None:
     """The fixture lost nothing the board reads: the runner's analysis of it gives the run's own results.json."""
     got = analysis.analyze_run(case.series, case.slo, case.hops)
-    assert {k: got[k] for k in case.results} == case.results
+    assert {k: getattr(got, k) for k in case.results} == case.results
 
 
 def test_slo_error_ratio_and_breach_timeline_at_every_second(case: Case, promtool) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 
 from harness.core.errors import BadInput, ConditionFailed
 from harness.drills.analysis import stats
+from harness.drills.analysis.trial import never_restored_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +97,7 @@ def reasons(condition: Condition, results: dict) -> list[str]:
         if condition.kind == "breach" and breached:
             out.append(f"{name} breached the SLO in {len(breached)} of {len(trials)} trials")
         elif condition.kind == "mttr" and breached:
-            sure = [math.inf if t.get("mttr_s") is None else t["mttr_s"] - stats.uncertainty(t, "mttr_s")
+            sure = [math.inf if never_restored_of(t) else t["mttr_s"] - stats.uncertainty(t, "mttr_s")
                     for t in breached]  # fmt: skip
             median = statistics.median(sure)
             if median > condition.seconds:

@@ -1,7 +1,7 @@
 """results.json, assembled once for `drill run` and `drill analyze` (see `plan.outputs.Results`).
 
-Per configuration: `trials` (each trial's `analyze_run` fields plus what
-the runner adds), `summary` (`stats.summarize`), and, at the top level of
+Per configuration: `trials` (each trial's `TrialResult.to_dict()`, from
+`trial.analyze_run`, plus what the runner adds), `summary` (`stats.summarize`), and, at the top level of
 `configs[NAME]`, the fields of its representative trial (the median one,
 `representative_trial` names its index) so a one-trial reader keeps working.
 `ranking` and `verdict` come from `verdict.judge`. `notes` start with what the
@@ -78,7 +78,7 @@ def assemble(
         extra = extras.get(name, {})
         per = [extra] * len(runs) if isinstance(extra, Mapping) else list(extra)
         configs[name] = config_entry(
-            [{"trial": i + 1, **analyze_run(s, slo, hops), "p99_during_fault_s": fault_p99(s),
+            [{"trial": i + 1, **analyze_run(s, slo, hops).to_dict(), "p99_during_fault_s": fault_p99(s),
               **(per[i] if i < len(per) else {}),
               **({"guard": s.guard} if s.guard else {})} for i, s in enumerate(runs)]
         )  # fmt: skip

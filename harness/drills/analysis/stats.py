@@ -1,8 +1,13 @@
 """Trials → per-configuration summary and pairwise tests (contracts §10, §12): breach probability, medians,
 Fisher's exact test, bootstrap CIs of the outage and of the budget burn.
 
-Pure: every function takes per-trial dicts (`harness.drills.analysis.trial.analyze_run`'s
-fields) and returns plain data; the bootstrap uses its own seeded generator so
+Pure: every function takes per-trial dicts as results.json holds them
+(`harness.drills.analysis.trial.TrialResult.to_dict()` plus what the runner
+adds: `guard`, `p99_during_fault_s`) and returns plain data. Dicts, not
+`TrialResult`s, because the statistics are also taken of saved trials: a
+`--fail-on regression:` baseline, a results.json from before a field existed.
+"Never restored" is asked of `trial.never_restored_of`, never written here.
+The bootstrap uses its own seeded generator so
 the same trials always give the same interval. `harness.drills.analysis.verdict` turns
 the pairwise comparisons into a ranking and a sentence.
 
@@ -22,6 +27,8 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+from harness.drills.analysis.trial import never_restored_of
 
 ALPHA = 0.05
 BOOTSTRAP_SAMPLES = 4000
@@ -77,7 +84,7 @@ def summarize(trials: Sequence[Mapping]) -> dict:
         "insufficient_data": len(trials) - len(ok),
         "breaches": len(breached),
         "breach_probability": round(len(breached) / len(ok), 3) if ok else None,
-        "never_restored": sum(1 for t in breached if t.get("mttr_s") is None),
+        "never_restored": sum(1 for t in trials if never_restored_of(t)),
         "mttr_s": _spread([t.get("mttr_s") for t in breached]),
         "ttd_s": _spread([t.get("ttd_s") for t in breached]),
         "ttr_s": _spread([t.get("ttr_s") for t in breached]),

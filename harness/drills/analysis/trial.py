@@ -1,8 +1,10 @@
-"""MTTR analysis (contracts §10, §12): one trial's every number, from its per-second series.
+"""MTTR analysis (contracts §10, §12): one trial's every number, from its per-second series, as a `TrialResult`.
 
 Pure functions over a `RunSeries`; no I/O, no clocks. The per-second readings
-and the GOOD/BAD/UNKNOWN state of each second are `harness.drills.analysis.slo`'s (re-
-exported here), the user-impact numbers `harness.drills.analysis.impact`'s. Definitions:
+and the GOOD/BAD/UNKNOWN state of each second are `harness.drills.analysis.slo`'s,
+the user-impact numbers `harness.drills.analysis.impact`'s, the fault window's
+traffic (offered load, amplification, goodput, blast radius)
+`harness.drills.analysis.traffic`'s (all re-exported here). Definitions:
 
 - a sample at time t covers the second (t−1, t]. The **fault window** is the
   samples whose second lies in [fault-on, fault-off): fault-on + ½ ≤ t < fault-off + ½
@@ -15,7 +17,7 @@ exported here), the user-impact numbers `harness.drills.analysis.impact`'s. Defi
 - **detection range**: the fault window plus a grace (`slo.grace_s`, default
   hold_s + window_s). **TTD** = first bad second in that range − fault-on.
   A breach that starts after the range is a **post-fault breach**
-  (`{start_s: seconds after fault-off, duration_s: until held again, null if never}`):
+  (`PostFaultBreach`: start_s after fault-off, duration_s until held again, None if never):
   users were hurt, so the trial is `breached` (its MTTR that breach's length,
   TTD/TTM/TTR null: nothing to detect at fault-on) and the field stays its own
   finding. One after a restored fault breach adds to the outage, not the MTTR.
@@ -34,39 +36,22 @@ exported here), the user-impact numbers `harness.drills.analysis.impact`'s. Defi
 - **MTTR** = first breach → the held point after the breach's last bad second
   (restored for good). `None` when never restored. `None` too, with
   `breached: False`, when the SLO held: never 0. Times are sample end-times.
+- **never restored**: breached, MTTR `None`, and not insufficient data; written
+  once, `is_never_restored`: `TrialResult.never_restored` asks it, and so does
+  every reader of a saved trial (`never_restored_of`: the statistics, the
+  report, a sweep's records).
 - **insufficient data**: fewer than 80 % of the fault window's seconds are
   known, or no edge calls in it, or the load fell behind (`insufficient_reason`
   says which). Such a trial is never ranked as holding.
-- **offered load**: per traffic class, `planned` requests/s (what the load
-  driver was asked to send) and `achieved`: the calls the edge client *started*
-  in the fault window ÷ its length, as the load counted them when it started
-  them (`drill_client_started_total`, the runner's aio load). A load that counts
-  calls only when they end is estimated: each second's completions are moved
-  back by their latency (spread over their latency bucket) before counting, so a
-  slow fault does not look like a load drop — but calls that end after the
-  window are missed, which under-reads a short window of long calls.
-  **load fell behind** when achieved < 90 % of planned for a class: the
-  generator slowed down with the system (coordinated omission) and the drill
-  cannot say a configuration held.
-- **amplification** per hop = the hop's attempts (server calls, shed included)
-  ÷ edge first attempts (every call users sent: organic and drill, the load
-  before any retry), summed over the fault window. The drill's amplification is
-  the deepest hop's. One definition for the runner, `drill analyze`, the
-  recording rules and the dashboards.
-- **goodput** beside it: `success_rate` = OK ÷ (all − CANCELLED) at the edge
-  over the fault window (all traffic; `success_rate_by_traffic` per class), and
-  `attempts_per_success` = deepest-hop attempts ÷ edge OK calls over the fault
-  window (shedding everything gives low amplification but no success).
-- **blast radius** = error rate of organic traffic over the fault window.
+
+`analyze_run` returns the `TrialResult`; `TrialResult.to_dict()` is the trial's entry in results.json.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from harness.core.status import error_rate
 from harness.drills.analysis.impact import bad_seconds, budget_burn, impact_breaches
 from harness.drills.analysis.slo import (
     BAD,
@@ -84,27 +69,47 @@ from harness.drills.analysis.slo import (
     quantile_from_buckets,
     rolling_mean,
     rps_series,
-    sample_lengths,
     samples_in,
     slo_states,
     status_counts,
 )
-from harness.drills.plan.outputs import SeriesKey
+from harness.drills.analysis.traffic import (
+    MIN_OFFERED_SHARE,
+    DeadlineGap,
+    OfferedRate,
+    aggregate_error_rate,
+    amplification,
+    attempts_per_success,
+    deadline_gaps,
+    fd_peaks,
+    offered_load,
+    started_rps,
+    success_rate,
+    total_requests,
+)
 from harness.drills.plan.sections import Slo
 from harness.drills.readings.series import RunSeries
 
-#: the per-second readers (`harness.drills.analysis.slo`) are long imported from here too
+#: the per-second readers (`slo`) and the traffic measures (`traffic`) are long imported from here too
 __all__ = ["BAD", "GOOD", "UNKNOWN", "error_rate_series", "hop_series", "p99_series", "quantile_from_buckets",
-           "rolling_mean", "rps_series", "slo_states", "status_counts", "analyze_run", "recovery", "rank"]  # fmt: skip
+           "rolling_mean", "rps_series", "slo_states", "status_counts", "MIN_OFFERED_SHARE", "DeadlineGap",
+           "OfferedRate", "aggregate_error_rate", "amplification", "attempts_per_success", "deadline_gaps",
+           "fd_peaks", "offered_load", "started_rps", "success_rate", "total_requests", "PostFaultBreach",
+           "TrialResult", "is_never_restored", "never_restored_of", "analyze_run", "recovery", "rank"]  # fmt: skip
 _window = samples_in  # the name tests/observability and older callers use
 
 
 #: a fault window with fewer known seconds than this share is `insufficient_data`
 MIN_KNOWN_SHARE = 0.8
-#: achieved below this share of the planned rate is `load_fell_behind` (and `insufficient_data`)
-MIN_OFFERED_SHARE = 0.9
-#: how long past its timeout a call may still be seen ending (deadline timer, scheduling)
-TIMEOUT_SLACK_S = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class PostFaultBreach:
+    """A breach that started after the fault window and its grace: `start_s` after fault-off, `duration_s` until
+    the SLO held again (None: never)."""
+
+    start_s: float
+    duration_s: float | None
 
 
 @dataclasses.dataclass
@@ -121,7 +126,7 @@ class Recovery:
     flaps: int
     insufficient_data: bool = False
     known_share: float | None = None
-    post_fault_breach: dict | None = None
+    post_fault_breach: PostFaultBreach | None = None
     #: never restored: run end − the start of the first bad second, a lower bound of the MTTR
     mttr_lower_bound_s: float | None = None
     #: why the trial is insufficient_data (None when it is not)
@@ -205,10 +210,10 @@ def recovery(series: RunSeries, slo: Slo, states: Sequence[int] | None = None) -
     )  # fmt: skip
 
 
-def _post_fault(t: Sequence[float], breach: Breach, off: float) -> dict:
+def _post_fault(t: Sequence[float], breach: Breach, off: float) -> PostFaultBreach:
     """`post_fault_breach`: when it started after fault-off, and how long until held again (None: never)."""
     duration = breach_seconds(t, breach) if breach.restored is not None else None
-    return {"start_s": round(t[breach.first] - off, 3), "duration_s": None if duration is None else round(duration, 3)}
+    return PostFaultBreach(round(t[breach.first] - off, 3), None if duration is None else round(duration, 3))
 
 
 def outage_s(rec: Recovery, t: Sequence[float]) -> float:
@@ -218,161 +223,6 @@ def outage_s(rec: Recovery, t: Sequence[float]) -> float:
     return total + sum(breach_seconds(t, b) for b in rec.post_breaches)
 
 
-# --- load shape and goodput ------------------------------------------------------------------
-def _sum_counts(series: RunSeries, win: range, traffic: str) -> dict[str, float]:
-    counts: dict[str, float] = {}
-    for i in win:
-        for k, v in status_counts(series, i, traffic).items():
-            counts[k] = counts.get(k, 0.0) + v
-    return counts
-
-
-def aggregate_error_rate(series: RunSeries, start: float, end: float, traffic: str = "all") -> float | None:
-    return error_rate(_sum_counts(series, samples_in(series, start, end), traffic))
-
-
-def success_rate(series: RunSeries, start: float, end: float, traffic: str = "all") -> float | None:
-    """OK ÷ (all − CANCELLED) of edge calls in [start, end); None without calls."""
-    counts = _sum_counts(series, samples_in(series, start, end), traffic)
-    den = sum(v for k, v in counts.items() if k != "CANCELLED")
-    return counts.get("OK", 0.0) / den if den > 0 else None
-
-
-def amplification(series: RunSeries, hops: Sequence[str] | None = None) -> dict[str, float | None]:
-    """Per hop: the hop's attempts ÷ edge first attempts (all traffic), summed over the fault window."""
-    win = samples_in(series, series.fault_on, series.fault_off)
-    if not win:
-        return {}
-    edge = rps_series(series, "all")
-    ingress = sum(edge[i] for i in win)
-    per_hop = hop_series(series)
-    out: dict[str, float | None] = {}
-    for hop in hops or sorted(per_hop):
-        values = per_hop.get(hop)
-        if values is None or ingress <= 0:
-            out[hop] = None
-            continue
-        out[hop] = round(sum(values[i] for i in win) / ingress, 3)
-    return out
-
-
-def attempts_per_success(series: RunSeries, hop: str | None) -> float | None:
-    """The hop's attempts ÷ edge OK calls over the fault window (None when nothing succeeded)."""
-    win = samples_in(series, series.fault_on, series.fault_off)
-    values = hop_series(series).get(hop) if hop else None
-    if values is None:
-        return None
-    ok = _sum_counts(series, win, "all").get("OK", 0.0)
-    return round(sum(values[i] for i in win) / ok, 3) if ok > 0 else None
-
-
-def deadline_gaps(series: RunSeries) -> dict[str, dict[str, float]]:
-    """Per hop: calls finished after the edge deadline, and their mean gap (s), over the run."""
-    out = {}
-    for key in series.select("gap"):
-        hop = key.service
-        dt = sample_lengths(series.t)
-        count = sum((v or 0.0) * d for v, d in zip(series.values[key], dt, strict=True))
-        total = sum((v or 0.0) * d for v, d in zip(series.get(SeriesKey("gapsum", hop)), dt, strict=True))
-        out[hop] = {"count": round(count, 1), "mean_s": round(total / count, 4) if count else 0.0}
-    return out
-
-
-def fd_peaks(series: RunSeries) -> dict[str, float]:
-    return {k.service: max((v for v in series.values[k] if v is not None), default=0.0) for k in series.select("fds")}
-
-
-def total_requests(series: RunSeries, traffic: str = "all") -> int:
-    dt = sample_lengths(series.t)
-    return int(round(sum(r * d for r, d in zip(rps_series(series, traffic), dt, strict=True))))
-
-
-def started_rps(series: RunSeries, start: float, end: float, traffic: str) -> float | None:
-    """Calls of one traffic class the edge client started in [start, end), per second.
-
-    Counted where the load exports it (`started` series: calls filed under the second they started, the
-    runner's aio load); otherwise estimated from when calls ended and how long they took (`estimated_started_rps`).
-    """
-    counted = counted_started_rps(series, start, end, traffic)
-    return counted if counted is not None else estimated_started_rps(series, start, end, traffic)
-
-
-def counted_started_rps(series: RunSeries, start: float, end: float, traffic: str) -> float | None:
-    """Calls of one class started in [start, end) per second, from the load's own `started` counts (each sample's
-    calls spread over its second(s); a sample the window cuts counts its share). None without such counts."""
-    keys = series.select("started", traffic=traffic)
-    if end <= start or not keys:
-        return None
-    dt = sample_lengths(series.t)
-    n, seen = 0.0, False
-    for i, t in enumerate(series.t):
-        overlap = max(0.0, min(t, end) - max(t - dt[i], start))
-        for k in keys:
-            v = series.values[k][i]
-            if overlap > 0 and v is not None:
-                n, seen = n + v * overlap, True
-    return n / (end - start) if seen else None
-
-
-def estimated_started_rps(series: RunSeries, start: float, end: float, traffic: str) -> float | None:
-    """Calls of one class started in [start, end) per second, estimated from when they ended.
-
-    A sample at t counts calls that ended in (t−1, t]; one in latency bucket
-    (lo, hi] started in (t−1−hi, t−lo]. Each bucket's calls are spread evenly
-    over that interval and the part inside [start, end) is counted. With the
-    client's timeout known, no call is taken to have lasted longer than it
-    (plus `TIMEOUT_SLACK_S`): calls that timed out at 2 s sit in the (2, 3] bucket.
-    """
-    if end <= start:
-        return None
-    keys = [k for k in series.select("lat") if k.traffic == traffic]
-    if not keys:
-        return None
-    les = sorted({k.le for k in keys}, key=lambda le: math.inf if le == "+Inf" else float(le))
-    bounds = [math.inf if le == "+Inf" else float(le) for le in les]
-    dt = sample_lengths(series.t)
-    started = 0.0
-    for i, t in enumerate(series.t):
-        cum = [sum(series.values[k][i] or 0.0 for k in keys if k.le == le) for le in les]
-        lo = 0.0
-        prev = 0.0
-        for le_cum, hi in zip(cum, bounds, strict=True):
-            n = (le_cum - prev) * dt[i]
-            prev = le_cum
-            if hi == math.inf:
-                hi = lo  # beyond the last bucket: taken as the last bound
-            top, bottom = hi, lo
-            if series.timeout_s is not None:
-                top = min(hi, series.timeout_s + TIMEOUT_SLACK_S)
-                bottom = min(lo, series.timeout_s)
-            if n > 0:
-                a, b = t - dt[i] - top, t - bottom
-                overlap = max(0.0, min(b, end) - max(a, start))
-                started += n * (overlap / (b - a) if b > a else float(start <= a < end))
-            lo = hi
-    return started / (end - start)
-
-
-def offered_load(series: RunSeries) -> tuple[dict[str, dict], bool | None]:
-    """Per class `{planned, achieved, fell_behind}` over the fault window, and whether any class fell behind."""
-    if not series.planned_rps:
-        return {}, None
-    out = {}
-    for traffic, planned in sorted(series.planned_rps.items()):
-        if planned <= 0:
-            continue
-        window = series.fault_off - series.fault_on
-        achieved = started_rps(series, series.fault_on, series.fault_off, traffic) or 0.0
-        # Judged in whole calls: the estimate spreads each latency bucket over its interval, so a sample grid a
-        # fraction of a millisecond off the window's edges moves it by a fraction of a call (27 calls sent in
-        # a 3-s window read as 26.998 by the runner and 27.0 by a read-back of the same calls). Rounded, both say 27.
-        calls = round(achieved * window)
-        out[traffic] = {
-            "planned": round(planned, 3),
-            "achieved": round(achieved, 3),
-            "fell_behind": calls < MIN_OFFERED_SHARE * planned * window - 1e-9,
-        }
-    return out, any(c["fell_behind"] for c in out.values())
 
 
 def uncertainty(series: RunSeries, rec: Recovery, found: Sequence[Breach], slo: Slo | None = None) -> dict[str, float]:
@@ -402,15 +252,86 @@ def uncertainty(series: RunSeries, rec: Recovery, found: Sequence[Breach], slo: 
         out["ttr_s"] = off_err + e(rec.ttr_at)
     if rec.mttr_s is not None:
         out["mttr_s"] = span(fault if fault is not None else post[0])
-    if rec.post_fault_breach and rec.post_fault_breach.get("duration_s") is not None:
+    if rec.post_fault_breach is not None and rec.post_fault_breach.duration_s is not None:
         out["post_fault_breach_s"] = span(post[0])
     out["bad_s"] = sum(span(b) for b in found)
     out["outage_s"] = (span(fault) if fault is not None else 0.0) + sum(span(b) for b in post)
     return {k: round(v, 3) for k, v in out.items()}
 
 
-def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) -> dict:
-    """Every number results.json carries for one trial of one configuration."""
+# --- never restored: the one rule ------------------------------------------------------------------------------
+def is_never_restored(breached: bool, mttr_s: float | None, insufficient_data: bool) -> bool:
+    """A trial that breached the SLO and had not restored it by the run's end (no MTTR), with data enough to say
+    so (§10, §16). The only place the rule is written: a sweep's boundary is where it happens half the time."""
+    return breached and mttr_s is None and not insufficient_data
+
+
+def never_restored_of(trial: Mapping) -> bool:
+    """`is_never_restored` of a trial as results.json holds it (`TrialResult.to_dict()` and what the runner adds;
+    `{}` for a trial that never ran: not never restored)."""
+    return is_never_restored(bool(trial.get("breached")), trial.get("mttr_s"), bool(trial.get("insufficient_data")))
+
+
+# --- the result --------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class TrialResult:
+    """One trial of one configuration: every number results.json carries for it, in its order (see the module
+    docstring for each definition). Times in seconds, rounded to the millisecond; None where there is none."""
+
+    breached: bool
+    #: too little data to judge (the fault window mostly unknown, no calls, or the load fell behind)
+    insufficient_data: bool
+    insufficient_reason: str | None
+    #: share of the fault window's seconds with a known SLO state
+    known_share: float | None
+    #: per traffic class (empty when the plan's rates are unknown, e.g. read back from Prometheus)
+    offered_rps: dict[str, OfferedRate]
+    load_fell_behind: bool | None
+    ttd_s: float | None
+    ttm_s: float | None
+    ttr_s: float | None
+    mttr_s: float | None
+    #: never restored: run end − the start of the first bad second
+    mttr_lower_bound_s: float | None
+    post_fault_breach: PostFaultBreach | None
+    outage_s: float
+    budget_burn: float | None
+    bad_calls: float
+    bad_s: float
+    flaps: int
+    #: the deepest hop's attempts ÷ edge first attempts over the fault window
+    amplification: float | None
+    deepest_hop: str | None
+    amplification_by_hop: dict[str, float | None]
+    success_rate: float | None
+    success_rate_by_traffic: dict[str, float | None]
+    attempts_per_success: float | None
+    blast_radius: float | None
+    error_rate_during_fault: float | None
+    drill_error_rate_during_fault: float | None
+    requests: int
+    requests_by_traffic: dict[str, int]
+    deadline_gaps: dict[str, DeadlineGap]
+    fd_peaks: dict[str, float]
+    #: read back from a coarser source: ± of each time it reports; None when exact (the series is the runner's)
+    uncertainty_s: dict[str, float] | None = None
+    resolution_s: float | None = None
+
+    @property
+    def never_restored(self) -> bool:
+        return is_never_restored(self.breached, self.mttr_s, self.insufficient_data)
+
+    def to_dict(self) -> dict:
+        """The trial's entry in results.json: every field in order, nested values as plain dicts; `uncertainty_s`
+        and `resolution_s` only when read back."""
+        out = dataclasses.asdict(self)
+        if self.uncertainty_s is None:
+            del out["uncertainty_s"], out["resolution_s"]
+        return out
+
+
+def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) -> TrialResult:
+    """Every number of one trial of one configuration."""
     states = slo_states(series, slo)
     rec = recovery(series, slo, states)
     amp = amplification(series, hops)
@@ -423,46 +344,45 @@ def analyze_run(series: RunSeries, slo: Slo, hops: Sequence[str] | None = None) 
     offered, fell_behind = offered_load(series)
     found = impact_breaches(series, states, slo)
     burn, bad_calls = budget_burn(series, slo)
+    read_back = series.edge_error is not None or series.fault_error is not None or series.resolution_s is not None
 
     def r(x):
         return None if x is None else round(x, 3)
 
-    out = {
-        "breached": rec.breached,
-        "insufficient_data": rec.insufficient_data or bool(fell_behind),
-        "insufficient_reason": "load fell behind" if fell_behind else rec.insufficient_reason,
-        "known_share": rec.known_share,
-        "offered_rps": offered,
-        "load_fell_behind": fell_behind,
-        "ttd_s": r(rec.ttd_s),
-        "ttm_s": r(rec.ttm_s),
-        "ttr_s": r(rec.ttr_s),
-        "mttr_s": r(rec.mttr_s),
-        "mttr_lower_bound_s": r(rec.mttr_lower_bound_s),
-        "post_fault_breach": rec.post_fault_breach,
-        "outage_s": r(outage_s(rec, series.t)),
-        "budget_burn": r(burn),
-        "bad_calls": round(bad_calls, 1),
-        "bad_s": r(bad_seconds(series, found)),
-        "flaps": rec.flaps,
-        "amplification": amp.get(deepest) if deepest else None,
-        "deepest_hop": deepest,
-        "amplification_by_hop": amp,
-        "success_rate": r(success_rate(series, on, off, "all")),
-        "success_rate_by_traffic": {tr: r(success_rate(series, on, off, tr)) for tr in ("organic", "drill")},
-        "attempts_per_success": attempts_per_success(series, deepest),
-        "blast_radius": r(aggregate_error_rate(series, on, off, "organic")),
-        "error_rate_during_fault": r(aggregate_error_rate(series, on, off, "all")),
-        "drill_error_rate_during_fault": r(aggregate_error_rate(series, on, off, "drill")),
-        "requests": total_requests(series),
-        "requests_by_traffic": {tr: total_requests(series, tr) for tr in ("organic", "drill")},
-        "deadline_gaps": deadline_gaps(series),
-        "fd_peaks": fd_peaks(series),
-    }
-    if series.edge_error is not None or series.fault_error is not None or series.resolution_s is not None:
-        out["uncertainty_s"] = uncertainty(series, rec, found, slo)
-        out["resolution_s"] = series.resolution_s
-    return out
+    return TrialResult(
+        breached=rec.breached,
+        insufficient_data=rec.insufficient_data or bool(fell_behind),
+        insufficient_reason="load fell behind" if fell_behind else rec.insufficient_reason,
+        known_share=rec.known_share,
+        offered_rps=offered,
+        load_fell_behind=fell_behind,
+        ttd_s=r(rec.ttd_s),
+        ttm_s=r(rec.ttm_s),
+        ttr_s=r(rec.ttr_s),
+        mttr_s=r(rec.mttr_s),
+        mttr_lower_bound_s=r(rec.mttr_lower_bound_s),
+        post_fault_breach=rec.post_fault_breach,
+        outage_s=r(outage_s(rec, series.t)),
+        budget_burn=r(burn),
+        bad_calls=round(bad_calls, 1),
+        bad_s=r(bad_seconds(series, found)),
+        flaps=rec.flaps,
+        amplification=amp.get(deepest) if deepest else None,
+        deepest_hop=deepest,
+        amplification_by_hop=amp,
+        success_rate=r(success_rate(series, on, off, "all")),
+        success_rate_by_traffic={tr: r(success_rate(series, on, off, tr)) for tr in ("organic", "drill")},
+        attempts_per_success=attempts_per_success(series, deepest),
+        blast_radius=r(aggregate_error_rate(series, on, off, "organic")),
+        error_rate_during_fault=r(aggregate_error_rate(series, on, off, "all")),
+        drill_error_rate_during_fault=r(aggregate_error_rate(series, on, off, "drill")),
+        requests=total_requests(series),
+        requests_by_traffic={tr: total_requests(series, tr) for tr in ("organic", "drill")},
+        deadline_gaps=deadline_gaps(series),
+        fd_peaks=fd_peaks(series),
+        uncertainty_s=uncertainty(series, rec, found, slo) if read_back else None,
+        resolution_s=series.resolution_s if read_back else None,
+    )
 
 
 def rank(configs: dict[str, dict], *, seed: int = 0) -> list[str]:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from harness.drills.analysis import slo as a
 from harness.drills.analysis.stats import outage_s
+from harness.drills.analysis.trial import never_restored_of
 from harness.drills.readings.series import RunSeries
 from harness.drills.report.cells import mttr_text, plus_minus
 
@@ -58,7 +59,7 @@ def trial_points(results: dict, order: Sequence[str], colors: dict[str, str], wi
             if not t.get("breached"):
                 parts.append(f'<circle cx="{sx(0):.1f}" cy="{y}" r="5" fill="none" stroke="{colors[name]}" '
                              f'stroke-width="2" class="trial held"><title>{label}</title></circle>')  # fmt: skip
-            elif t.get("mttr_s") is None:
+            elif never_restored_of(t):
                 x = sx(t.get("mttr_lower_bound_s") or x1)
                 parts.append(f'<text x="{x:.1f}" y="{y + 5}" text-anchor="middle" fill="{colors[name]}" '
                              f'class="trial never">×<title>{label}</title></text>')  # fmt: skip

@@ -6,9 +6,10 @@ trial that breached the SLO and did not restore it by the end) reaches one half.
 spending trials only where the outcome is uncertain (a Wilson 95 % interval decides a point, or the trial
 cap does), and saves every trial as it ends, so an interrupted sweep resumes without losing or repeating one.
 
-Owns: the axis and its values (`axes`), the bisection and the interval, pure (`search`), sweep.json
-(`store`), running a point's trials through the runner (`engine`), the verdict in words (`summary`) and
-sweep.html with its map (`page`).
+Owns: the axis and its values (`axes`), the bisection, the interval, a point's `Outcome` and a boundary's
+`BoundaryKind`, pure (`search`), sweep.json (`store`), running a point's trials through the runner (`engine`),
+the verdict in words (`summary`), sweep.html with its map (`page`), a phase diagram's rows, one sweep each
+(`plane`), and points run on other machines and merged (`elsewhere`).
 
 May import: `trials` (each point's trials are the runner's ordinary trials, guards and all), `report`,
 `analysis`, `plan`, and `harness.core`. Nothing below imports it.

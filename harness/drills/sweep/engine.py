@@ -4,7 +4,8 @@ A point is one ordinary run (`trials.runner.Runner`) of the plan with the axis a
 configuration that needs one (interleaved as `drill run` does, same seed rules, hits and guards), in its own
 directory under OUT/points/. Its trials are added to sweep.json at once. A guard's trip ends the sweep (exit 5)
 and a fault that did not land ends it (exit 4), both after saving: neither outcome says anything about the
-trigger. `budget_s` stops before a point that would not end within it.
+trigger. `budget_s` stops before a point that would not end within it. Which trials a point's run adds, and
+which of them never restored, is `records_of`'s: pure, over the runner's results.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pathlib
 import time
 from collections.abc import Callable
 
+from harness.drills.analysis.trial import never_restored_of
 from harness.drills.sweep.axes import plan_at
 from harness.drills.sweep.search import search
 from harness.drills.sweep.store import Record, Settings, save, tallies
@@ -22,6 +24,24 @@ from harness.drills.sweep.summary import summarize
 
 #: a trial's length past its phases (start, settle, analysis), for the first estimate before one is measured
 TRIAL_OVERHEAD_S = 4.0
+
+
+def records_of(results: dict, configs: list[str], value: float, point: str, trials: int,
+               tripped: set[tuple[str, int]]) -> list[Record]:  # fmt: skip
+    """A point's run (the runner's results.json) as sweep.json's records: each configuration's first `trials`
+    trials, never restored as `trial.never_restored_of` says; a configuration without a trial is one record of
+    insufficient data. `tripped`: the (configuration, trial) pairs a guard stopped."""
+    out = []
+    for config in configs:
+        for i, trial in enumerate(results["configs"][config]["trials"][:trials] or [{}], 1):
+            out.append(Record(
+                config=config, value=value, point=point, breached=bool(trial.get("breached")),
+                never_restored=never_restored_of(trial),
+                insufficient_data=bool(trial.get("insufficient_data")) or not trial,
+                mttr_s=trial.get("mttr_s"), budget_burn=trial.get("budget_burn"),
+                guard_tripped=(config, i) in tripped,
+            ))  # fmt: skip
+    return out
 
 
 class Sweep:
@@ -118,16 +138,7 @@ class Sweep:
         results = asyncio.run(runner.run())
         self._trial_s.append((time.monotonic() - t0) / max(1, len(configs) * trials))
         tripped = {(n, t.get("trial", 1)) for n, t in trips_of(results)}
-        for config in configs:
-            for i, trial in enumerate(results["configs"][config]["trials"][:trials] or [{}], 1):
-                breached = bool(trial.get("breached"))
-                self.records.append(Record(
-                    config=config, value=value, point=f"points/{name}", breached=breached,
-                    never_restored=breached and trial.get("mttr_s") is None and not trial.get("insufficient_data"),
-                    insufficient_data=bool(trial.get("insufficient_data")) or not trial,
-                    mttr_s=trial.get("mttr_s"), budget_burn=trial.get("budget_burn"),
-                    guard_tripped=(config, i) in tripped,
-                ))  # fmt: skip
+        self.records += records_of(results, configs, value, f"points/{name}", trials, tripped)
         self.write(None)
         check_trips(results)  # exit 5, after saving: a trip says nothing about the trigger
         missed = problem(results)

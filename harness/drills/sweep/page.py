@@ -7,18 +7,16 @@ from __future__ import annotations
 import html
 import pathlib
 
-from harness.drills.sweep.search import Tally
+from harness.drills.sweep.search import BoundaryKind, Outcome, Tally
 
 #: map geometry (px)
 WIDTH, LEFT, RIGHT, ROW, TOP = 880, 150, 40, 56, 40
-COLOURS = {"failing": "#c0392b", "recovering": "#2e8b57", "open": "#d4a017"}
+COLOURS = {Outcome.FAILING: "#c0392b", Outcome.RECOVERING: "#2e8b57", Outcome.OPEN: "#d4a017"}
 
 
-def _outcome(c: dict, max_trials: int) -> str:
-    t = Tally(c["trials"], c["never_restored"])
-    if not t.decided(max_trials):
-        return "open"
-    return "failing" if t.failing else "recovering"
+def _outcome(c: dict, max_trials: int) -> Outcome:
+    """A point's outcome for one configuration, from its counts in the summary (`summary.points`)."""
+    return Tally(c["trials"], c["never_restored"]).outcome(max_trials)
 
 
 def _x(axis, v: float) -> float:
@@ -49,7 +47,7 @@ def _row(out: list[str], settings, y: float, name: str, boundary: dict, points: 
     axis = settings.axis
     out.append(f'<text x="{LEFT - 10}" y="{y + 4:.0f}" text-anchor="end" font-size="12">{html.escape(name)}</text>')
     out.append(f'<line x1="{LEFT}" y1="{y}" x2="{WIDTH - RIGHT}" y2="{y}" stroke="#ddd"/>')
-    if boundary["kind"] == "between":
+    if boundary["kind"] == BoundaryKind.BETWEEN:
         a, z = _x(axis, boundary["recovering"]), _x(axis, boundary["failing"])
         out.append(f'<rect class="boundary" x="{a:.1f}" y="{y - ROW / 2 + 6:.1f}" width="{z - a:.1f}" '
                    f'height="{ROW - 12}" fill="#f5c6c0" opacity="0.6"><title>{html.escape(boundary["text"])}</title>'
@@ -127,7 +125,7 @@ def svg_plane(settings, summary: dict, config: str) -> str:
         row = next((r for r in summary["rows"] if r["value"] == v2), None)
         y = TOP + ROW * (len(values) - 1 - i) + ROW / 2
         if row is None:  # not run yet: the row's line, no dots
-            _row(out, settings, y, axis2.label(v2), {"kind": "open"}, [], config, "")
+            _row(out, settings, y, axis2.label(v2), {"kind": BoundaryKind.OPEN}, [], config, "")
             continue
         _row(out, settings, y, axis2.label(v2), row["boundaries"][config], row["points"], config,
              f", {axis2.key} {axis2.label(v2)}")  # fmt: skip

@@ -12,15 +12,17 @@ import time
 from collections.abc import Callable
 
 from harness.drills.sweep.engine import Sweep
+from harness.drills.sweep.search import BoundaryKind
 from harness.drills.sweep.store import FILE, Settings, load, save
 
 
 def _short(b: dict, label) -> str:
-    if b["kind"] == "between":
+    """A row's boundary in a few words (the diagram's verdict names one per row)."""
+    if b["kind"] == BoundaryKind.BETWEEN:
         return f"stops recovering between {label(b['recovering'])} and {label(b['failing'])}"
-    if b["kind"] == "above_range":
+    if b["kind"] == BoundaryKind.ABOVE_RANGE:
         return f"recovers up to {label(b['recovering'])}"
-    if b["kind"] == "below_range":
+    if b["kind"] == BoundaryKind.BELOW_RANGE:
         return f"does not recover even at {label(b['failing'])}"
     return "not bracketed yet"
 

@@ -9,11 +9,15 @@ the low end, or recovers at the high end, has no bracket inside the range), then
 Everything here is a function of the outcomes: after an interruption the same outcomes ask for the same next
 trial, so a resumed sweep repeats nothing. It assumes, as bisection must, that failing is monotone in the
 trigger; a value that fails below one that recovers is reported as it was measured (see `summary`).
+
+What a value's trials say is an `Outcome`, where a configuration's boundary lies a `BoundaryKind`: str enums,
+so sweep.json and sweep.html spell them as they always have.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 
 #: the normal quantile of a two-sided 95 % interval
@@ -28,6 +32,23 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+class Outcome(enum.StrEnum):
+    """What one value's trials say for one configuration (sweep.html colours its dot by it)."""
+
+    FAILING = "failing"  # decided: P(never restored) ≥ ½
+    RECOVERING = "recovering"  # decided: below ½
+    OPEN = "open"  # not decided yet: more trials wanted
+
+
+class BoundaryKind(enum.StrEnum):
+    """Where a configuration's boundary lies on the axis, once its search is done (OPEN until then)."""
+
+    BETWEEN = "between"  # a recovering value and a failing one, one step apart inside the range
+    BELOW_RANGE = "below_range"  # fails already at the low end
+    ABOVE_RANGE = "above_range"  # recovers still at the high end
+    OPEN = "open"  # not bracketed yet
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +67,11 @@ class Tally:
         """P(never restored) ≥ ½ as measured (a tie counts as failing: the boundary is where it *reaches* ½)."""
         return self.n > 0 and 2 * self.k >= self.n
 
+    def outcome(self, max_trials: int) -> Outcome:
+        if not self.decided(max_trials):
+            return Outcome.OPEN
+        return Outcome.FAILING if self.failing else Outcome.RECOVERING
+
 
 @dataclasses.dataclass(frozen=True)
 class Bracket:
@@ -56,6 +82,16 @@ class Bracket:
     done: bool
     #: the value that needs a trial next (None when done)
     next_value: float | None
+
+    @property
+    def kind(self) -> BoundaryKind:
+        if not self.done:
+            return BoundaryKind.OPEN
+        if self.failing is None:
+            return BoundaryKind.ABOVE_RANGE
+        if self.recovering is None:
+            return BoundaryKind.BELOW_RANGE
+        return BoundaryKind.BETWEEN
 
 
 def grid(lo: float, hi: float, step: float) -> list[float]:

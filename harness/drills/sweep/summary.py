@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.drills.sweep.axes import Axis
-from harness.drills.sweep.search import Tally, search, wilson
+from harness.drills.sweep.search import BoundaryKind, Tally, search, wilson
 from harness.drills.sweep.store import Record, tallies
 
 
@@ -12,27 +12,23 @@ def _count(t: Tally) -> str:
 
 
 def boundary(axis: Axis, records: list[Record], config: str, max_trials: int) -> dict:
-    """One configuration's boundary: `kind` (between | below_range | above_range | open), the bracketing
+    """One configuration's boundary: its `kind` (a `BoundaryKind`), the bracketing
     values with their tallies, the verdict's sentence, and any point that breaks monotony."""
     values = axis.values
     t = tallies(records, config)
     b = search(values, t, max_trials)
     lab = axis.label
-    rec = {"recovering": b.recovering, "failing": b.failing, "done": b.done}
-    if b.done and b.failing is None:
-        rec["kind"] = "above_range"
+    rec = {"recovering": b.recovering, "failing": b.failing, "done": b.done, "kind": b.kind}
+    if b.kind is BoundaryKind.ABOVE_RANGE:
         top = t[b.recovering]
         rec["text"] = f"{config} recovers from every trigger up to {lab(b.recovering)} ({_count(top)} there)"
-    elif b.done and b.recovering is None:
-        rec["kind"] = "below_range"
+    elif b.kind is BoundaryKind.BELOW_RANGE:
         rec["text"] = f"{config} does not recover even at {lab(b.failing)} ({_count(t[b.failing])} there)"
-    elif b.done:
-        rec["kind"] = "between"
+    elif b.kind is BoundaryKind.BETWEEN:
         rec["text"] = (f"{config} stops recovering between {lab(b.recovering)} and {lab(b.failing)} "
                        f"({_count(t[b.failing])} at {lab(b.failing)}, {t[b.recovering].k}/{t[b.recovering].n} "
                        f"at {lab(b.recovering)})")  # fmt: skip
     else:
-        rec["kind"] = "open"
         known = [f"{lab(v)}: {_count(x)}" for v, x in sorted(t.items())]
         rec["text"] = f"{config}: not bracketed yet ({'; '.join(known) if known else 'no trial yet'})"
     decided = {v: x for v, x in t.items() if x.decided(max_trials)}

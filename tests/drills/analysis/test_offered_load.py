@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from harness.drills.analysis import results as res
+from harness.drills.analysis import traffic
 from harness.drills.analysis import trial as a
 from harness.drills.plan.outputs import SeriesKey as K
 from harness.drills.readings.series import RunSeries
@@ -42,9 +43,9 @@ def test_achieved_counts_calls_started_in_the_fault_window_not_calls_ended():
     window = [i for i, t in enumerate(s.t) if 10.5 <= t < 20.5]
     ended = sum(s.values[K("calls", traffic="drill", status="OK", mode="none")][i] for i in window) / 10
     assert ended < 0.9 * 10  # what a count of completions would say: the load "fell behind"
-    offered, behind = a.offered_load(s)
-    assert abs(offered["drill"]["achieved"] - 10.0) <= 0.5  # what was actually sent
-    assert offered["drill"]["planned"] == 10.0 and behind is False
+    offered, behind = traffic.offered_load(s)
+    assert abs(offered["drill"].achieved - 10.0) <= 0.5  # what was actually sent
+    assert offered["drill"].planned == 10.0 and behind is False
 
 
 def test_calls_that_time_out_are_not_taken_to_have_lasted_the_whole_bucket():
@@ -52,17 +53,17 @@ def test_calls_that_time_out_are_not_taken_to_have_lasted_the_whole_bucket():
     # would be placed up to a second early and the first half second of the window would look empty
     s = slow_fault_series(10.0, ("2.0", "3.0"), latency=2.02)
     s.timeout_s = 2.0
-    offered, behind = a.offered_load(s)
-    assert abs(offered["drill"]["achieved"] - 10.0) <= 0.3 and behind is False
+    offered, behind = traffic.offered_load(s)
+    assert abs(offered["drill"].achieved - 10.0) <= 0.3 and behind is False
 
 
 def test_a_generator_that_slows_down_falls_behind_and_is_insufficient_data():
     s = slow_fault_series(5.0, ("1.5", "2.0"))  # half the planned 10/s
     r = a.analyze_run(s, SLO)
-    assert r["offered_rps"]["drill"] == {"planned": 10.0, "achieved": r["offered_rps"]["drill"]["achieved"],
-                                         "fell_behind": True}  # fmt: skip
-    assert 4.5 <= r["offered_rps"]["drill"]["achieved"] <= 5.5
-    assert r["load_fell_behind"] is True and r["insufficient_data"] is True
+    assert r.offered_rps["drill"] == traffic.OfferedRate(planned=10.0, achieved=r.offered_rps["drill"].achieved,
+                                                   fell_behind=True)  # fmt: skip
+    assert 4.5 <= r.offered_rps["drill"].achieved <= 5.5
+    assert r.load_fell_behind is True and r.insufficient_data is True
 
 
 def test_a_trial_whose_load_fell_behind_is_never_ranked_as_holding():
@@ -84,12 +85,12 @@ def test_planned_rates_travel_in_series_json_so_analyze_recomputes_the_check():
     s = slow_fault_series(5.0, ("1.5", "2.0"))
     again = RunSeries.from_json(json.loads(json.dumps(s.to_json())))
     assert again.planned_rps == {"drill": 10.0}
-    assert a.analyze_run(again, SLO)["load_fell_behind"] is True
+    assert a.analyze_run(again, SLO).load_fell_behind is True
 
 
 def test_without_a_plan_the_check_is_absent_not_failed():
     r = a.analyze_run(make_series([0.0] * 40), SLO)  # e.g. read back from Prometheus
-    assert r["offered_rps"] == {} and r["load_fell_behind"] is None and r["insufficient_data"] is False
+    assert r.offered_rps == {} and r.load_fell_behind is None and r.insufficient_data is False
 
 
 def test_the_report_shows_offered_load_per_trial_and_which_fell_behind():
@@ -137,11 +138,11 @@ def test_a_load_that_counts_its_starts_is_read_exactly_however_long_its_calls_ta
     16/s) by an open-loop load that cannot fall behind by that much: calls whose latency climbs to the
     deadline in a 5-s window leak out of an estimate made from when they ended. The load's own start counts
     are exact (the estimate stays for loads that do not export them)."""
-    estimated = a.estimated_started_rps(climbing_latency_series(with_started=False), 10.0, 15.0, "drill")
+    estimated = traffic.estimated_started_rps(climbing_latency_series(with_started=False), 10.0, 15.0, "drill")
     assert estimated < 0.9 * 16.0, estimated  # the premise: the estimate alone says the load fell behind
-    offered, behind = a.offered_load(climbing_latency_series(with_started=True))
-    assert offered["drill"]["achieved"] == 16.0 and behind is False
-    offered, behind = a.offered_load(climbing_latency_series(with_started=False))
+    offered, behind = traffic.offered_load(climbing_latency_series(with_started=True))
+    assert offered["drill"].achieved == 16.0 and behind is False
+    offered, behind = traffic.offered_load(climbing_latency_series(with_started=False))
     assert behind is True  # without start counts: the estimate, as before
 
 
@@ -165,7 +166,7 @@ def test_a_load_exactly_on_the_share_is_judged_in_whole_calls_whoever_reads_it()
         for shift in (0.0, 0.0004):
             t = [float(i + 1) for i in range(8)]
             s = RunSeries("cfg", t, 2.0 + shift, 5.0 + shift, values, planned_rps={"drill": 10.0})
-            offered, behind = a.offered_load(s)
-            assert abs(offered["drill"]["achieved"] * 3 - 27) < 0.01, (shift, offered)
+            offered, behind = traffic.offered_load(s)
+            assert abs(offered["drill"].achieved * 3 - 27) < 0.01, (shift, offered)
             verdicts.append(behind)
     assert verdicts == [False] * 4

@@ -41,7 +41,7 @@ def _results_and_series():
         "fault": {"directive": "abort:UNAVAILABLE", "target": "ledger"},
         "slo": {"max_error_rate": 0.05, "hold_s": 3, "traffic": "all"},
         "hops": ["gateway", "ledger"],
-        "configs": {n: a.analyze_run(s, SLO, hops=["gateway", "ledger"]) for n, s in series.items()},
+        "configs": {n: a.analyze_run(s, SLO, hops=["gateway", "ledger"]).to_dict() for n, s in series.items()},
     }
     return results, series
 

@@ -196,7 +196,7 @@ def test_when_a_guard_stopped_every_configuration_none_is_best():
 def test_no_draw_of_trials_makes_a_tripped_configuration_the_winner():
     rng = random.Random(5)
     shapes = [{}, {(11, 13): 0.5}, {(11, 20): 0.2}, {(11, 30): 0.9}, {(11, 40): 0.6}, None]
-    analysed = [analysis.analyze_run(make_series(rates(s) if s is not None else [None] * 40), SLO, None)
+    analysed = [analysis.analyze_run(make_series(rates(s) if s is not None else [None] * 40), SLO, None).to_dict()
                 for s in shapes]  # fmt: skip
     trip = {"name": "wall_clock", "kind": "wall_clock", "tripped_at_s": 12.0, "value": 12.0, "limit": 12.0,
             "text": "the trial ran 12 s (≥ 12 s)"}  # fmt: skip
