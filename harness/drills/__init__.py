@@ -45,6 +45,7 @@ _PUBLIC = {
     "SeriesKey": "plan.outputs",
     "read_series_document": "readings.series",
     "analyze_run": "analysis.trial",
+    "TrialResult": "analysis.trial",
     "assemble": "analysis.results",
     "write_outputs": "report.page",
     # running a plan

@@ -503,7 +503,7 @@ class Runner:
                     if ours:  # what the load planned, as the runner knows it: the same offered-load check
                         s.planned_rps, s.timeout_s = ours[0].planned_rps, ours[0].timeout_s
                     res = analyze_run(s, self.plan.slo, hops)
-                    per_trial.append({k: res.get(k) for k in keys} | {"resolution_s": s.resolution_s})
+                    per_trial.append({k: getattr(res, k) for k in keys} | {"resolution_s": s.resolution_s})
                 out["configs"][name] = {**per_trial[0], "trials": per_trial}
         except PrometheusError as exc:
             out["error"] = str(exc)
