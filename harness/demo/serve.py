@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import logging
@@ -21,6 +22,7 @@ import os
 import re
 import signal
 import socket
+from collections.abc import Callable
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -31,7 +33,7 @@ from harness.core import audit, cliargs
 from harness.core import limits as lim
 from harness.core.errors import BadInput, RunFailed
 from harness.core.safety import install_stop_signal
-from harness.core.settings import FaultSettings
+from harness.core.settings import DEFAULT_SERVICE, FaultSettings
 from harness.demo.conntrack import watch_port
 from harness.demo.downstream import CHANNEL_OPTIONS, downstream_for
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
@@ -214,8 +216,9 @@ def _check_args(args: argparse.Namespace) -> None:
         load(args.config)  # an unknown name or a bad file: one line (ConfigError) before anything is bound
 
 
-def check_free(host: str, port: int) -> None:
-    """Refuse a port someone holds before grpc tries it (grpc would log a C-core error line first)."""
+def check_free(host: str, port: int, command: str) -> None:
+    """Refuse a port someone holds before grpc tries it (grpc would log a C-core error line first); the error
+    line starts with the `command` that wanted it (`serve`, `proxy`)."""
     if port <= 0:
         return
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
@@ -225,19 +228,36 @@ def check_free(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as exc:
-            raise RunFailed(f"serve: cannot listen on {host}:{port}: {exc.strerror}") from None
+            raise RunFailed(f"{command}: cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
-def settings_from_args(args: argparse.Namespace) -> FaultSettings:
-    """The fault settings of `drill serve` and `drill proxy`: the environment's, with their flags over it."""
-    overrides = {"service": args.service}
+#: Read in place of the default name (see settings_from_args): any valid name but the default
+_STAND_IN = "-"
+
+
+def settings_from_args(args: argparse.Namespace, command: str) -> FaultSettings:
+    """The fault settings of `drill serve` and `drill proxy`: the environment's, with their flags over it.
+
+    With injection on and the service on the default name, says so once in the command's words: pass
+    `--service NAME`. (`FaultSettings.from_env` says it to a library user, as "set DRILL_SERVICE"; it is read
+    here under a stand-in name, so that line is not said too, and the default name is put back.)"""
+    unnamed = args.service == DEFAULT_SERVICE
+    overrides = {"service": _STAND_IN if unnamed else args.service}
     if args.enable_faults:
         overrides["enabled"] = True
     if args.seed is not None:
         overrides["seed"] = args.seed
     if args.instance_id:
         overrides["instance_id"] = args.instance_id
-    return FaultSettings.from_env(**overrides)
+    settings = FaultSettings.from_env(**overrides)
+    if not unnamed:
+        return settings
+    if settings.enabled:
+        logging.getLogger(f"drill.{command}").warning(
+            "%s: faults are ON but it calls itself %r (the default name): a drill that targets it by name "
+            "(x-fault-target) will not hit it; pass --service NAME (the hop's name in the drill plan)",
+            command, DEFAULT_SERVICE)  # fmt: skip
+    return dataclasses.replace(settings, service=DEFAULT_SERVICE)
 
 
 def serve_metrics(args: argparse.Namespace, command: str) -> int:
@@ -276,8 +296,8 @@ def announce(args: argparse.Namespace, port: int, extra: dict) -> None:
 
 async def _serve(args: argparse.Namespace) -> int:
     _check_args(args)
-    check_free(args.host, args.port)
-    settings = settings_from_args(args)
+    check_free(args.host, args.port, "serve")
+    settings = settings_from_args(args, "serve")
     downstream = None
     channel = None
     if args.downstream:
@@ -306,7 +326,6 @@ async def _serve(args: argparse.Namespace) -> int:
         )
     except (OSError, RuntimeError) as exc:  # grpc says "Failed to bind" as a RuntimeError
         raise RunFailed(f"serve: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
-    announce(args, port, {"metrics_port": metrics_port})
     log.warning(
         "serving %s on %s:%d (faults %s, seed %d, tenants %s), metrics on :%s",
         settings.service,
@@ -317,6 +336,19 @@ async def _serve(args: argparse.Namespace) -> int:
         ",".join(sorted(settings.tenants)),
         metrics_port or "-",
     )
+    return await serve_until_signal(server, channel, ready=lambda: announce(args, port, {"metrics_port": metrics_port}))
+
+
+#: How long calls in flight may finish once SIGINT/SIGTERM came, and how long the audit lines left may take
+STOP_GRACE_S = 1.0
+AUDIT_FLUSH_S = 2.0
+
+
+async def serve_until_signal(server: aio.Server, *closing, ready: Callable[[], None] = lambda: None) -> int:
+    """What `drill serve` and `drill proxy` do once serving: the one-way stop (SIGUSR1, `drill stop`), the audit
+    writer, the startup heap frozen, SIGINT and SIGTERM caught; then `ready()` (the ready file: a parent that
+    signals as soon as it sees it is heard); at SIGINT or SIGTERM, the server stopped (calls in flight get
+    STOP_GRACE_S), each of `closing` closed (channels; None is skipped) and the audit lines flushed. 0."""
     install_stop_signal()  # SIGUSR1 (`drill stop`): injection off for the life of this process
     audit.start_writer()  # audit lines leave through a bounded queue: a slow log sink never blocks a call
     freeze_startup_heap()
@@ -324,11 +356,13 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    ready()
     await stop.wait()
-    await server.stop(grace=1.0)
-    if channel is not None:
-        await channel.close()
-    audit.flush(2.0)
+    await server.stop(grace=STOP_GRACE_S)
+    for resource in closing:
+        if resource is not None:
+            await resource.close()
+    audit.flush(AUDIT_FLUSH_S)
     return 0
 
 
