@@ -6,7 +6,9 @@ installs: the same gates (tenant, `x-fault-target` = `--service`, drill secret),
 formula, modes, mid-stream options, marker, limits, one-way stop (SIGUSR1, `drill
 stop`), metrics, spans and audit. Its options are `drill serve`'s where they apply.
 It forwards only to its `--upstream`, never to an address a caller names, and binds
-127.0.0.1 unless told otherwise.
+127.0.0.1 unless told otherwise. Each method's kind is read once at start
+(`method_kinds`, through `harness.protos`); once serving it runs as `drill serve`
+does, until SIGINT or SIGTERM (`harness.demo.lifecycle`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from harness.core import limits as lim
 from harness.core.errors import BadInput, RunFailed
 from harness.core.faults import Kind
 from harness.core.settings import FaultSettings
-from harness.demo.serve import (
+from harness.demo.lifecycle import (
     announce,
     check_free,
     serve_metrics,
