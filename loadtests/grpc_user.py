@@ -47,10 +47,10 @@ import gevent.pool  # noqa: E402
 from locust import User, constant  # noqa: E402
 from locust.runners import WorkerRunner  # noqa: E402
 
+from harness.core.faults import Kind  # noqa: E402
 from harness.core.headers import has_fault_marker  # noqa: E402
 from harness.core.metrics import method_label  # noqa: E402
 from harness.core.status import classify, status_name  # noqa: E402
-from harness.drills.stack.edge import CLIENT_STREAMING, CLIENT_STREAMS  # noqa: E402
 from harness.interceptors import ORGANIC, CallTags, ClientRecorder, Tagging  # noqa: E402
 from loadtests import openloop  # noqa: E402
 from loadtests import options as drill_options  # noqa: E402
@@ -259,19 +259,19 @@ class GrpcUser(User):
         metadata = tags.metadata(request_id or str(uuid.uuid4()), self.opts.timeout)
         sent: list[int] = [0]
         request = target.request
-        if target.kind in CLIENT_STREAMS:
+        if target.kind.request_streaming:
             request = _paced(target.messages, target.message_rate, sent)
         received = length = 0
         rec.attempt_started(label)
         start = time.perf_counter()
         done = self.completions
         multicallable = self._multicallables[method]
-        if target.kind == CLIENT_STREAMING:
+        if target.kind == Kind.CLIENT_STREAMING:
             call = done.start(multicallable, request, self.opts.timeout, metadata)
         else:
             call = done.start_stream(multicallable, request, self.opts.timeout, metadata)
         timer = done.cancel_after(call, cancel_after_ms / 1000.0) if cancel_after_ms is not None else None
-        if target.kind == CLIENT_STREAMING:
+        if target.kind == Kind.CLIENT_STREAMING:
             done.wait(call)
         else:
             try:
@@ -288,9 +288,9 @@ class GrpcUser(User):
         else:
             code = call.code()
             injected = has_fault_marker(call.trailing_metadata())
-            if code is _OK and target.kind == CLIENT_STREAMING:
+            if code is _OK and target.kind == Kind.CLIENT_STREAMING:
                 received, length = 1, len(call.result())
-        if target.kind not in CLIENT_STREAMS:
+        if not target.kind.request_streaming:
             sent[0] = 1
         rec.attempt_finished(label, code, elapsed)
         rec.call_finished(label, code, elapsed, tags.fault_mode, tags.traffic, injected=injected)

@@ -29,6 +29,7 @@ import sys
 from typing import Any, NoReturn
 
 from harness.core.errors import BadInput, DrillError
+from harness.core.faults import Kind
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.drills.stack import edge
 from loadtests.options import DrillOptions
@@ -57,24 +58,24 @@ class Target:
 
     stub_class: Any
     method: str
-    kind: str
+    kind: Kind
     request: Any
     messages: tuple[bytes, ...] = ()
     message_rate: float | None = None
 
     @property
     def unary(self) -> bool:
-        return self.kind == edge.UNARY
+        return self.kind == Kind.UNARY
 
 
 #: The demo's `Call` (an empty `CallRequest` answers OK on `drill serve`).
-DEMO = Target(drill_pb2_grpc.DemoStub, "Call", edge.UNARY, drill_pb2.CallRequest())
+DEMO = Target(drill_pb2_grpc.DemoStub, "Call", Kind.UNARY, drill_pb2.CallRequest())
 
 _FACTORIES = {
-    edge.UNARY: "unary_unary",
-    edge.SERVER_STREAMING: "unary_stream",
-    edge.CLIENT_STREAMING: "stream_unary",
-    edge.BIDI: "stream_stream",
+    Kind.UNARY: "unary_unary",
+    Kind.SERVER_STREAMING: "unary_stream",
+    Kind.CLIENT_STREAMING: "stream_unary",
+    Kind.BIDI_STREAMING: "stream_stream",
 }
 
 

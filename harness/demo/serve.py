@@ -8,32 +8,40 @@ replicas, each `HOST:PORT` or `@READY-FILE` (another `drill serve`'s ready file,
 waited for): so a whole chain starts at once with every port bound by its own
 server, and no port is picked by one process for another to bind
 (harness.procs.ports says why).
+
+What `drill proxy` shares with it, from its port checked to its stop at SIGTERM, is in
+harness.demo.lifecycle.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import logging
 import os
 import re
-import signal
 import socket
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
-from harness.core import audit, cliargs
+from harness.core import cliargs
 from harness.core import limits as lim
 from harness.core.errors import BadInput, RunFailed
-from harness.core.safety import install_stop_signal
 from harness.core.settings import FaultSettings
 from harness.demo.conntrack import watch_port
 from harness.demo.downstream import CHANNEL_OPTIONS, downstream_for
+from harness.demo.lifecycle import (  # freeze_startup_heap: benchmarks/_bench_server.py imports it from here
+    announce,
+    check_free,
+    freeze_startup_heap,  # noqa: F401
+    serve_metrics,
+    serve_until_signal,
+    settings_from_args,
+    tracer_for,
+)
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.demo.service import AdmissionInterceptor, Capacity, DemoServicer, Downstream, plain_downstream
 from harness.interceptors import DrillClientInterceptor, FaultServerInterceptor
@@ -214,70 +222,10 @@ def _check_args(args: argparse.Namespace) -> None:
         load(args.config)  # an unknown name or a bad file: one line (ConfigError) before anything is bound
 
 
-def check_free(host: str, port: int) -> None:
-    """Refuse a port someone holds before grpc tries it (grpc would log a C-core error line first)."""
-    if port <= 0:
-        return
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        # as grpc binds: SO_REUSEADDR, so a restart on the same port is not refused for the old
-        # connections' TIME_WAIT, while a live listener still is
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise RunFailed(f"serve: cannot listen on {host}:{port}: {exc.strerror}") from None
-
-
-def settings_from_args(args: argparse.Namespace) -> FaultSettings:
-    """The fault settings of `drill serve` and `drill proxy`: the environment's, with their flags over it."""
-    overrides = {"service": args.service}
-    if args.enable_faults:
-        overrides["enabled"] = True
-    if args.seed is not None:
-        overrides["seed"] = args.seed
-    if args.instance_id:
-        overrides["instance_id"] = args.instance_id
-    return FaultSettings.from_env(**overrides)
-
-
-def serve_metrics(args: argparse.Namespace, command: str) -> int:
-    """/metrics on `--metrics-port` (0: none, -1: any free port); the port bound, or 0."""
-    if not args.metrics_port:
-        return 0
-    try:
-        http, _thread = start_http_server(max(0, args.metrics_port), addr=args.host)
-    except OSError as exc:
-        where = f"{args.host} (any free port)" if args.metrics_port < 0 else f"{args.host}:{args.metrics_port}"
-        raise RunFailed(f"{command}: cannot serve metrics on {where}: {exc.strerror}") from None
-    return http.server_port
-
-
-def tracer_for(settings: FaultSettings):
-    """A tracer when OTEL_TRACES_EXPORTER names an exporter (the standard OTEL_* variables), else None."""
-    if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() == "none":
-        return None
-    from harness.core.tracing import setup_tracing
-
-    return setup_tracing(settings.service)
-
-
-def announce(args: argparse.Namespace, port: int, extra: dict) -> None:
-    """`--port-file` (the port) and `--ready-file` ({host, port, pid, …extra}, replaced whole, so a reader
-    never sees half of it): what a parent waits for once this process serves."""
-    if args.port_file:
-        with open(args.port_file, "w") as fh:
-            fh.write(str(port))
-    if args.ready_file:
-        tmp = args.ready_file + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"host": args.host, "port": port, **extra, "pid": os.getpid()}, fh)
-        os.replace(tmp, args.ready_file)
-
-
 async def _serve(args: argparse.Namespace) -> int:
     _check_args(args)
-    check_free(args.host, args.port)
-    settings = settings_from_args(args)
+    check_free(args.host, args.port, "serve")
+    settings = settings_from_args(args, "serve")
     downstream = None
     channel = None
     if args.downstream:
@@ -306,7 +254,6 @@ async def _serve(args: argparse.Namespace) -> int:
         )
     except (OSError, RuntimeError) as exc:  # grpc says "Failed to bind" as a RuntimeError
         raise RunFailed(f"serve: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
-    announce(args, port, {"metrics_port": metrics_port})
     log.warning(
         "serving %s on %s:%d (faults %s, seed %d, tenants %s), metrics on :%s",
         settings.service,
@@ -317,32 +264,7 @@ async def _serve(args: argparse.Namespace) -> int:
         ",".join(sorted(settings.tenants)),
         metrics_port or "-",
     )
-    install_stop_signal()  # SIGUSR1 (`drill stop`): injection off for the life of this process
-    audit.start_writer()  # audit lines leave through a bounded queue: a slow log sink never blocks a call
-    freeze_startup_heap()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await server.stop(grace=1.0)
-    if channel is not None:
-        await channel.close()
-    audit.flush(2.0)
-    return 0
-
-
-def freeze_startup_heap() -> None:
-    """Once serving: collect, then keep every object alive now out of later collections (`gc.freeze`).
-
-    Calls held by a delay keep their objects alive through the collector's young
-    generations, so a drill of delayed calls brings full collections every few
-    seconds; each would scan the whole startup heap (grpc, protobuf, OpenTelemetry)
-    while every delayed call due meanwhile waits. Frozen, a full collection scans
-    only what came after (benchmarks/delay_accuracy.py).
-    """
-    gc.collect()
-    gc.freeze()
+    return await serve_until_signal(server, channel, ready=lambda: announce(args, port, {"metrics_port": metrics_port}))
 
 
 async def resolve_downstream(spec: str, wait_s: float) -> str:

@@ -1,6 +1,11 @@
-"""gRPC interceptors: the layer between grpc and the pure fault logic."""
+"""gRPC interceptors: the layer between grpc and the pure fault logic.
+
+`method_handler` builds grpc's handler of a method of any kind, cheaply, for a package
+that serves methods it has no generated code for (the proxy).
+"""
 
 from harness.interceptors._client_core import ORGANIC, CallTags, ClientRecorder, Tagging
+from harness.interceptors._handlers import method_handler
 from harness.interceptors.client_aio import DrillClientInterceptor
 from harness.interceptors.client_sync import SyncDrillClientInterceptor, call_with_cancel
 from harness.interceptors.server_aio import FaultServerInterceptor
@@ -16,6 +21,7 @@ __all__ = [
     "SyncFaultServerInterceptor",
     "Tagging",
     "call_with_cancel",
+    "method_handler",
     "server_interceptors",
 ]
 

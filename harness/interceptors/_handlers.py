@@ -89,6 +89,19 @@ BUILD = {
 }
 
 
+class _Bytes:
+    """No (de)serializers: the behaviour sees the bytes on the wire."""
+
+    request_deserializer = None
+    response_serializer = None
+
+
+def method_handler(kind: Kind, behavior, like=None):
+    """grpc's `RpcMethodHandler` of `kind` around `behavior`, with `like`'s `request_deserializer` and
+    `response_serializer` (None: none, the behaviour takes and gives the bytes on the wire)."""
+    return BUILD[kind](behavior, like if like is not None else _Bytes)
+
+
 def behavior_of(handler, kind: Kind):
     """The servicer's behaviour a handler of `kind` carries."""
     if kind is Kind.UNARY:

@@ -6,7 +6,9 @@ installs: the same gates (tenant, `x-fault-target` = `--service`, drill secret),
 formula, modes, mid-stream options, marker, limits, one-way stop (SIGUSR1, `drill
 stop`), metrics, spans and audit. Its options are `drill serve`'s where they apply.
 It forwards only to its `--upstream`, never to an address a caller names, and binds
-127.0.0.1 unless told otherwise.
+127.0.0.1 unless told otherwise. Each method's kind is read once at start
+(`method_kinds`, through `harness.protos`); once serving it runs as `drill serve`
+does, until SIGINT or SIGTERM (`harness.demo.lifecycle`).
 """
 
 from __future__ import annotations
@@ -15,30 +17,31 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 
 from grpc import aio
 
-from harness.core import audit, cliargs
+from harness import protos
+from harness.core import cliargs
 from harness.core import limits as lim
 from harness.core.errors import BadInput, RunFailed
-from harness.core.safety import install_stop_signal
+from harness.core.faults import Kind
 from harness.core.settings import FaultSettings
-from harness.demo.serve import (
+from harness.demo.lifecycle import (
     announce,
     check_free,
-    freeze_startup_heap,
     serve_metrics,
+    serve_until_signal,
     settings_from_args,
     tracer_for,
 )
 from harness.interceptors import FaultServerInterceptor
-from harness.proxy import kinds
 from harness.proxy.forward import CHANNEL_OPTIONS, SERVER_OPTIONS, ForwardAll, Forwarder
 
 log = logging.getLogger("drill.proxy")
 #: --workers at most: one process per core is the point, and each holds a connection pool to the upstream
 MAX_WORKERS = 64
+#: How long each question to the upstream's server reflection may take, at start
+REFLECTION_TIMEOUT_S = 5.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,23 +73,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # a worker of --workers
 
 
-def method_kinds(args: argparse.Namespace) -> dict:
-    """Each method's kind: from the descriptor set, else the upstream's reflection, else none (said once)."""
+def method_kinds(args: argparse.Namespace) -> dict[str, Kind]:
+    """`/pkg.Service/Method` → kind, read once at start so the pipeline judges `@after` and `@read` as in
+    process: from `--descriptor-set` or `--proto` (every service in it), else the upstream's server reflection
+    (its own services: not reflection's or health's), else none, said once. A method found in none is
+    forwarded as a bidi stream (every kind is one on the wire), a fault judged by what the wire shows."""
     if args.descriptor_set and args.proto:
         raise BadInput("proxy: give --descriptor-set or --proto, not both (neither = the upstream's reflection)")
     if args.proto_path and not args.proto:
         raise BadInput("proxy: --proto-path applies to --proto; give --proto too")
     if args.descriptor_set:
-        return kinds.from_descriptor_set(args.descriptor_set)
+        with protos.from_descriptor_set(args.descriptor_set, option="proxy: --descriptor-set") as types:
+            return types.kinds()
     if args.proto:
-        return kinds.from_proto(args.proto, args.proto_path)
-    found = kinds.from_reflection(args.upstream)
-    if found is None:
-        log.warning("proxy: %s offers no server reflection and no --descriptor-set was given: each call is "
-                    "forwarded as a stream, a mid-stream fault judged by what the wire shows",
-                    args.upstream)  # fmt: skip
+        with protos.from_proto(args.proto, args.proto_path, option="proxy: --proto") as types:
+            return types.kinds()
+    try:
+        with protos.from_reflection(args.upstream, timeout_s=REFLECTION_TIMEOUT_S) as types:
+            return types.kinds(infra=False)
+    except protos.ReflectionError as err:
+        log.warning("proxy: %s offers no server reflection (%s): each call is forwarded as a stream, a "
+                    "mid-stream fault judged by what the wire shows; give --proto FILE.proto (the upstream's "
+                    "service) for each method's kind", args.upstream, err.code)  # fmt: skip
         return {}
-    return found
 
 
 async def start_proxy(upstream: str, *, host: str = "127.0.0.1", port: int = 0, settings: FaultSettings,
@@ -112,10 +121,10 @@ async def _proxy(args: argparse.Namespace) -> int:
     local = bool(args.descriptor_set or args.proto or args.proto_path)
     table = method_kinds(args) if local else {}
     if not args.reuse_port:
-        check_free(args.host, args.port)
+        check_free(args.host, args.port, "proxy")
     if not local:
         table = method_kinds(args)
-    settings = settings_from_args(args)
+    settings = settings_from_args(args, "proxy")
     metrics_port = serve_metrics(args, "proxy")
     tracer = tracer_for(settings)
     try:
@@ -124,22 +133,10 @@ async def _proxy(args: argparse.Namespace) -> int:
                                                   reuse_port=args.reuse_port)  # fmt: skip
     except (OSError, RuntimeError) as exc:
         raise RunFailed(f"proxy: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
-    announce(args, port, {"metrics_port": metrics_port})
     log.warning("proxy %s on %s:%d → %s (faults %s, seed %d, %d methods known), metrics on :%s", settings.service,
                 args.host, port, args.upstream, "ON" if settings.enabled else "off", settings.seed, len(table),
                 metrics_port or "-")  # fmt: skip
-    install_stop_signal()
-    audit.start_writer()
-    freeze_startup_heap()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await server.stop(grace=1.0)
-    await channel.close()
-    audit.flush(2.0)
-    return 0
+    return await serve_until_signal(server, channel, ready=lambda: announce(args, port, {"metrics_port": metrics_port}))
 
 
 def run(args: argparse.Namespace) -> int:

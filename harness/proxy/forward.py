@@ -1,7 +1,7 @@
 """Forward every call, as bytes, to one upstream: the proxy's handler for methods it has no proto for.
 
 A gRPC server for any method and a gRPC client of the upstream, joined message by
-message: no proto is needed to forward, only a method's kind (`harness.proxy.kinds`),
+message: no proto is needed to forward, only a method's kind (`harness.proxy.cli`'s table),
 and without it a call is forwarded as a bidi stream, which is what every kind is on
 the wire. Exactness is the contract, each point an easy mistake in a generic proxy:
 
@@ -36,7 +36,7 @@ import grpc
 from grpc import aio
 
 from harness.core.faults import Kind
-from harness.interceptors._handlers import BUILD
+from harness.interceptors import method_handler
 
 #: metadata the gRPC library owns on each side: never copied from one call to the other
 _TRANSPORT_KEYS = frozenset({"user-agent", "te", "content-type", "grpc-timeout", "grpc-encoding",
@@ -62,17 +62,6 @@ SERVER_OPTIONS = (
 
 def _outgoing(context) -> tuple[tuple[str, str | bytes], ...]:
     return tuple((k, v) for k, v in context.invocation_metadata() if k not in _TRANSPORT_KEYS and k[0] != ":")
-
-
-def _identity(b: bytes) -> bytes:
-    return b
-
-
-class _Like:
-    """No (de)serializers: the handlers see the bytes on the wire."""
-
-    request_deserializer = None
-    response_serializer = None
 
 
 async def _relay_headers(call, context) -> None:
@@ -122,15 +111,15 @@ class Forwarder:
         self.channel = channel
 
     def handler(self, method: str, kind: Kind | None):
+        """grpc's handler forwarding `method` as `kind` (None, unknown: as a bidi stream), bytes in and out."""
         kind = kind or Kind.BIDI_STREAMING
-        build = BUILD[kind]
         if kind is Kind.UNARY:
-            return build(self._unary(method), _Like)
+            return method_handler(kind, self._unary(method))
         if kind is Kind.SERVER_STREAMING:
-            return build(self._server_stream(method), _Like)
+            return method_handler(kind, self._server_stream(method))
         if kind is Kind.CLIENT_STREAMING:
-            return build(self._client_stream(method), _Like)
-        return build(self._bidi(method), _Like)
+            return method_handler(kind, self._client_stream(method))
+        return method_handler(kind, self._bidi(method))
 
     def _unary(self, method: str) -> Callable:
         stub = self.channel.unary_unary(method)

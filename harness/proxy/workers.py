@@ -31,7 +31,7 @@ import tempfile
 import time
 
 from harness.core.errors import RunFailed
-from harness.demo.serve import announce
+from harness.demo.lifecycle import announce
 
 #: How long the workers may take to serve, together.
 READY_TIMEOUT_S = 60.0

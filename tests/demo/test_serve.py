@@ -66,3 +66,32 @@ def test_serve_answers_health_reflection_and_metrics_and_injects_with_the_switch
     assert 'drill_fault_hits_total{grpc_method="drill.v1.Demo/Call",mode="abort",service="ledger"} 1.0' in body
     assert "process_open_fds" in body
     assert f'drill_tcp_connections{{port="{served["port"]}",state="LISTEN"}}' in body
+
+
+def test_serve_with_faults_on_under_the_default_name_says_to_pass_service_and_stops_on_sigterm(tmp_path):
+    """The warning names `drill serve`'s own option (`--service`), not the library's environment variable; SIGTERM
+    stops it with exit 0 (the shared serve-until-signal path)."""
+    ready = tmp_path / "ready.json"
+    env = {k: v for k, v in os.environ.items() if k != "DRILL_SERVICE"}
+    env.update(PYTHONPATH=str(ROOT), DRILL_FAULT_ENABLED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "serve", "--port", "0", "--metrics-port", "0", "--ready-file",
+         str(ready)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "drill serve did not become ready"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read().decode()
+    assert code == 0, err
+    assert "serve: faults are ON but it calls itself 'drill' (the default name)" in err and \
+        "pass --service NAME" in err, err  # fmt: skip
+    assert "DRILL_SERVICE" not in err, err

@@ -19,6 +19,7 @@ import time
 import pytest
 
 from harness.core.errors import BadInput
+from harness.core.faults import Kind
 from harness.drills.plan.sections import Phases
 from harness.drills.stack import edge
 from harness.procs.ports import private_loopback
@@ -246,7 +247,7 @@ def _spec(descriptor_set: str, method: str, request) -> edge.MethodSpec:
 def test_one_resolver_gives_every_kind_and_a_client_stream_its_list_of_messages(descriptor_set):
     got = {m: edge.resolve_call(_spec(descriptor_set, f"notes.v1.Notes/{m}", KINDS[m][0])) for m in KINDS}
     assert {m: c.kind for m, c in got.items()} == {
-        "Put": edge.UNARY, "Watch": edge.SERVER_STREAMING, "Upload": edge.CLIENT_STREAMING, "Chat": edge.BIDI,
+        "Put": Kind.UNARY, "Watch": Kind.SERVER_STREAMING, "Upload": Kind.CLIENT_STREAMING, "Chat": Kind.BIDI_STREAMING,
     }  # fmt: skip
     assert got["Put"].method == "/notes.v1.Notes/Put" and got["Put"].messages("r") == (b"\n\x01a",)
     assert [m for m, c in got.items() if c.streams_in] == ["Upload", "Chat"]  # they send messages
@@ -262,7 +263,7 @@ def test_one_resolver_gives_every_kind_and_a_client_stream_its_list_of_messages(
 def test_the_runners_stack_edge_takes_every_kind_and_a_rate_only_for_a_client_stream(descriptor_set):
     kinds = {m: edge.resolve_edge(_spec(descriptor_set, f"notes.v1.Notes/{m}", KINDS[m][0])).kind
              for m in ("Upload", "Chat")}  # fmt: skip
-    assert kinds == {"Upload": edge.CLIENT_STREAMING, "Chat": edge.BIDI}
+    assert kinds == {"Upload": Kind.CLIENT_STREAMING, "Chat": Kind.BIDI_STREAMING}
     with pytest.raises(BadInput, match=r"stack.edge.message_rate: notes.v1.Notes/Watch is a server-streaming "
                                        r"method: it sends one message"):  # fmt: skip
         edge.resolve_edge(_spec(descriptor_set, "notes.v1.Notes/Watch", NOTE))

@@ -7,6 +7,7 @@ test's event loop (`start_proxy`, what `drill proxy` runs); the service is its o
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import signal
@@ -18,11 +19,11 @@ import grpc
 import pytest
 from grpc import aio
 
+from harness import protos
 from harness.core import headers as h
 from harness.core.faults import is_hit
 from harness.core.settings import FaultSettings
-from harness.proxy import kinds
-from harness.proxy.cli import start_proxy
+from harness.proxy.cli import method_kinds, start_proxy
 from tests.conftest import drill_process, sample
 from tests.proxy.probe import SERVICE, build, descriptor_set, drill_proxy, go_service, message_class
 
@@ -47,7 +48,8 @@ def service(probe):
 def behind_proxy(service, probe, body, *, table="descriptors", **settings):
     """Run `body(address)` with a proxy in front of the probe at `address`; its result."""
     _, ds, _, _ = probe
-    method_kinds = kinds.from_descriptor_set(str(ds)) if table == "descriptors" else {}
+    method_kinds = protos.from_descriptor_set(str(ds), option="--descriptor-set").kinds() if table == "descriptors" \
+        else {}  # fmt: skip
 
     async def main():
         conf = FaultSettings.from_env(service="probe", **settings)
@@ -282,6 +284,35 @@ def test_a_bad_upstream_is_one_line_exit_2():
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("drill: proxy: ") and "--upstream" in proc.stderr
 
 
+def test_a_port_in_use_is_one_line_that_says_proxy():
+    """`drill proxy` shares `drill serve`'s check of its port; the line names the command that was run."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = drill_process("proxy", "--upstream", "127.0.0.1:1", "--port", str(port), "--metrics-port", "0",
+                             timeout=60)  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (1, f"drill: proxy: cannot listen on 127.0.0.1:{port}: Address "
+                                                 "already in use\n")  # fmt: skip
+
+
+def test_the_proxys_warnings_name_its_own_options(tmp_path, monkeypatch):
+    """Faults on under the default name and an upstream with no reflection: each warning tells a user of
+    `drill proxy` what to pass (`--service`, `--proto`), not a library's environment variable."""
+    monkeypatch.delenv("DRILL_SERVICE", raising=False)
+    with socket.socket() as gone:  # a port nothing listens on: the upstream's reflection cannot be asked
+        gone.bind(("127.0.0.1", 0))
+        upstream = f"127.0.0.1:{gone.getsockname()[1]}"
+    with drill_proxy(tmp_path, "--upstream", upstream, "--port", "0", "--metrics-port", "0", "--enable-faults"):
+        pass
+    log = (tmp_path / "proxy.log").read_text()
+    warnings = [line for line in log.splitlines() if " WARNING " in line]
+    assert any("calls itself 'drill'" in w and "pass --service NAME" in w for w in warnings), log
+    assert any(f"{upstream} offers no server reflection (UNAVAILABLE)" in w and "give --proto FILE.proto" in w
+               for w in warnings), log  # fmt: skip
+    assert "DRILL_SERVICE" not in log and "--descriptor-set was given" not in log, log
+
+
 def test_drill_proxy_as_a_process_serves_metrics_under_its_service_and_stops_injecting_on_sigusr1(service, probe,
                                                                                                  tmp_path):  # fmt: skip
     """What a user starts: `drill proxy` with a ready file; a tagged call is injected and counted under
@@ -342,13 +373,20 @@ def test_a_slow_reader_slows_the_service_through_the_proxy(service, probe):
     assert 0 < direct < 128 and 0 < proxied < 128, (direct, proxied)
 
 
+def _sources(**given) -> argparse.Namespace:
+    """`drill proxy`'s options for each method's kind: none given but `given`."""
+    return argparse.Namespace(**{"descriptor_set": None, "proto": None, "proto_path": [],
+                                 "upstream": "127.0.0.1:1", **given})  # fmt: skip
+
+
 def test_method_kinds_come_from_a_proto_a_descriptor_set_or_reflection_alike(probe, tmp_path):
-    """The three sources give the same table; the demo service's reflection gives its four kinds."""
+    """The three sources give the same table; the demo service's reflection gives its four kinds (not
+    reflection's or health's own)."""
     _, ds, _, _ = probe
     from tests.proxy.probe import PROTO
 
-    table = kinds.from_descriptor_set(str(ds))
-    assert kinds.from_proto(str(PROTO)) == table
+    table = method_kinds(_sources(descriptor_set=str(ds)))
+    assert method_kinds(_sources(proto=str(PROTO))) == table
     assert table["/probe.v1.Probe/Count"].value == "client_streaming"
     assert table["/probe.v1.Probe/Chat"].value == "bidi_streaming"
 
@@ -357,7 +395,8 @@ def test_method_kinds_come_from_a_proto_a_descriptor_set_or_reflection_alike(pro
 
         server, port, _ = await start_server(settings=FaultSettings.from_env(service="demo"), metrics=False)
         try:
-            return await asyncio.get_running_loop().run_in_executor(None, kinds.from_reflection, f"127.0.0.1:{port}")
+            return await asyncio.get_running_loop().run_in_executor(
+                None, method_kinds, _sources(upstream=f"127.0.0.1:{port}"))  # fmt: skip
         finally:
             await server.stop(0)
 

@@ -20,13 +20,13 @@ from grpc import aio
 
 from harness.core import headers as h
 from harness.core import metrics as m
-from harness.core.faults import is_hit
+from harness.core.faults import Kind, is_hit
 from harness.core.headers import has_fault_marker
 from harness.core.snapshots import EdgeCounts, next_second
 from harness.core.status import status_name
 from harness.drills.load.schedule import calls_of, mark_trial, planned_rps, request_id, users
 from harness.drills.plan.sections import Fault, Phases, Traffic
-from harness.drills.stack.edge import UNARY, EdgeCall
+from harness.drills.stack.edge import EdgeCall
 from harness.interceptors import DrillClientInterceptor, Tagging
 
 
@@ -97,7 +97,7 @@ class AioLoad:
         self.t_start = time.monotonic() + (self.start_unix - time.time())
         mark_trial(self.plan, self.config_label, self.trial, self.start_unix, self.phases)
         self.counts.declare(self.config_label, self.method_label)
-        if self.edge_call.kind != UNARY:  # every series at 0 from the start: none is born inside a reader's window
+        if self.edge_call.kind != Kind.UNARY:  # every series at 0 from the start: none is born inside a reader's window
             for traffic in ("organic", "drill"):
                 for direction in m.STREAM_DIRECTIONS:
                     self._message_metric(self.counts.service, self.method_label, direction, traffic, self.config_label)
@@ -181,7 +181,7 @@ class AioLoad:
             status, trailers = status_name(first.code), first.trailers
         if lost_deadline and status == "INTERNAL":
             status = "DEADLINE_EXCEEDED"
-        if edge.kind != UNARY:
+        if edge.kind != Kind.UNARY:
             self._count_messages(traffic, sent[0], received)
         injected = trailers is not None and has_fault_marker(trailers)
         if injected:
@@ -200,7 +200,7 @@ class AioLoad:
     def message_counts(self) -> dict | None:
         """The trial's stream messages for results.json (`messages`): sent and received in all and by traffic
         class, over every call that ended (None for a unary method: one message each way per call)."""
-        if self.edge_call.kind == UNARY:
+        if self.edge_call.kind == Kind.UNARY:
             return None
         by = {t: {d: self._messages[t, d] for d in m.STREAM_DIRECTIONS} for t in ("organic", "drill")}
         return {**{d: sum(v[d] for v in by.values()) for d in m.STREAM_DIRECTIONS}, "by_traffic": by}

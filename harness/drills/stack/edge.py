@@ -4,8 +4,8 @@ The load never needs a generated stub: it calls `channel.unary_unary(method)` (o
 `unary_stream`, `stream_unary`, `stream_stream`) with serialized bytes and ignores the
 reply's content, as ghz and grpcurl do. `demo_edge` builds the demo topology's
 `drill.v1.Demo` call (the request id as payload, so a reply shows which request it
-answers). `resolve_call` builds any other method's: its types found in a descriptor
-set, a `.proto` compiled with grpcio-tools or the server's reflection, its request
+answers). `resolve_call` builds any other method's: its types found (`harness.protos`) in
+a descriptor set, a `.proto` compiled with grpcio-tools or the server's reflection, its request
 given as JSON in protobuf's JSON mapping — one object, or for a client stream a list
 of objects sent in order. The runner's stack edge (`resolve_edge`) and the Locust
 user for any service (`loadtests/method_target.py`) both go through it, so a method
@@ -16,33 +16,21 @@ option it came from.
 from __future__ import annotations
 
 import dataclasses
-import pathlib
-import tempfile
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pydantic
 
+from harness import protos
 from harness.core.errors import BadInput, DrillError, RunFailed
+from harness.core.faults import Kind
 from harness.demo.downstream import DEMO_SERVICE
 from harness.demo.proto import drill_pb2
 from harness.drills.plan.stack import EDGE_FORMS, EdgeSpec
 
-#: The four call kinds, as gRPC names them (request stream × response stream).
-UNARY = "unary"
-SERVER_STREAMING = "server_streaming"
-CLIENT_STREAMING = "client_streaming"
-BIDI = "bidi_streaming"
-KINDS = (UNARY, SERVER_STREAMING, CLIENT_STREAMING, BIDI)
-#: Kinds whose request side is a stream (the request JSON is a list of messages).
-CLIENT_STREAMS = (CLIENT_STREAMING, BIDI)
-
-
-def kind_of(client_streaming: bool, server_streaming: bool) -> str:
-    """The call kind of a method descriptor's two flags."""
-    if client_streaming:
-        return BIDI if server_streaming else CLIENT_STREAMING
-    return SERVER_STREAMING if server_streaming else UNARY
+#: trials/preflight.py still imports the unary kind under this name (it is `Kind.UNARY`; no other kind is here)
+UNARY = Kind.UNARY
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,35 +46,39 @@ class EdgeCall:
 
     method: str
     request: Callable[[str], bytes]
-    kind: str = UNARY
+    kind: Kind = Kind.UNARY
     #: every message of a client stream (None: the one `request`)
     stream: Callable[[str], tuple[bytes, ...]] | None = None
     #: messages/s within a client stream (None: as fast as the stream takes them)
     message_rate: float | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", Kind(self.kind))  # its value ("unary", …) is the same kind
+
     @property
     def streams_in(self) -> bool:
         """The request side is a stream (client-streaming, bidi): the call sends `messages`."""
-        return self.kind in CLIENT_STREAMS
+        return self.kind.request_streaming
 
     @property
     def streams_out(self) -> bool:
         """The response side is a stream (server-streaming, bidi): the call reads replies to the end."""
-        return self.kind in (SERVER_STREAMING, BIDI)
+        return self.kind.response_streaming
 
     def messages(self, request_id: str) -> tuple[bytes, ...]:
         return self.stream(request_id) if self.stream is not None else (self.request(request_id),)
 
     def multicallable(self, channel):
         """The channel's callable for this kind, bytes in and out (no serializers, as ghz and grpcurl call)."""
-        open_call = {UNARY: channel.unary_unary, SERVER_STREAMING: channel.unary_stream,
-                     CLIENT_STREAMING: channel.stream_unary, BIDI: channel.stream_stream}[self.kind]  # fmt: skip
+        open_call = {Kind.UNARY: channel.unary_unary, Kind.SERVER_STREAMING: channel.unary_stream,
+                     Kind.CLIENT_STREAMING: channel.stream_unary,
+                     Kind.BIDI_STREAMING: channel.stream_stream}[self.kind]  # fmt: skip
         return open_call(self.method)
 
     def describe(self) -> str:
         """`/pkg.S/M (bidi-streaming, 3 messages at 20/s)`: what one call of the load is, for a log line (a unary
         method's is its name)."""
-        if self.kind == UNARY:
+        if self.kind is Kind.UNARY:
             return self.method
         kind = self.kind.replace("_", "-")
         if self.streams_in:
@@ -100,7 +92,7 @@ class EdgeCall:
 #: as one `Call` (harness.demo.service), as fast as the stream takes them
 DEMO_EXCHANGE_MESSAGES = 3
 #: The kind of each demo method (`traffic.method`)
-DEMO_KINDS = {"Call": UNARY, "Write": UNARY, "Stream": SERVER_STREAMING, "Exchange": BIDI}
+DEMO_KINDS = {"Call": Kind.UNARY, "Write": Kind.UNARY, "Stream": Kind.SERVER_STREAMING, "Exchange": Kind.BIDI_STREAMING}
 
 
 def demo_edge(method: str) -> EdgeCall:
@@ -110,7 +102,7 @@ def demo_edge(method: str) -> EdgeCall:
         return drill_pb2.CallRequest(payload=rid).SerializeToString()
 
     kind = DEMO_KINDS[method]
-    if kind != BIDI:
+    if kind is not Kind.BIDI_STREAMING:
         return EdgeCall(f"/{DEMO_SERVICE}/{method}", request, kind=kind)
 
     def stream(rid: str) -> tuple[bytes, ...]:
@@ -122,11 +114,11 @@ def demo_edge(method: str) -> EdgeCall:
 
 
 def constant_edge(
-    method: str, body: bytes | tuple[bytes, ...], kind: str = UNARY, message_rate: float | None = None
+    method: str, body: bytes | tuple[bytes, ...], kind: Kind = Kind.UNARY, message_rate: float | None = None
 ) -> EdgeCall:
     """The same serialized request (or client stream) for every call: the request id travels in metadata."""
     method = method if method.startswith("/") else "/" + method
-    if kind in CLIENT_STREAMS:
+    if Kind(kind).request_streaming:
         stream = tuple(body) if isinstance(body, tuple) else (body,)
         first = stream[0] if stream else b""
         return EdgeCall(method, lambda _rid: first, kind, lambda _rid: stream, message_rate)
@@ -205,49 +197,47 @@ def resolve_edge(spec, *, names: InputNames = STACK_NAMES) -> EdgeCall:
 
 
 def resolve_call(spec, *, names: InputNames = STACK_NAMES) -> EdgeCall:
-    """A method's call: found in a descriptor pool (descriptor set, .proto or the server's reflection at
-    `spec.address`), the JSON request parsed into its input type and serialized once.
+    """A method's call: found in the types of a descriptor set, a .proto or the server's reflection at
+    `spec.address` (`harness.protos`), the JSON request parsed into its input type and serialized once.
 
     `spec` has `MethodSpec`'s fields (a stack's `EdgeSpec` does). A method that does not exist or a request
     that does not fit the type is bad input (exit 2); an address that cannot be reached for reflection is a
     failed run (exit 1). Each says which input, by `names`.
     """
-    from google.protobuf import message_factory
-
     full = spec.method.lstrip("/")
     service, _, method = full.rpartition("/")
     where = f"{names.method} {spec.method!r}"
     if not service or not method:
         raise BadInput(f"{where}: expected a full method name, package.Service/Method")
-    pool = _pool(spec, names)
-    try:
+    with _types(spec, names) as types:
         try:
-            svc = pool.FindServiceByName(service)
+            svc = types.service(service)
         except KeyError:
-            known = ", ".join(pool.services()) or "none"
-            raise BadInput(f"{where}: no service {service!r} {_source(spec)} (it has: {known})") from None
+            known = ", ".join(types.services()) or "none"
+            raise BadInput(f"{where}: no service {service!r} {types.where} (it has: {known})") from None
+        except protos.ReflectionError as err:
+            raise RunFailed(f"{names.edge}: {spec.address}'s server reflection did not tell {service} "
+                            f"({err.code})") from None  # fmt: skip
         m = svc.methods_by_name.get(method)
         if m is None:
             known = ", ".join(sorted(svc.methods_by_name))
             raise BadInput(f"{where}: {service} has no method {method!r} (it has: {known})")
-        kind = kind_of(m.client_streaming, m.server_streaming)
-        cls = message_factory.GetMessageClass(m.input_type)
-        body = encode_request(cls, spec.request, kind, names.request)
-    finally:
-        pool.close()
+        kind = protos.kind_of(m)
+        body = encode_request(protos.message_class(m.input_type), spec.request, kind, names.request)
     rate = getattr(spec, "message_rate", None)
-    return constant_edge(full, body, kind, message_rate=rate if kind in CLIENT_STREAMS and rate else None)
+    return constant_edge(full, body, kind, message_rate=rate if kind.request_streaming and rate else None)
 
 
-def encode_request(cls, request: Any, kind: str, name: str = STACK_NAMES.request) -> bytes | tuple[bytes, ...]:
+def encode_request(cls, request: Any, kind: Kind, name: str = STACK_NAMES.request) -> bytes | tuple[bytes, ...]:
     """The JSON request as bytes of `cls`: one message, or for a client stream a tuple of them.
 
     A unary or server-streaming call takes one JSON object. A client stream (client-streaming, bidi) takes a
     list of objects, sent in order (an empty list is a stream of no messages); an object alone is a stream
-    of that one message.
+    of that one message. A request that does not fit names the fields as the .proto writes them.
     """
     from google.protobuf import json_format
 
+    kind = Kind(kind)
     type_name = cls.DESCRIPTOR.full_name
 
     def one(value: Any, where: str) -> bytes:
@@ -256,9 +246,10 @@ def encode_request(cls, request: Any, kind: str, name: str = STACK_NAMES.request
         try:
             return json_format.ParseDict(value, cls()).SerializeToString()
         except json_format.ParseError as exc:  # its text may run over two lines ("Available Fields…")
-            raise BadInput(f"{where} does not fit {type_name}: {one_line(str(exc))}") from None
+            said = _fields_as_written(str(exc), cls.DESCRIPTOR.file.pool)
+            raise BadInput(f"{where} does not fit {type_name}: {one_line(said)}") from None
 
-    if kind in CLIENT_STREAMS:
+    if kind.request_streaming:
         items = request if isinstance(request, list) else [request]
         return tuple(one(item, f"{name}[{i}]") for i, item in enumerate(items))
     if isinstance(request, list):
@@ -267,43 +258,40 @@ def encode_request(cls, request: Any, kind: str, name: str = STACK_NAMES.request
     return one(request, name)
 
 
+#: protobuf's json_format on a key the message lacks: it lists the fields by their JSON names (`amountCents`)
+_NO_FIELD = re.compile(r'Message type "([\w.]+)" has no field named "([^"]*)" at "([^"]*)"\.\s*'
+                       r'Available Fields\(except extensions\): "\[[^\]]*\]"')  # fmt: skip
+
+
+def _fields_as_written(text: str, pool) -> str:
+    """json_format's error with each "Available Fields" list as the .proto writes the names (`amount_cents`), the
+    names a user finds in the .proto (the request takes either spelling)."""
+
+    def as_written(m: re.Match) -> str:
+        try:
+            fields = pool.FindMessageTypeByName(m.group(1)).fields
+        except KeyError:
+            return m.group(0)
+        return (f'Message type "{m.group(1)}" has no field named "{m.group(2)}" at "{m.group(3)}". '
+                f"Available Fields(except extensions): {', '.join(f.name for f in fields)}")  # fmt: skip
+
+    return _NO_FIELD.sub(as_written, text)
+
+
 def one_line(text: str, limit: int = 400, sep: str = " ") -> str:
     """`text`'s lines joined on one by `sep` (an error of ours is one line), cut at `limit` characters."""
     joined = sep.join(part.strip() for part in text.splitlines() if part.strip())
     return joined if len(joined) <= limit else joined[: limit - 1] + "…"
 
 
-def _source(spec) -> str:
+def _types(spec, names: InputNames) -> protos.Types:
+    """The types holding the method's service: from a descriptor set, a compiled .proto, or the reflection of
+    the server at `spec.address` (waited for until it serves, REACH_S at most)."""
     if spec.descriptor_set:
-        return f"in {spec.descriptor_set}"
+        return protos.from_descriptor_set(spec.descriptor_set, option=names.descriptor_set)
     if spec.proto:
-        return f"in {spec.proto}"
-    return f"by reflection at {spec.address}"
-
-
-def _pool(spec, names: InputNames):
-    """A descriptor pool holding the method's service: from a descriptor set, a compiled .proto, or reflection."""
-    from google.protobuf import descriptor_pb2, descriptor_pool
-
-    if spec.descriptor_set or spec.proto:
-        if spec.descriptor_set:
-            try:
-                data = pathlib.Path(spec.descriptor_set).read_bytes()
-            except OSError as exc:
-                raise BadInput(f"{names.descriptor_set}: cannot read {spec.descriptor_set} ({exc.strerror})") from None
-        else:
-            data = _compile(spec, names)
-        files = descriptor_pb2.FileDescriptorSet()
-        try:
-            files.ParseFromString(data)
-        except Exception as exc:  # noqa: BLE001 - protobuf raises its own DecodeError
-            raise BadInput(f"{names.descriptor_set}: not a FileDescriptorSet ({exc})") from None
-        pool = descriptor_pool.DescriptorPool()
-        for f in files.file:
-            pool.Add(f)
-        return _FilePool(pool, sorted(f"{f.package}.{sv.name}".lstrip(".") for f in files.file for sv in f.service))
+        return protos.from_proto(spec.proto, spec.proto_path, option=names.proto)
     import grpc
-    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
     channel = grpc.insecure_channel(spec.address)
     try:
@@ -311,14 +299,11 @@ def _pool(spec, names: InputNames):
     except DrillError:
         channel.close()
         raise
-    database = ProtoReflectionDescriptorDatabase(channel)
     try:
-        database.get_services()
-    except grpc.RpcError as err:
-        channel.close()
-        raise BadInput(f"{names.edge}: {spec.address} offers no server reflection ({err.code().name}); "
+        return protos.from_reflection(channel, timeout_s=REACH_S, address=spec.address)
+    except protos.ReflectionError as err:
+        raise BadInput(f"{names.edge}: {spec.address} offers no server reflection ({err.code}); "
                        f"{names.sources}") from None  # fmt: skip
-    return _ReflectionPool(database, channel)
 
 
 #: How long reflection waits for the address to serve gRPC (a service still starting gets this long)
@@ -371,92 +356,3 @@ def speaks_http2(address: str, timeout_s: float = 1.0) -> bool | None:
     except (OSError, ValueError):  # refused, unreachable, silent (timeout), or not HOST:PORT
         return None
     return head[3] == 0x4  # the frame type of the server's first frame: SETTINGS
-
-
-class _FilePool:
-    """A descriptor pool from files, and the services they declare."""
-
-    def __init__(self, pool, names: list[str]) -> None:
-        self.pool, self.names = pool, names
-
-    def FindServiceByName(self, name: str):  # noqa: N802 - the protobuf API's name
-        return self.pool.FindServiceByName(name)
-
-    def services(self) -> list[str]:
-        return self.names
-
-    def close(self) -> None:
-        pass
-
-
-class _ReflectionPool:
-    """A descriptor pool over a server's reflection; a missing service is a KeyError like in a file pool."""
-
-    def __init__(self, database, channel) -> None:
-        from google.protobuf import descriptor_pool
-
-        self.database, self.channel = database, channel
-        self.pool = descriptor_pool.DescriptorPool(database)
-
-    def FindServiceByName(self, name: str):  # noqa: N802 - the protobuf API's name
-        try:
-            return self.pool.FindServiceByName(name)
-        except Exception:  # noqa: BLE001 - reflection's lookups raise grpc and protobuf errors alike
-            raise KeyError(name) from None
-
-    def services(self) -> list[str]:
-        try:
-            return sorted(self.database.get_services())
-        except Exception:  # noqa: BLE001 - only for the error message
-            return []
-
-    def close(self) -> None:
-        self.channel.close()
-
-
-def _compile(spec, names: InputNames) -> bytes:
-    """`protoc --include_imports --descriptor_set_out` through grpcio-tools (the .proto route needs it)."""
-    try:
-        from grpc_tools import protoc
-    except ImportError:
-        raise BadInput(
-            f"{names.proto} needs grpcio-tools (pip install grpcio-tools), or give a descriptor set "
-            "(protoc --include_imports --descriptor_set_out=FILE your.proto)"
-        ) from None
-    proto = pathlib.Path(spec.proto)
-    if not proto.is_file():
-        raise BadInput(f"{names.proto}: no file {proto}")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = pathlib.Path(tmp) / "set.pb"
-        includes = [f"-I{d}" for d in (spec.proto_path or [str(proto.parent)])]
-        import importlib.resources
-
-        well_known = str(importlib.resources.files("grpc_tools") / "_proto")
-        args = ["protoc", *includes, f"-I{well_known}", "--include_imports", f"--descriptor_set_out={out}",
-                str(proto)]  # fmt: skip
-        code, said = _stderr_of(lambda: protoc.main(args))
-        if code != 0 or not out.exists():
-            why = f": {one_line(said, sep='; ')}" if said.strip() else ""
-            raise BadInput(f"{names.proto}: {proto} does not compile (protoc exit {code}){why}")
-        return out.read_bytes()
-
-
-def _stderr_of(run: Callable[[], Any]) -> tuple[Any, str]:
-    """`run()`'s result and what it wrote to file descriptor 2 meanwhile: protoc (C++) writes its errors there
-    itself, and our error is one line that carries them."""
-    import os
-    import sys
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with tempfile.TemporaryFile() as captured:
-            os.dup2(captured.fileno(), 2)
-            try:
-                result = run()
-            finally:
-                os.dup2(saved, 2)
-            captured.seek(0)
-            return result, captured.read().decode("utf-8", "replace")
-    finally:
-        os.close(saved)

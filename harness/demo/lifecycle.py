@@ -1,0 +1,150 @@
+"""What `drill serve` and `drill proxy` share as serving processes, from start to stop.
+
+Before serving: the port refused at once if someone holds it (the line names the
+command), the fault settings from the environment under the command's flags (and a
+service left on the default name told to pass `--service`), /metrics, a tracer.
+Once serving: `serve_until_signal` installs the one-way stop (SIGUSR1, `drill
+stop`), starts the audit writer, freezes the startup heap, catches SIGINT and
+SIGTERM, then writes the ready file (`announce`: a parent may signal as soon as it
+sees it), and at the signal stops the server with grace, closes its channels and
+flushes the audit lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import gc
+import json
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable
+
+from grpc import aio
+from prometheus_client import start_http_server
+
+from harness.core import audit
+from harness.core.errors import RunFailed
+from harness.core.safety import install_stop_signal
+from harness.core.settings import DEFAULT_SERVICE, FaultSettings
+
+
+def check_free(host: str, port: int, command: str) -> None:
+    """Refuse a port someone holds before grpc tries it (grpc would log a C-core error line first); the error
+    line starts with the `command` that wanted it (`serve`, `proxy`)."""
+    if port <= 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        # as grpc binds: SO_REUSEADDR, so a restart on the same port is not refused for the old
+        # connections' TIME_WAIT, while a live listener still is
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise RunFailed(f"{command}: cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+#: Read in place of the default name (see settings_from_args): any valid name but the default
+_STAND_IN = "-"
+
+
+def settings_from_args(args: argparse.Namespace, command: str) -> FaultSettings:
+    """The fault settings of `drill serve` and `drill proxy`: the environment's, with their flags over it.
+
+    With injection on and the service on the default name, says so once in the command's words: pass
+    `--service NAME`. (`FaultSettings.from_env` says it to a library user, as "set DRILL_SERVICE"; it is read
+    here under a stand-in name, so that line is not said too, and the default name is put back.)"""
+    unnamed = args.service == DEFAULT_SERVICE
+    overrides = {"service": _STAND_IN if unnamed else args.service}
+    if args.enable_faults:
+        overrides["enabled"] = True
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    if args.instance_id:
+        overrides["instance_id"] = args.instance_id
+    settings = FaultSettings.from_env(**overrides)
+    if not unnamed:
+        return settings
+    if settings.enabled:
+        logging.getLogger(f"drill.{command}").warning(
+            "%s: faults are ON but it calls itself %r (the default name): a drill that targets it by name "
+            "(x-fault-target) will not hit it; pass --service NAME (the hop's name in the drill plan)",
+            command, DEFAULT_SERVICE)  # fmt: skip
+    return dataclasses.replace(settings, service=DEFAULT_SERVICE)
+
+
+def serve_metrics(args: argparse.Namespace, command: str) -> int:
+    """/metrics on `--metrics-port` (0: none, -1: any free port); the port bound, or 0."""
+    if not args.metrics_port:
+        return 0
+    try:
+        http, _thread = start_http_server(max(0, args.metrics_port), addr=args.host)
+    except OSError as exc:
+        where = f"{args.host} (any free port)" if args.metrics_port < 0 else f"{args.host}:{args.metrics_port}"
+        raise RunFailed(f"{command}: cannot serve metrics on {where}: {exc.strerror}") from None
+    return http.server_port
+
+
+def tracer_for(settings: FaultSettings):
+    """A tracer when OTEL_TRACES_EXPORTER names an exporter (the standard OTEL_* variables), else None."""
+    if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() == "none":
+        return None
+    from harness.core.tracing import setup_tracing
+
+    return setup_tracing(settings.service)
+
+
+def announce(args: argparse.Namespace, port: int, extra: dict) -> None:
+    """`--port-file` (the port) and `--ready-file` ({host, port, pid, …extra}, replaced whole, so a reader
+    never sees half of it): what a parent waits for once this process serves."""
+    if args.port_file:
+        with open(args.port_file, "w") as fh:
+            fh.write(str(port))
+    if args.ready_file:
+        tmp = args.ready_file + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"host": args.host, "port": port, **extra, "pid": os.getpid()}, fh)
+        os.replace(tmp, args.ready_file)
+
+
+#: How long calls in flight may finish once SIGINT/SIGTERM came, and how long the audit lines left may take
+STOP_GRACE_S = 1.0
+AUDIT_FLUSH_S = 2.0
+
+
+async def serve_until_signal(server: aio.Server, *closing, ready: Callable[[], None] = lambda: None) -> int:
+    """What `drill serve` and `drill proxy` do once serving: the one-way stop (SIGUSR1, `drill stop`), the audit
+    writer, the startup heap frozen, SIGINT and SIGTERM caught; then `ready()` (the ready file: a parent that
+    signals as soon as it sees it is heard); at SIGINT or SIGTERM, the server stopped (calls in flight get
+    STOP_GRACE_S), each of `closing` closed (channels; None is skipped) and the audit lines flushed. 0."""
+    install_stop_signal()  # SIGUSR1 (`drill stop`): injection off for the life of this process
+    audit.start_writer()  # audit lines leave through a bounded queue: a slow log sink never blocks a call
+    freeze_startup_heap()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    ready()
+    await stop.wait()
+    await server.stop(grace=STOP_GRACE_S)
+    for resource in closing:
+        if resource is not None:
+            await resource.close()
+    audit.flush(AUDIT_FLUSH_S)
+    return 0
+
+
+def freeze_startup_heap() -> None:
+    """Once serving: collect, then keep every object alive now out of later collections (`gc.freeze`).
+
+    Calls held by a delay keep their objects alive through the collector's young
+    generations, so a drill of delayed calls brings full collections every few
+    seconds; each would scan the whole startup heap (grpc, protobuf, OpenTelemetry)
+    while every delayed call due meanwhile waits. Frozen, a full collection scans
+    only what came after (benchmarks/delay_accuracy.py).
+    """
+    gc.collect()
+    gc.freeze()
