@@ -75,10 +75,10 @@ def interceptors(mode: str, sync: bool) -> list:
 
 
 def freeze_heap() -> None:
-    """What `drill serve` does once serving (`harness.demo.serve.freeze_startup_heap`); the same two calls
+    """What `drill serve` does once serving (`harness.demo.lifecycle.freeze_startup_heap`); the same two calls
     here when the tree under test (DRILL_BENCH_TREE) predates it."""
     try:
-        from harness.demo.serve import freeze_startup_heap
+        from harness.demo.lifecycle import freeze_startup_heap
     except ImportError:
         gc.collect()
         gc.freeze()

@@ -83,11 +83,15 @@ class FaultSettings:
             )
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **overrides) -> FaultSettings:
+    def from_env(
+        cls, env: dict[str, str] | None = None, *, who: str = "this service", fix: str = "set DRILL_SERVICE=NAME",
+        **overrides,
+    ) -> FaultSettings:
         """Read `DRILL_FAULT_*`, `DRILL_SERVICE` and `DRILL_INSTANCE_ID`; keyword arguments win over the environment.
 
         With injection on and the service still on the default name, logs one warning per process: a drill
-        that targets this hop by name (`x-fault-target`) would otherwise miss it without a word.
+        that targets this hop by name (`x-fault-target`) would otherwise miss it without a word. `who` and `fix`
+        word it for the caller (a command says its own option: `drill proxy`, "pass --service NAME").
         """
         env = os.environ if env is None else env
         values: dict = {}
@@ -119,18 +123,18 @@ class FaultSettings:
             values["tenants"] = frozenset(values["tenants"])
         settings = cls(**values)
         if settings.enabled and settings.service == DEFAULT_SERVICE:
-            _warn_default_name()
+            _warn_default_name(who, fix)
         return settings
 
 
-def _warn_default_name() -> None:
+def _warn_default_name(who: str, fix: str) -> None:
     """Once per process: injection is on and the service did not name itself."""
     global _warned_default_name
     if _warned_default_name:
         return
     _warned_default_name = True
     _log.warning(
-        "drill faults are ON but this service calls itself %r (the default): a drill that targets it by name "
-        "(x-fault-target) will not hit it; set DRILL_SERVICE=NAME (the hop's name in the drill plan)",
-        DEFAULT_SERVICE,
-    )
+        "drill faults are ON but %s calls itself %r (the default): a drill that targets it by name "
+        "(x-fault-target) will not hit it; %s (the hop's name in the drill plan)",
+        who, DEFAULT_SERVICE, fix,
+    )  # fmt: skip

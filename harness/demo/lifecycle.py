@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import gc
 import json
-import logging
 import os
 import signal
 import socket
@@ -29,7 +27,7 @@ from prometheus_client import start_http_server
 from harness.core import audit
 from harness.core.errors import RunFailed
 from harness.core.safety import install_stop_signal
-from harness.core.settings import DEFAULT_SERVICE, FaultSettings
+from harness.core.settings import FaultSettings
 
 
 def check_free(host: str, port: int, command: str) -> None:
@@ -47,33 +45,19 @@ def check_free(host: str, port: int, command: str) -> None:
             raise RunFailed(f"{command}: cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
-#: Read in place of the default name (see settings_from_args): any valid name but the default
-_STAND_IN = "-"
-
-
 def settings_from_args(args: argparse.Namespace, command: str) -> FaultSettings:
     """The fault settings of `drill serve` and `drill proxy`: the environment's, with their flags over it.
 
-    With injection on and the service on the default name, says so once in the command's words: pass
-    `--service NAME`. (`FaultSettings.from_env` says it to a library user, as "set DRILL_SERVICE"; it is read
-    here under a stand-in name, so that line is not said too, and the default name is put back.)"""
-    unnamed = args.service == DEFAULT_SERVICE
-    overrides = {"service": _STAND_IN if unnamed else args.service}
+    With injection on and the service on the default name, the warning says the command's own option
+    (`pass --service NAME`), not the environment variable a library user sets."""
+    overrides = {"service": args.service}
     if args.enable_faults:
         overrides["enabled"] = True
     if args.seed is not None:
         overrides["seed"] = args.seed
     if args.instance_id:
         overrides["instance_id"] = args.instance_id
-    settings = FaultSettings.from_env(**overrides)
-    if not unnamed:
-        return settings
-    if settings.enabled:
-        logging.getLogger(f"drill.{command}").warning(
-            "%s: faults are ON but it calls itself %r (the default name): a drill that targets it by name "
-            "(x-fault-target) will not hit it; pass --service NAME (the hop's name in the drill plan)",
-            command, DEFAULT_SERVICE)  # fmt: skip
-    return dataclasses.replace(settings, service=DEFAULT_SERVICE)
+    return FaultSettings.from_env(who=f"drill {command}", fix="pass --service NAME", **overrides)
 
 
 def serve_metrics(args: argparse.Namespace, command: str) -> int:

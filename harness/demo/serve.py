@@ -33,10 +33,9 @@ from harness.core.errors import BadInput, RunFailed
 from harness.core.settings import FaultSettings
 from harness.demo.conntrack import watch_port
 from harness.demo.downstream import CHANNEL_OPTIONS, downstream_for
-from harness.demo.lifecycle import (  # freeze_startup_heap: benchmarks/_bench_server.py imports it from here
+from harness.demo.lifecycle import (
     announce,
     check_free,
-    freeze_startup_heap,  # noqa: F401
     serve_metrics,
     serve_until_signal,
     settings_from_args,

@@ -92,6 +92,6 @@ def test_serve_with_faults_on_under_the_default_name_says_to_pass_service_and_st
             proc.wait()
     err = proc.stderr.read().decode()
     assert code == 0, err
-    assert "serve: faults are ON but it calls itself 'drill' (the default name)" in err and \
+    assert "faults are ON but drill serve calls itself 'drill' (the default)" in err and \
         "pass --service NAME" in err, err  # fmt: skip
     assert "DRILL_SERVICE" not in err, err
