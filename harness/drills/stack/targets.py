@@ -284,8 +284,9 @@ class RunningStack:
 
 #: How long the upstream check waits for a TCP connection. With `speaks_http2`'s own 1-s bound on its
 #: connect and on reading the server's first frame (a gRPC server sends it in one segment, at once), the whole
-#: check takes at most 1.5 + 1 + 1 = 3.5 s: under the 5 s a wrong upstream may cost. A port nobody listens on
-#: on a reachable host is refused at once (the kernel's RST), well inside it.
+#: check of an IP address takes at most 1.5 + 1 + 1 = 3.5 s, under the 5 s a wrong upstream may cost (a host
+#: name adds its resolution, and a try per address it resolves to). A port nobody listens on on a reachable
+#: host is refused at once (the kernel's RST), well inside it.
 UPSTREAM_CONNECT_S = 1.5
 #: The most `check_upstream` takes, derived above.
 UPSTREAM_CHECK_S = UPSTREAM_CONNECT_S + 2 * 1.0

@@ -323,7 +323,7 @@ class Preflight:
             return
         unswitched = self.dry and any(c.switch for c in stack.configs)
         expecting = [v for v in variants if hits_expected(self.plan, v)]
-        folder = str(pathlib.Path(self.plan.source).resolve().parent) if self.plan.source else os.getcwd()
+        folder = str(pathlib.Path(self.plan.source).parent.resolve()) if self.plan.source else os.getcwd()
         for i, pattern in enumerate(audit.files):
             key, found = f"stack.audit.files[{i}]", sorted(glob.glob(pattern))
             if found:
