@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pathlib
 
 import pydantic
@@ -272,27 +273,23 @@ def from_dict(data: dict, source: str = "") -> Plan:
 
 
 def _stack_plan(spec: PlanFile, where: str, base_dir: pathlib.Path, source: str) -> Plan:
-    """A plan on a running stack: one variant per `stack.configs` entry (its switch command selects it)."""
+    """A plan on a running stack: one variant per `stack.configs` entry (its switch command selects it).
+
+    Every path of a stack file is read from the plan file's folder, as configuration files are: the proxy's and
+    the edge's `.proto`/descriptor set (the proxy's first: an edge without its own took the proxy's, so a
+    missing file is named under the key the user wrote it), the edge's `proto_path`, and `stack.audit.files`
+    globs. Absolute paths stay as they are."""
     stack = spec.stack
-    edge = stack.edge
-    for key in ("proto", "descriptor_set"):  # relative to the plan file, like configuration files
-        value = getattr(edge, key)
-        if value and not pathlib.Path(value).is_absolute():
-            edge = edge.model_copy(update={key: str((base_dir / value).resolve())})
-        value = getattr(edge, key)
-        if value and not pathlib.Path(value).is_file():
-            raise PlanError(f"{where}: stack.edge.{key}: no file {value!r}")
-    edge = edge.model_copy(update={"proto_path": [str((base_dir / d).resolve()) for d in edge.proto_path]})
     if stack.proxy is not None:
-        proxy = stack.proxy
-        for key in ("proto", "descriptor_set"):
-            value = getattr(proxy, key)
-            if value and not pathlib.Path(value).is_absolute():
-                proxy = proxy.model_copy(update={key: str((base_dir / value).resolve())})
-            value = getattr(proxy, key)
-            if value and not pathlib.Path(value).is_file():
-                raise PlanError(f"{where}: stack.proxy.{key}: no file {value!r}")
-        stack = stack.model_copy(update={"proxy": proxy})
+        stack = stack.model_copy(update={"proxy": _files_of(stack.proxy, "stack.proxy", base_dir, where)})
+    edge = _files_of(stack.edge, "stack.edge", base_dir, where)
+    edge = edge.model_copy(update={"proto_path": [str((base_dir / d).resolve()) for d in edge.proto_path]})
+    if stack.audit is not None and stack.audit.files:
+        # globs, not files: joined to the folder, never normalised (`*/../x` stays the glob it was); whether
+        # they match is the preflight's question, asked once the services run (they may create their logs then)
+        folder = str(base_dir.resolve())
+        files = [p if os.path.isabs(p) else os.path.join(folder, p) for p in stack.audit.files]
+        stack = stack.model_copy(update={"audit": stack.audit.model_copy(update={"files": files})})
     if spec.traffic.driver == "locust":
         raise PlanError(f"{where}: traffic.driver: a stack is driven by the runner's aio load")
     variants = tuple(
@@ -314,6 +311,19 @@ def _stack_plan(spec: PlanFile, where: str, base_dir: pathlib.Path, source: str)
         stack=stack.model_copy(update={"edge": edge}),
         guard=spec.guard,
     )
+
+
+def _files_of(section, key: str, base_dir: pathlib.Path, where: str):
+    """`section` (the edge or the proxy) with its `proto`/`descriptor_set` made absolute from `base_dir` and
+    checked to exist, or PlanError naming `key.field`."""
+    for field in ("proto", "descriptor_set"):
+        value = getattr(section, field)
+        if value and not pathlib.Path(value).is_absolute():
+            section = section.model_copy(update={field: str((base_dir / value).resolve())})
+        value = getattr(section, field)
+        if value and not pathlib.Path(value).is_file():
+            raise PlanError(f"{where}: {key}.{field}: no file {value!r}")
+    return section
 
 
 def write_schema(path: pathlib.Path = SCHEMA_PATH) -> None:

@@ -28,7 +28,8 @@ class EdgeSpec(Section):
     #: soon as the stream takes it). Only for a client-streaming or bidi method.
     message_rate: float | None = Field(None, gt=0, le=lim.MAX_MESSAGE_RATE)
     #: where the request's type comes from: a .proto file (needs grpcio-tools), a descriptor set
-    #: (`protoc --include_imports --descriptor_set_out=FILE`), or the server's reflection (default)
+    #: (`protoc --include_imports --descriptor_set_out=FILE`), or the server's reflection (default); with
+    #: `stack.proxy`, the proxy's proto or descriptor set when the edge names neither
     proto: str | None = None
     descriptor_set: str | None = None
     #: import path for `proto` (default: the .proto's folder)
@@ -123,7 +124,8 @@ class ProxyFront(Section):
     """`drill proxy` the runner starts in front of a service it is given, for each trial (contracts §15).
 
     The service may be written in any language and is left unchanged: the proxy is the edge the load calls
-    (`stack.edge.address` is 127.0.0.1:`port`, filled in when left out), the hop named `service` reads the
+    (`stack.edge.address` is 127.0.0.1:`port`, filled in when left out, and the edge's request is typed by the
+    proxy's `proto`/`descriptor_set` when it names none of its own), the hop named `service` reads the
     proxy's /metrics (filled in when the hop names no source), and, without `stack.audit`, the proxy's
     audit lines of each trial are its hits. It runs with injection on, the plan's seed and fault tenant."""
 
@@ -135,7 +137,7 @@ class ProxyFront(Section):
     port: int = Field(ge=1, le=lim.MAX_PORT)
     metrics_port: int = Field(ge=1, le=lim.MAX_PORT)
     #: each method's kind (so `@after`/`@read` are judged as in process): a descriptor set or a .proto;
-    #: neither = the service's reflection, or the wire
+    #: neither = the service's reflection, or the wire. The edge takes it too when it names neither
     descriptor_set: str | None = None
     proto: str | None = None
 
@@ -172,13 +174,23 @@ class Stack(Section):
     @model_validator(mode="before")
     @classmethod
     def _proxy_fills_in(cls, data):
-        """With a runner-started proxy, the edge and its hop's /metrics are the proxy's unless given."""
+        """With a runner-started proxy, the edge's address, its request's type source and the proxy's hop's
+        /metrics are the proxy's unless given: here, in the model, so the dry run, the runner and a Locust user
+        fed the stack's edge (`LOCUST_DRILL_PROTO`, …) all see the same edge."""
         proxy = data.get("proxy") if isinstance(data, dict) else None
-        if not isinstance(proxy, dict) or not isinstance(proxy.get("port"), int):
+        if not isinstance(proxy, dict):
             return data
         data = dict(data)
         if isinstance(data.get("edge"), dict):
-            data["edge"] = {"address": f"127.0.0.1:{proxy['port']}", **data["edge"]}
+            edge = dict(data["edge"])
+            if isinstance(proxy.get("port"), int):
+                edge.setdefault("address", f"127.0.0.1:{proxy['port']}")
+            # the proxy's proto or descriptor set types the edge's request too (one file named once); when the
+            # proxy names both, that is its own error (below), not the edge's
+            given = [k for k in ("proto", "descriptor_set") if proxy.get(k)]
+            if len(given) == 1 and not edge.get("proto") and not edge.get("descriptor_set"):
+                edge[given[0]] = proxy[given[0]]
+            data["edge"] = edge
         if isinstance(data.get("hops"), list | tuple) and isinstance(proxy.get("metrics_port"), int):
             url = f"http://127.0.0.1:{proxy['metrics_port']}/metrics"
             data["hops"] = [

@@ -17,6 +17,10 @@ analysis, report and `--fail-on` are one code path:
 - `emergency_stop(workdir, trial)`: a guard tripped; trip the services' one-way stop where
   the runner reaches them (its own replicas by SIGUSR1, a stack by its `emergency_stop`
   command); None when nothing reaches them.
+
+A stack with `stack.proxy` gets a `drill proxy` per trial (`RunningStack.start_proxy`, which the dry run
+calls too): the service behind it is asked first (`check_upstream`, a few seconds at most), then the
+proxy's ports, each problem one line naming its plan key.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from harness.core.errors import RunFailed
 from harness.core.headers import DEFAULT_DRILL_TENANT
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.plan.stack import Stack, StackConfig
-from harness.drills.stack.edge import EdgeCall, demo_edge, resolve_edge
+from harness.drills.stack.edge import EdgeCall, demo_edge, resolve_edge, speaks_http2
 from harness.drills.stack.topology import Topology, audit_hit_ids
 from harness.procs.spawn import ServeError, ServeProcess, kill_group, last_line, start_serve
 
@@ -182,18 +186,34 @@ class RunningStack:
         return []
 
     def start_proxy(self, workdir: pathlib.Path) -> None:
-        """`drill proxy` in front of the service for this trial: injection on, the plan's seed and tenant."""
+        """`drill proxy` in front of the service for this trial: injection on, the plan's seed and tenant.
+
+        The run and the dry run both start it here, so both ask first what would make it useless or fail, each
+        said on one line in terms of the plan: the service behind it (`check_upstream`: refused, silent, not
+        gRPC — at once, not after the edge's readiness wait), then its two ports (`stack.proxy.port`,
+        `stack.proxy.metrics_port`) free on 127.0.0.1. Blocking: the runner calls it off the event loop."""
         px = self.stack.proxy
+        seen = check_upstream(px.upstream)
+        ports = (("stack.proxy.port", px.port), ("stack.proxy.metrics_port", px.metrics_port))
+        for key, port in ports:
+            if taken := port_taken(port):
+                raise StackError(f"{key} 127.0.0.1:{port} is in use ({taken}): the runner cannot start drill proxy "
+                                 "there; stop what listens on it (an earlier proxy: drill stop --all-local) or give "
+                                 f"{key} a free port")  # fmt: skip
         args = ["--upstream", px.upstream, "--port", str(px.port), "--metrics-port", str(px.metrics_port),
                 "--service", px.service, "--enable-faults", "--seed", str(self.seed)]  # fmt: skip
         if px.descriptor_set:
             args += ["--descriptor-set", px.descriptor_set]
         if px.proto:
             args += ["--proto", px.proto]
-        self.log(f"starting drill proxy {px.address} -> {px.upstream} (service {px.service})")
+        self.log(f"starting drill proxy {px.address} -> {px.upstream} (service {px.service}); the upstream {seen}")
         try:
             self._proxy = start_serve("proxy", args, workdir, {"DRILL_FAULT_TENANTS": self.tenant}, command="proxy")
         except ServeError as exc:
+            for key, port in ports:  # taken between the check above and the proxy's bind: still named by its key
+                if taken := port_taken(port):
+                    raise StackError(f"{key} 127.0.0.1:{port} is in use ({taken}): drill proxy could not start "
+                                     f"there ({exc})") from None  # fmt: skip
             raise StackError(f"drill proxy in front of {px.upstream} did not start: {exc}") from None
         self._proxy_log = self._proxy.log_path
 
@@ -260,6 +280,60 @@ class RunningStack:
         if self._proxy is not None:
             proxy, self._proxy = self._proxy, None
             await asyncio.to_thread(proxy.stop)
+
+
+#: How long the upstream check waits for a TCP connection. With `speaks_http2`'s own 1-s bound on its
+#: connect and on reading the server's first frame (a gRPC server sends it in one segment, at once), the whole
+#: check of an IP address takes at most 1.5 + 1 + 1 = 3.5 s, under the 5 s a wrong upstream may cost (a host
+#: name adds its resolution, and a try per address it resolves to). A port nobody listens on on a reachable
+#: host is refused at once (the kernel's RST), well inside it.
+UPSTREAM_CONNECT_S = 1.5
+#: The most `check_upstream` takes, derived above.
+UPSTREAM_CHECK_S = UPSTREAM_CONNECT_S + 2 * 1.0
+
+
+def check_upstream(address: str, key: str = "stack.proxy.upstream") -> str:
+    """The service behind `stack.proxy` answers on `address` as a gRPC server does, said in words (`accepts a
+    connection and answers HTTP/2`); StackError (exit 1: the stack is down, as for an edge that is down) with one
+    line naming `key` when it refuses the connection, stays silent, cannot be resolved, or answers otherwise
+    than gRPC (the proxy forwards plaintext HTTP/2, never TLS). At most UPSTREAM_CHECK_S."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=UPSTREAM_CONNECT_S):
+            pass
+    except ConnectionRefusedError:
+        raise StackError(f"{key} {address} refused the connection: is the service up?") from None
+    except TimeoutError:
+        raise StackError(f"{key} {address} did not accept a connection within {UPSTREAM_CONNECT_S:g} s: is the "
+                         "service up, and reachable from this machine?") from None  # fmt: skip
+    except socket.gaierror as exc:
+        raise StackError(f"{key} {address}: cannot resolve {host!r} ({exc.strerror})") from None
+    except OSError as exc:
+        raise StackError(f"{key} {address}: cannot connect ({exc.strerror or exc})") from None
+    answer = speaks_http2(address, timeout_s=1.0)
+    if answer is False:
+        raise StackError(f"{key} {address} accepted the connection but does not answer as a gRPC server (no HTTP/2 "
+                         "settings in reply to a client's preface; the proxy forwards plaintext gRPC, not TLS): is "
+                         "it the service's gRPC port?")  # fmt: skip
+    if answer is None:  # connected a moment ago, silent now: nothing more to tell in the time we allow
+        return f"{address} accepts a connection (it sent no HTTP/2 settings within 1 s)"
+    return f"{address} accepts a connection and answers HTTP/2"
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> str | None:
+    """Why `host:port` cannot be bound now (the OS's words), or None when it can: bound as gRPC and the metrics
+    server bind it (SO_REUSEADDR, so the last trial's connections in TIME_WAIT do not count; a listener does)."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
 
 
 def target_for(plan: Plan, log=print) -> DrillTarget:

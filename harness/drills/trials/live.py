@@ -4,6 +4,11 @@
 a rich `Live` panel; elsewhere (CI, pipes, tests) it prints one plain line
 every few seconds. The numbers are computed from the last two samples with the
 same series code the analysis uses.
+
+A stack's hops given by a selector are read from its Prometheus only after each trial, so the runner's
+samples have nothing of them while it runs: when the update carries the stack (`update["stack"]`), the
+view asks that Prometheus for their rates now (`readings.hop_rates`: one query per update, off the event
+loop, bounded) and says beside them where they come from and how old they are.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from rich.text import Text
 
 from harness.drills.analysis import trial as a
 from harness.drills.plan.outputs import SeriesKey
+from harness.drills.readings.hop_rates import STALE_S, HopRates, HopReading
 from harness.drills.readings.series import build_series
 
 PHASE_STYLE = {"warmup": "cyan", "fault": "bold red", "recovery": "green", "done": "dim"}
@@ -44,8 +50,9 @@ def offered_now(update: dict) -> dict[str, float | None]:
     return {tr: a.started_rps(s, end - OFFERED_SPAN_S, end, tr) for tr in ("organic", "drill")}
 
 
-def last_second(update: dict) -> dict | None:
-    """Numbers for the latest second of the running configuration."""
+def last_second(update: dict, prometheus: HopReading | None = None) -> dict | None:
+    """Numbers for the latest second of the running configuration; a hop the runner does not scrape takes its
+    numbers from `prometheus` (the stack's Prometheus, read now), unless that reading is stale."""
     samples = update["samples"][-2:]
     if len(samples) < 2:
         return None
@@ -65,7 +72,33 @@ def last_second(update: dict) -> dict | None:
             for name, kind in (("rps", "srv"), ("hits", "hits"), ("gap", "gap"), ("retry", "retry"),
                                ("fds", "fds"), ("breaker", "breaker"))
         }  # fmt: skip
+    if prometheus is not None and prometheus.age() <= STALE_S:
+        for hop, values in prometheus.values.items():
+            if hop in out["hops"] and all(v is None for v in out["hops"][hop].values()):
+                out["hops"][hop] = dict(values)
     return out
+
+
+def hop_source(update: dict) -> tuple[str, dict[str, str]] | None:
+    """(Prometheus URL, {hop: selector}) of the stack's hops read from a Prometheus; None when there are none."""
+    stack = update.get("stack")
+    selectors = {h.name: h.selector for h in stack.hops if h.selector} if stack is not None else {}
+    return (stack.prometheus, selectors) if selectors and stack.prometheus else None
+
+
+def source_note(rates: HopRates | None, now: float | None = None) -> str:
+    """Where the selector hops' numbers come from, and how old they are ('' without such hops)."""
+    if rates is None:
+        return ""
+    names = ", ".join(rates.selectors)
+    reading = rates.latest()
+    if reading is None:
+        return f"{names}: asking {rates.url}" + (f" ({rates.error})" if rates.error else "")
+    age = reading.age(now)
+    said = f"{names}: irate over {reading.window_s:g} s from {rates.url}, read {age:.1f} s ago"
+    if age > STALE_S:
+        said = f"{names}: no rate from {rates.url} for {age:.0f} s"
+    return said + (f"; last ask failed: {rates.error}" if rates.error else "")
 
 
 def _n(x, fmt="{:.0f}") -> str:
@@ -83,12 +116,17 @@ def offered_cell(nums: dict, traffic: str) -> str:
 
 
 class LiveView:
+    #: how often the plain view (not a terminal) prints its line
+    PRINT_EVERY_S = 5.0
+
     def __init__(self, plan_name: str, console: Console | None = None, enabled: bool | None = None) -> None:
         self.plan_name = plan_name
         self.console = console or Console(stderr=True)
         self.enabled = self.console.is_terminal if enabled is None else enabled
         self._live: Live | None = None
         self._last_print = 0.0
+        #: the selector hops' rates, read from the stack's Prometheus while a trial runs (None: no such hops)
+        self.hop_rates: HopRates | None = None
 
     def __enter__(self) -> LiveView:
         if self.enabled:
@@ -100,17 +138,30 @@ class LiveView:
         if self._live is not None:
             self._live.__exit__(*exc)
             self._live = None
+        self.hop_rates = None  # a query still out ends on its own timeout (its thread is a daemon)
+
+    def _prometheus(self, update: dict) -> HopReading | None:
+        """Ask the stack's Prometheus for the selector hops' rates (never waits) and give the latest reading."""
+        source = hop_source(update)
+        if source is None:
+            self.hop_rates = None
+            return None
+        if self.hop_rates is None or (self.hop_rates.url, self.hop_rates.selectors) != (source[0].rstrip("/"),
+                                                                                         source[1]):  # fmt: skip
+            self.hop_rates = HopRates(*source)
+        self.hop_rates.poll()
+        return self.hop_rates.latest()
 
     def log(self, text: str) -> None:
         self.console.print(text, highlight=False, soft_wrap=True, markup=False)
 
     def update(self, update: dict) -> None:
-        nums = last_second(update)
+        nums = last_second(update, self._prometheus(update))
         if self._live is not None:
             self._live.update(self.render(update, nums))
             return
         now = time.monotonic()
-        if nums is not None and now - self._last_print >= 5.0:
+        if nums is not None and now - self._last_print >= self.PRINT_EVERY_S:
             self._last_print = now
             err = nums["err"].get("organic")
             self.console.print(
@@ -118,7 +169,8 @@ class LiveView:
                 f"organic {_n(nums['rps'].get('organic'))} req/s err {_n(err and 100 * err, '{:.1f}')}% "
                 f"drill {_n(nums['rps'].get('drill'))} req/s "
                 f"offered organic {offered_cell(nums, 'organic')} drill {offered_cell(nums, 'drill')} "
-                + " ".join(f"{h}={_n(v['rps'])}/s" for h, v in nums["hops"].items()),
+                + " ".join(f"{h}={_n(v['rps'])}/s" for h, v in nums["hops"].items())
+                + (f" ({note})" if (note := source_note(self.hop_rates)) else ""),
                 highlight=False,
                 markup=False,
                 soft_wrap=True,  # one progress line per record, whatever the terminal's width (grep-able logs)
@@ -148,7 +200,8 @@ class LiveView:
                 tr, mode, _n(nums["rps"].get(tr)), offered_cell(nums, tr),
                 _n(err and 100 * err, "{:.1f}%") if err is not None else "—", _n(p99, "{:.3f} s"),
             )  # fmt: skip
-        hops = Table(title="per service", expand=False)
+        note = source_note(self.hop_rates)
+        hops = Table(title="per service" + (f" ({note})" if note else ""), expand=False)
         for col in ("service", "req/s", "hits/s", "retries/s", "deadline gap/s", "open fds", "breaker"):
             hops.add_column(col, justify="right")
         for hop, v in nums["hops"].items():

@@ -18,12 +18,18 @@ goes on; the line says what will not work as the plan reads) or `fail`. Three st
 3. `stack(variant)`: once the edge serves (after a configuration's switch and ready probe; in a dry run, the
    first configuration's ready probe) — the edge's method resolves by reflection, its kind against the
    directive's options, each hop's `/metrics` answers under the hop's name with injection on (or its
-   selector names a target that is up, with its `drill_fault_switch` not 0).
+   selector names a target that is up, with its `drill_fault_switch` not 0), and each `stack.audit.files`
+   glob matches a file where a trial expects hits (asked now, not before the switch: a service may create
+   its log as it starts). With `stack.proxy`, the edge is a proxy the run starts for each trial (the dry
+   run, once for its checks): `stack.targets.RunningStack.start_proxy`, which both call, first asks the
+   service behind it (`check_upstream`: refused, silent or not gRPC, exit 1, in at most a few seconds
+   rather than the edge's readiness wait) and the proxy's two ports, each named by its plan key.
 
 Exit codes of a fail (harness.core.errors; the same in a dry run and a run, contracts §11):
 - 2, bad input: the user's plan or flags cannot work (a wrong-kind directive, a malformed URL, an
   unwritable `--out`, a guard expression Prometheus refuses or that is not an instant vector, a guard
-  with no Prometheus to ask). Nothing was started because of it.
+  with no Prometheus to ask, an audit glob that matches no file where hits are expected). Nothing was
+  started because of it.
 - 1, the run failed: a data source does not answer (a Prometheus, a hop's `/metrics`, the edge). The plan
   may be right; the world is not there.
 - 4, the fault would not land as planned: the dry run can already tell (the hop that must inject calls
@@ -38,16 +44,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import glob
 import os
 import pathlib
-import re
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
 
 from harness.core.errors import BadInput, DrillError, FaultNotLanded, GuardTripped, RunFailed
-from harness.core.faults import Directive, Kind, parse_directive
+from harness.core.faults import Directive, Kind, is_hit, parse_directive
+from harness.drills.load.schedule import tagged_ids
 from harness.drills.plan.guards import ErrorRateGuard, url_problem
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.stack.edge import DEMO_KINDS, UNARY, EdgeCall
@@ -302,6 +309,42 @@ class Preflight:
                 await self._hop_metrics(hop.name, hop_index, url, variants)
             if hop.selector:
                 await asyncio.to_thread(self._hop_selector, hop.name, hop_index, hop.selector, variants, wait_s)
+        self._audit_files(variants)
+
+    def _audit_files(self, variants: list[Variant]) -> None:
+        """Each `stack.audit.files` glob matches a file, asked once the edge serves (in a run, after the
+        configuration's switch and ready probe), so a service or a switch that creates its log as it starts is
+        not refused. A glob that matches nothing where a trial expects hits is bad input (2): its hits would be
+        read from no file, and the run would end with a note instead of the services' word. A dry run runs no
+        switch: with switch commands it warns (the run asks again after each switch), else it fails too."""
+        stack = self.plan.stack
+        audit = stack.audit
+        if audit is None or not audit.files:
+            return
+        unswitched = self.dry and any(c.switch for c in stack.configs)
+        expecting = [v for v in variants if hits_expected(self.plan, v)]
+        folder = str(pathlib.Path(self.plan.source).parent.resolve()) if self.plan.source else os.getcwd()
+        for i, pattern in enumerate(audit.files):
+            key, found = f"stack.audit.files[{i}]", sorted(glob.glob(pattern))
+            if found:
+                shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+                self.ok(f"{key} {pattern}: {len(found)} file{'s' if len(found) > 1 else ''} ({shown}), read after "
+                        "each trial for the services' audit lines")  # fmt: skip
+                continue
+            where = f" (a relative glob is read from the plan file's folder, {folder})" \
+                if pattern.startswith(folder + os.sep) else ""  # fmt: skip
+            head = f"{key} matches no file: nothing at {pattern}{where}"
+            if not expecting:
+                self.warn(f"{head}; no trial expects hits of it now")
+                continue
+            if unswitched:
+                self.warn(f"{head} before any switch: a run asks again after each configuration's switch, and "
+                          "refuses it then, before the first fault (exit 2)")  # fmt: skip
+                continue
+            names = ", ".join(v.name for v in expecting)
+            self.fail(f"{head}, and {names} expect{'s' if len(expecting) == 1 else ''} hits the services' audit "
+                      "lines must report (asked once the edge serves): a run would read them from no file; nothing "
+                      "was sent", 2)  # fmt: skip
 
     def _must_inject(self, hop_index: int, variants: list[Variant]) -> str | None:
         """Why this hop's injection matters (it injects, or forwards to the hop that does), or None."""
@@ -359,6 +402,7 @@ class Preflight:
 
     def _hop_selector(self, name: str, index: int, selector: str, variants: list[Variant], wait_s: float) -> None:
         """`up{selector}` names a target, asked again each second for `wait_s` (after a switch) while empty."""
+        from harness.drills.readings.scrapes import pending_targets
         from harness.procs.prometheus import PrometheusError, api_get
 
         url = self.plan.stack.prometheus
@@ -370,7 +414,7 @@ class Preflight:
                     # a stack that has just come up: Prometheus may have found targets it has not scraped once yet
                     # (wait as after a switch), or not have looked for them yet (one discovery refresh and one
                     # scrape, from its own config); a selector that is still empty after that names nothing
-                    if pending := _pending_targets(url):
+                    if pending := pending_targets(url, ASK_TIMEOUT_S):
                         wait_s = SCRAPE_WAIT_S
                         why = f"it has {pending} target{'s' if pending > 1 else ''} it has not scraped yet"
                     else:
@@ -402,53 +446,33 @@ class Preflight:
         self.ok(head)
 
 
-def _pending_targets(url: str) -> int:
-    """How many targets Prometheus has discovered but not scraped once yet (health "unknown")."""
-    from harness.procs.prometheus import api_get
+def discovery_wait(config: dict) -> float:
+    """How long a selector may stay empty on a stack that has just come up: Prometheus' discovery refresh and
+    scrape interval from its config (`readings.scrapes.discovery_s`), at most SCRAPE_WAIT_S."""
+    from harness.drills.readings.scrapes import discovery_s
 
-    active = api_get(url, "targets", [("state", "active")], ASK_TIMEOUT_S).get("activeTargets", [])
-    return sum(1 for t in active if t.get("health") == "unknown")
-
-
-#: Prometheus' defaults: dns_sd_configs' refresh_interval, the global scrape_interval
-_DEFAULT_REFRESH_S, _DEFAULT_SCRAPE_S = 30.0, 60.0
-
-
-def _seconds(text: str | None, default: float) -> float:
-    """A Prometheus duration ("1m30s", "5s", "900ms") in seconds; `default` when absent or unreadable."""
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", str(text or ""))
-    if not parts:
-        return default
-    unit = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-    return sum(float(n) * unit[u] for n, u in parts)
+    return min(SCRAPE_WAIT_S, discovery_s(config))
 
 
 def _discovery_wait(url: str) -> float:
-    """How long a target that has just started may take to appear in `up`: the longest polling refresh of its
-    service discovery (file and Kubernetes discovery are notified, not polled) plus the longest scrape interval,
-    from Prometheus' own config; at most SCRAPE_WAIT_S."""
-    import yaml
-
-    from harness.procs.prometheus import api_get
+    """`discovery_wait` of the config the Prometheus at `url` runs; SCRAPE_WAIT_S when it cannot be read."""
+    from harness.drills.readings.scrapes import config
 
     try:
-        config = yaml.safe_load(api_get(url, "status/config", (), ASK_TIMEOUT_S)["yaml"]) or {}
+        return discovery_wait(config(url, ASK_TIMEOUT_S))
     except Exception:  # noqa: BLE001 - an unreadable config: the bound
         return SCRAPE_WAIT_S
-    return discovery_wait(config)
 
 
-def discovery_wait(config: dict) -> float:
-    """`_discovery_wait` of a Prometheus config (the parsed YAML)."""
-    default_scrape = _seconds((config.get("global") or {}).get("scrape_interval"), _DEFAULT_SCRAPE_S)
-    refresh, scrape = 0.0, 0.0
-    for job in config.get("scrape_configs") or []:
-        scrape = max(scrape, _seconds(job.get("scrape_interval"), default_scrape))
-        for key, sds in job.items():
-            if key.endswith("_sd_configs") and key not in ("file_sd_configs", "kubernetes_sd_configs"):
-                for sd in sds or []:
-                    refresh = max(refresh, _seconds(sd.get("refresh_interval"), _DEFAULT_REFRESH_S))
-    return min(SCRAPE_WAIT_S, refresh + scrape + 1.0)
+def hits_expected(plan: Plan, variant: Variant) -> bool:
+    """Whether a trial of `variant` expects hits: the aio load's tagged ids include one the seed hits (what the
+    dry run predicts), or an external load (its ids are its own) sends drill calls with a directive."""
+    f, tr = variant.fault, variant.traffic
+    if not f.directive or not f.ratio or not tr.drill_users or not tr.drill_rate:
+        return False
+    if plan.stack is not None and plan.stack.load is not None:
+        return True
+    return any(is_hit(plan.seed, r, f.directive, f.ratio) for r in tagged_ids(plan.name, plan.seed, tr, f, plan.phases))
 
 
 def _options(directive: str) -> Directive | None:

@@ -1,15 +1,23 @@
-"""The live view renders the numbers it promises; the scraper reduces exposition text and survives a miss."""
+"""The live view renders the numbers it promises (a stack's selector hops read from a real Prometheus while the
+trial runs); the scraper reduces exposition text and survives a miss."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from rich.console import Console
 
 from harness.drills.plan.outputs import SeriesKey as K
+from harness.drills.plan.stack import Stack
 from harness.drills.readings.scraper import Scraper, reduce_text
 from harness.drills.trials.live import LiveView, last_second
+from harness.procs.prometheus import LocalPrometheus
 
 
 def _update(samples):
@@ -98,3 +106,122 @@ def test_a_missed_scrape_repeats_the_last_values_instead_of_a_reset(monkeypatch)
     asyncio.run(go())
     assert [snap[K('srv', service='a')] for _, snap in s.samples] == [10.0, 10.0, 30.0]
     assert s.errors == 1
+
+
+# --- a stack's selector hops, read from its Prometheus while the trial runs ---------------------------------
+class StampedHop:
+    """A hop's /metrics whose counters grow at fixed rates and carry the time they were read as their timestamp
+    (Prometheus keeps an exporter's own stamps), so the rate between any two scrapes is exactly the rate set:
+    (rate × t2 − rate × t1) / (t2 − t1), whatever the machine did to the scrapes' timing. Values count from the
+    exporter's start, small enough that float rounding stays far below the 1e-6 the assertions allow."""
+
+    def __init__(self, service: str, counters: dict[str, float], gauges: dict[str, float]) -> None:
+        self.service, self.counters, self.gauges = service, counters, gauges
+        self.t0_ms = int(time.time() * 1000)
+
+    def collect(self):
+        now_ms = int(time.time() * 1000)
+        for name, rate in self.counters.items():
+            family = CounterMetricFamily(name, "", labels=["service"])
+            family.add_metric([self.service], rate * (now_ms - self.t0_ms) / 1000, timestamp=now_ms / 1000)
+            yield family
+        for name, value in self.gauges.items():
+            family = GaugeMetricFamily(name, "", labels=["service"])
+            family.add_metric([self.service], value, timestamp=now_ms / 1000)
+            yield family
+
+
+@contextlib.contextmanager
+def exporter(hop: StampedHop):
+    registry = CollectorRegistry()
+    registry.register(hop)
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        yield f"127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _stack(prometheus: str) -> Stack:
+    """gateway and ledger read from `prometheus` by selector; order scraped by the runner from its /metrics."""
+    return Stack.model_validate({
+        "edge": {"address": "127.0.0.1:1", "method": "shop.v1.Cart/Add"},
+        "hops": [{"name": "gateway", "selector": '{job="gw"}'},
+                 {"name": "order", "metrics": ["http://127.0.0.1:1/metrics"]},
+                 {"name": "ledger", "selector": '{job="ledger"}'}],
+        "prometheus": prometheus,
+    })  # fmt: skip
+
+
+def _stack_update(stack: Stack) -> dict:
+    order = K("srv", "order")
+    return {**_update([(0.0, {order: 0.0}), (1.0, {order: 5.0})]), "hops": [h.name for h in stack.hops],
+            "stack": stack}  # fmt: skip
+
+
+def test_the_live_line_shows_the_rates_prometheus_reads_for_selector_hops_during_the_trial(tmp_path):
+    """Before: `gateway=—/s … ledger=—/s` for every tick, the hops being read from Prometheus only after the
+    trial. Now each tick asks that Prometheus once for every selector hop, and the line shows the rates it
+    read and says where from; a hop the runner scrapes keeps its own numbers."""
+    from harness.drills.readings.hop_rates import WINDOW_SCRAPES
+
+    gw = StampedHop("gateway", {"drill_server_calls": 20.0, "drill_fault_hits": 3.0}, {"process_open_fds": 41.0})
+    ledger = StampedHop("ledger", {"drill_server_calls": 7.0}, {})
+    with exporter(gw) as gw_addr, exporter(ledger) as ledger_addr, \
+            LocalPrometheus(tmp_path / "prom", targets={"gw": [gw_addr], "ledger": [ledger_addr]}) as prom:
+        stack = _stack(prom.url)
+        console = Console(record=True, width=400)
+        view = LiveView("compose", console=console, enabled=False)
+        view.PRINT_EVERY_S = 0.0
+        update = _stack_update(stack)
+        deadline = time.monotonic() + 60  # Prometheus' first scrapes come ~5 s after its start
+        with view:
+            last = ""
+            while " gateway=20/s order=5/s ledger=7/s " not in last:  # a line per update
+                assert time.monotonic() < deadline, last
+                time.sleep(0.2)
+                view.update(update)
+                last = console.export_text(clear=False).strip().splitlines()[-1]
+            nums = last_second(update, view.hop_rates.latest())
+            rich = Console(record=True, width=200)
+            rich.print(view.render(update, nums))
+    gateway, ledger_nums = nums["hops"]["gateway"], nums["hops"]["ledger"]
+    assert gateway["rps"] == pytest.approx(20.0, rel=1e-6) and gateway["hits"] == pytest.approx(3.0, rel=1e-6)
+    assert gateway["fds"] == 41.0 and gateway["retry"] is None and gateway["breaker"] is None
+    assert ledger_nums["rps"] == pytest.approx(7.0, rel=1e-6) and ledger_nums["hits"] is None
+    assert nums["hops"]["order"]["rps"] == 5.0  # scraped by the runner: its own second, not Prometheus'
+    assert " gateway=20/s order=5/s ledger=7/s (gateway, ledger: irate over " in last, last
+    window = WINDOW_SCRAPES * 1.0  # LocalPrometheus scrapes every second: the window holds WINDOW_SCRAPES of them
+    assert f"irate over {window:g} s from {prom.url}, read " in last, last
+    assert "per service (gateway, ledger: irate over" in rich.export_text()
+
+
+def test_a_prometheus_that_does_not_answer_never_holds_up_a_tick():
+    """A Prometheus that accepts connections and never answers: every update returns at once (an update that
+    waited for the query would take its full QUERY_TIMEOUT_S), the line says it is still asking, and once the
+    query times out, why."""
+    from harness.drills.readings.hop_rates import QUERY_TIMEOUT_S
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections complete in the backlog; nobody reads a request
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        console = Console(record=True, width=400)
+        view = LiveView("compose", console=console, enabled=False)
+        view.PRINT_EVERY_S = 0.0
+        update = _stack_update(_stack(url))
+        deadline = time.monotonic() + 3 * QUERY_TIMEOUT_S + 5
+        longest = 0.0
+        with view:
+            while view.hop_rates is None or view.hop_rates.error is None:
+                assert time.monotonic() < deadline, "the query never timed out"
+                started = time.monotonic()
+                view.update(update)
+                longest = max(longest, time.monotonic() - started)
+                time.sleep(0.1)
+            view.update(update)
+    assert longest < QUERY_TIMEOUT_S / 2, longest
+    lines = console.export_text().strip().splitlines()
+    assert f"gateway=—/s order=5/s ledger=—/s (gateway, ledger: asking {url})" in lines[0], lines[0]
+    assert f"(gateway, ledger: asking {url} (cannot reach Prometheus at {url}: " in lines[-1], lines[-1]
