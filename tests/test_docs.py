@@ -169,11 +169,12 @@ def test_plan_examples_are_valid_plans(doc, body, tmp_path):
     from harness.drills.plan.files import from_dict
 
     data = yaml.safe_load(body)
-    edge = (data.get("stack") or {}).get("edge") or {}
-    for key in ("proto", "descriptor_set"):  # files of the reader's own service
-        if edge.get(key):
-            (tmp_path / edge[key]).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / edge[key]).write_text("")
+    stack = data.get("stack") or {}
+    for section in (stack.get("edge") or {}, stack.get("proxy") or {}):
+        for key in ("proto", "descriptor_set"):  # files of the reader's own service
+            if section.get(key):
+                (tmp_path / section[key]).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / section[key]).write_text("")
     from_dict(data, source=str(tmp_path / "plan.yaml"))
 
 

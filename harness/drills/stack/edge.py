@@ -29,9 +29,6 @@ from harness.demo.downstream import DEMO_SERVICE
 from harness.demo.proto import drill_pb2
 from harness.drills.plan.stack import EDGE_FORMS, EdgeSpec
 
-#: trials/preflight.py still imports the unary kind under this name (it is `Kind.UNARY`; no other kind is here)
-UNARY = Kind.UNARY
-
 
 @dataclasses.dataclass(frozen=True)
 class EdgeCall:

@@ -57,7 +57,7 @@ from harness.core.faults import Directive, Kind, is_hit, parse_directive
 from harness.drills.load.schedule import tagged_ids
 from harness.drills.plan.guards import ErrorRateGuard, url_problem
 from harness.drills.plan.model import Plan, Variant
-from harness.drills.stack.edge import DEMO_KINDS, UNARY, EdgeCall
+from harness.drills.stack.edge import DEMO_KINDS, EdgeCall
 from harness.drills.trials.guard import name_of, prometheus_guards
 
 #: The error each exit code of a failed check raises (one line, `harness.cli` prints it).
@@ -187,7 +187,7 @@ class Preflight:
             for v in plan.variants:
                 first = not v.fault.target or v.fault.target == v.hops[0].name
                 # the demo's first hop serves the load's method; every hop behind it is called with a unary Call
-                kind = DEMO_KINDS[v.traffic.method] if first else UNARY
+                kind = DEMO_KINDS[v.traffic.method] if first else Kind.UNARY
                 self._kind(v, kind, f"drill.v1.Demo/{v.traffic.method if first else 'Call'}")
             return
         if stack.edge.proto or stack.edge.descriptor_set:
