@@ -130,7 +130,7 @@ class AioLoad:
             delay = self.t_start + at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            rid = request_id(self.plan, self.seed, user, n)
+            rid = request_id(self.plan, self.seed, self.config_label, self.trial, user, n)
             await slots.acquire()
             # the directive by the call's scheduled time (as `tagged_ids`), decided once its slot is free
             k = 1 if len(callables) > 1 and self.tagging and self.phases.at(at) == "fault" else 0

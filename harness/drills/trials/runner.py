@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from harness.core import metrics as m
 from harness.core.errors import DrillError as BaseDrillError
 from harness.core.errors import RunFailed
+from harness.core.ids import check_plan_name
 from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.drills.analysis import landing
 from harness.drills.analysis.results import assemble
@@ -135,6 +136,7 @@ class Runner:
         annotator: DrillAnnotator | None = None,
         preflight: Preflight | None = None,
     ) -> None:
+        check_plan_name(plan.name)  # its ids must fit the gate's bound (bad input, before any trial)
         self.plan = plan
         #: the run's preflight: its stack checks are asked after each configuration's first switch, before its
         #: first load (trials.preflight; None: a caller that took its own)
