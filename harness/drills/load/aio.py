@@ -91,6 +91,13 @@ class AioLoad:
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
         return [(None, self.metrics_url)] if self.metrics_url else []
 
+    def exact_counts(self) -> EdgeCounts:
+        """Every call this load made, filed under the second it ended in: the runner reads the edge from here."""
+        return self.counts
+
+    def edge_selector(self) -> None:
+        return None
+
     async def start(self, edge: list[str]) -> None:
         """Schedule the users from the next whole unix second; returns at once (before it)."""
         self.start_unix = next_second()

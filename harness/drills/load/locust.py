@@ -127,9 +127,25 @@ class LocustLoad:
             time.sleep(0.1)
         return None
 
+    def exact_counts(self) -> None:
+        return None  # Locust's counts are read from its processes' /metrics, like a hop's
+
+    def edge_selector(self) -> None:
+        return None
+
+    async def wait(self, timeout_s: float) -> None:
+        """Locust runs its own clock and stops its own users: nothing to wait for here."""
+        return None
+
     def expected_hits(self) -> list[str]:
         f = self.fault
         return [r for r in read_tagged_ids(self.ids_dir) if is_hit(self.seed, r, f.directive, f.ratio)]
+
+    def observed_hits(self) -> None:
+        return None  # the answers (and their markers) stay in Locust's processes
+
+    def message_counts(self) -> None:
+        return None
 
     def stop_tagging(self) -> None:
         """Locust's users decide their directive in their own processes: nothing here reaches them (None)."""

@@ -19,25 +19,62 @@ from typing import Protocol
 
 from harness.core import ids
 from harness.core import metrics as m
+from harness.core.snapshots import EdgeCounts
 from harness.drills.plan.sections import Fault, Phases, Traffic
 
 
 class LoadDriver(Protocol):
-    """What the runner needs from a load generator."""
+    """What the runner asks a load generator. Each driver answers for itself; None is "not known here" (a load
+    whose calls are made in other processes knows less than the runner's own), and the runner only asks."""
 
+    #: results.json's `driver`
     name: str
+    #: the unix second the trial's timeline starts at, once `start` returned (every phase boundary is a whole
+    #: second after it)
+    start_unix: float | None
 
-    async def start(self, edge: list[str]) -> None: ...
+    async def start(self, edge: list[str]) -> None:
+        """Start the trial's load on `edge`'s addresses; return once `start_unix` is known."""
+        ...
 
-    def metrics_endpoints(self) -> list[tuple[str | None, str]]: ...
+    def metrics_endpoints(self) -> list[tuple[str | None, str]]:
+        """The load's own /metrics, as (service, URL), for the scraper and Prometheus."""
+        ...
+
+    def exact_counts(self) -> EdgeCounts | None:
+        """The edge's calls filed by the whole second they ended in, exact, straight from the load; None when
+        they are read from its /metrics like a hop's."""
+        ...
+
+    def edge_selector(self) -> str | None:
+        """The selector of the edge's calls in the stack's Prometheus, when they are read from there after the
+        trial (the load's own /metrics are not reachable); None otherwise."""
+        ...
+
+    async def wait(self, timeout_s: float) -> None:
+        """After the trial's last second: wait (bounded) for the schedule to end and the calls in flight to
+        finish, where this process holds them."""
+        ...
 
     async def stop(self) -> None: ...
 
-    def expected_hits(self) -> list[str]: ...
+    def expected_hits(self) -> list[str] | None:
+        """The ids the load sent with the directive that the hit function says are hit; None: not known here."""
+        ...
+
+    def observed_hits(self) -> list[str] | None:
+        """The ids answered with the `x-drill-fault` marker (the injecting hop's own word); None: not known here."""
+        ...
+
+    def message_counts(self) -> dict | None:
+        """A streaming edge's messages each way (results.json `messages`); None for a unary edge, or not known."""
+        ...
 
     def planned_rps(self) -> dict[str, float]: ...
 
-    def stop_tagging(self) -> int | None: ...
+    def stop_tagging(self) -> int | None:
+        """A guard tripped: send no more directives; the tagged calls cancelled, or None where it cannot."""
+        ...
 
 
 def planned_rps(traffic: Traffic) -> dict[str, float]:
