@@ -196,8 +196,10 @@ class GrpcUser(User):
         self._calls.spawn(send, self.schedule.take())
 
     def request_id(self, n: int) -> str:
-        """`PLAN-SEED-USER-N`: the same form as the in-runner load's ids, unique across processes."""
-        return openloop.request_id(self.opts.plan, self.opts.seed, self.user_name, n)
+        """`PLAN-SEED-USER-N-MIX`: the in-runner load's id for the same call of this configuration's trial
+        (`--drill-config`, `--drill-trial`), unique across processes."""
+        o = self.opts
+        return openloop.request_id(o.plan, o.seed, o.config, o.trial, self.user_name, n)
 
     def _call_tags(self, tagging: Tagging, method: str) -> CallTags:
         key = (id(tagging), method)

@@ -10,9 +10,11 @@ margin), what the schedule can need when every call takes the whole timeout);
 if the bound is ever reached the schedule waits and the drill's load check
 (`offered_rps`, `load_fell_behind` in results.json) reports it.
 
-Request ids are `PLAN-SEED-USER-N` like the in-runner load's, with USER unique
-across the Locust processes of a run (`organic3`, `drill0`, `drill0.w1` on
-worker 1). A drill user appends each id it sent with the directive to
+Request ids are `PLAN-SEED-USER-N-MIX` like the in-runner load's
+(`harness.core.ids`: MIX hashes the seed, `--drill-config`, `--drill-trial`,
+USER and N, so hits scatter as the ratio says), with USER unique across the
+Locust processes of a run (`organic3`, `drill0`, `drill0.w1` on worker 1). A
+drill user appends each id it sent with the directive to
 `--drill-ids-dir/ids-PID.txt`; the runner keeps those for which
 `harness.core.faults.is_hit` holds as the expected hits.
 
@@ -36,6 +38,8 @@ import time
 from collections.abc import Callable
 from typing import IO
 
+from harness.core import ids
+
 #: Seconds beyond the timeout a call slot is provisioned for (completion hand-off, cancel timers).
 INFLIGHT_MARGIN_S = 0.5
 #: Spreads the users of a class over one period (golden-ratio offsets: no two users fire together).
@@ -47,9 +51,9 @@ def inflight_bound(rate: float, timeout_s: float) -> int:
     return max(1, math.ceil(rate * (timeout_s + INFLIGHT_MARGIN_S)))
 
 
-def request_id(plan: str, seed: int, user: str, n: int) -> str:
-    """The same id form as `harness.drills.load.schedule.request_id` (the in-runner load)."""
-    return f"{plan}-{seed}-{user}-{n}"
+def request_id(plan: str, seed: int, config: str, trial: int, user: str, n: int) -> str:
+    """The in-runner load's id for the same call (`harness.core.ids.request_id`: one contract)."""
+    return ids.request_id(plan, seed, config, trial, user, n)
 
 
 class UserNames:

@@ -69,7 +69,7 @@ class DrillOptions:
     ports_dir: str | None = None
     metrics_fixed: bool = False
     threadpool: int = 0
-    #: seed in the request ids (`PLAN-SEED-USER-N`); the runner passes the plan's
+    #: seed in the request ids (`PLAN-SEED-USER-N-MIX`); the runner passes the plan's
     seed: int = 0
     #: directory where each process appends the ids it sent with the directive (empty = none)
     ids_dir: str | None = None
@@ -326,7 +326,7 @@ def add_arguments(parser: Any) -> None:
         help="every process binds the base port (one Locust process per container)",
     )
     arg("--drill-threadpool", type=int, default=0, help="gevent hub threadpool size (0 = gevent's default, 10)")
-    arg("--drill-seed", type=int, default=0, help="seed in the request ids PLAN-SEED-USER-N")
+    arg("--drill-seed", type=int, default=0, help="seed in the request ids PLAN-SEED-USER-N-MIX")
     arg("--drill-ids-dir", default="", help="append the ids sent with the directive to DIR/ids-PID.txt")
     arg("--drill-trial", type=int, default=1, help="trial number, exported with the phase times (1)")
     arg(

@@ -58,7 +58,7 @@ def notes(tmp_path_factory):
 
 
 def records(notes: dict, plan: str) -> list[dict]:
-    """What the service's handler saw of this run's calls (ids `PLAN-SEED-USER-N`)."""
+    """What the service's handler saw of this run's calls (ids `PLAN-SEED-USER-N-MIX`)."""
     lines = [json.loads(line) for line in notes["record"].read_text().splitlines()]
     return [r for r in lines if (r["request_id"] or "").startswith(f"{plan}-")]
 
@@ -117,7 +117,7 @@ def test_the_user_drives_every_call_kind_tagged_and_untagged(notes, tmp_path, me
         # the handler records the messages that had arrived. Such a call is one Locust never counted, so there
         # are no more of them than calls the handler saw beyond Locust's count, and each holds a prefix of the
         # stream (once in CI: one Upload recorded with 2 of its 3 messages)
-        ids = sorted(int(r["request_id"].rsplit("-", 1)[1]) for r in calls)
+        ids = sorted(int(r["request_id"].rsplit("-", 2)[1]) for r in calls)  # N of PLAN-SEED-USER-N-MIX
         assert ids == list(range(len(ids))) and len(ids) >= int(row["Request Count"]) > 0, (traffic, ids, row)
         cut = [r for r in calls if (r["received"], r["sent"]) != (received, sent)]
         assert len(cut) <= len(ids) - int(row["Request Count"]), (cut, row)

@@ -62,14 +62,14 @@ def _check(run, ids_dir) -> None:
     assert organic_faulted == 0, organic_faulted
     assert 0 < faulted < drill, (faulted, drill)
     # The directive is on for one stretch of each drill user's calls and off again after it: each user numbers
-    # its calls 0, 1, 2 … (ids PLAN-SEED-USER-N) and logs the ids it sent with the directive, so a user's tagged
+    # its calls 0, 1, 2 … (ids PLAN-SEED-USER-N-MIX) and logs the ids it sent with the directive, so a user's tagged
     # calls are one run of numbers, the untagged ones before it are exactly the lowest numbers, and the ones
     # after it are the rest of the untagged calls the workers count. Calls after the fault are asserted, not
     # calls before it: on a loaded box Locust may start its users after a short warm-up is over (seen with two
     # CPU hogs), and the state before the fault is the one after it (`PhaseState`: fault off).
     tagged: dict[str, list[int]] = {}
     for rid in read_tagged_ids(ids_dir):
-        _, user, n = rid.rsplit("-", 2)
+        _, user, n, _mix = rid.rsplit("-", 3)
         tagged.setdefault(user, []).append(int(n))
     assert tagged and all(sorted(ns) == list(range(min(ns), max(ns) + 1)) for ns in tagged.values()), tagged
     before = sum(min(ns) for ns in tagged.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import time
@@ -49,8 +50,10 @@ def test_user_names_are_unique_per_class_and_across_worker_processes():
     assert local == ["drill0", "drill1", "organic0"]
     workers = [openloop.UserNames().next("drill", w)[0] for w in (0, 1)]
     assert workers == ["drill0.w0", "drill0.w1"]
-    # the same id form as the in-runner load's, so `drill hits` and the audit logs read both alike
-    assert openloop.request_id("p", 42, "drill0", 7) == aio_request_id("p", 42, "drill0", 7) == "p-42-drill0-7"
+    # the same id as the in-runner load's for the same call, so `drill hits` and the audit logs read both alike
+    mix = hashlib.sha256(b"42/naive/2/drill0/7").hexdigest()[:16]
+    assert openloop.request_id("p", 42, "naive", 2, "drill0", 7) == aio_request_id("p", 42, "naive", 2, "drill0", 7)
+    assert openloop.request_id("p", 42, "naive", 2, "drill0", 7) == f"p-42-drill0-7-{mix}"
 
 
 def test_tagged_ids_are_appended_per_process_and_read_back_by_the_runner(tmp_path):

@@ -1,7 +1,7 @@
 """`drill run` on a stack whose one service is written in Go, behind `drill proxy`: the same trial, the hit set
 the seed predicts, the same verdict machinery, with not a line of the service changed.
 
-The drill user (2nd of 2 users, offset 1/2 of its 10/s period) sends probe-3-drill0-N at N/10 + 1/20 s after
+The drill user (2nd of 2 users, offset 1/2 of its 10/s period) sends probe-3-drill0-N-MIX at N/10 + 1/20 s after
 the load's first second; those in the fault window [2 s, 5 s) carry the directive, and seed 3 picks the same
 ones in the proxy and in this test (`is_hit`).
 """
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from harness.core.faults import is_hit
-from harness.drills.load.schedule import ids_digest
+from harness.drills.load.schedule import ids_digest, request_id
 from tests.conftest import drill_process
 from tests.proxy.probe import build, descriptor_set, drill_proxy, go_service
 
@@ -49,7 +49,7 @@ def test_drill_run_on_a_go_service_behind_the_proxy_hits_what_the_seed_predicts(
                                 "--trials", "1")  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     trial = json.loads((tmp_path / "out" / "results.json").read_text())["configs"]["go"]["trials"][0]
-    tagged = [f"probe-3-drill0-{n}" for n in range(80) if 2 <= n / 10 + 1 / 20 < 5]
+    tagged = [request_id("probe", 3, "go", 1, "drill0", n) for n in range(80) if 2 <= n / 10 + 1 / 20 < 5]
     hits = [i for i in tagged if is_hit(3, i, "abort:UNAVAILABLE", 50)]
     h = trial["hits"]
     assert (h["expected"], h["expected_digest"]) == (len(hits), ids_digest(hits)), h
@@ -104,7 +104,7 @@ def test_a_stack_proxy_is_started_by_the_runner_for_each_trial_and_its_dry_run_c
     with socket.socket() as s:  # the proxy stopped with its trial: its port is free again
         s.bind(("127.0.0.1", port))
     trial = json.loads((tmp_path / "out" / "results.json").read_text())["configs"]["go"]["trials"][0]
-    tagged = [f"probe-3-drill0-{n}" for n in range(80) if 2 <= n / 10 + 1 / 20 < 5]
+    tagged = [request_id("probe", 3, "go", 1, "drill0", n) for n in range(80) if 2 <= n / 10 + 1 / 20 < 5]
     hits = [i for i in tagged if is_hit(3, i, "abort:UNAVAILABLE", 50)]
     h = trial["hits"]
     assert (h["expected"], h["expected_digest"]) == (len(hits), ids_digest(hits)), h

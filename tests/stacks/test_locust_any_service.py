@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from harness.core.faults import is_hit
-from harness.drills.load.schedule import ids_digest
+from harness.drills.load.schedule import ids_digest, request_id
 from harness.procs.ports import private_loopback
 from tests.conftest import drill_process
 from tests.stacks.notes_server import notes_server
@@ -86,11 +86,11 @@ def test_a_locust_driven_drill_hits_the_same_ids_as_the_runners_load(notes, tmp_
     a = json.loads((aio_out / "results.json").read_text())["configs"]["mine"]["trials"][0]
     b = json.loads((loc_out / "results.json").read_text())["configs"]["mine"]["trials"][0]
     assert (a["driver"], b["driver"]) == ("aio", "external")
-    # the drill user (2nd of 2 users, offset 1/2 of its period) sends notes-5-drill0-N at N/10 + 1/20 s after
+    # the drill user (2nd of 2 users, offset 1/2 of its period) sends notes-5-drill0-N-MIX at N/10 + 1/20 s after
     # the trial's first second; those inside the fault window [1 s, 4 s) carry the directive. At ratio 100
     # every one of them is hit, so a schedule shifted by a single call changes the set (at a lower ratio a
     # shift can keep it by chance: ids that enter and leave the window may all be misses)
-    tagged = [f"notes-{SEED}-drill0-{n}" for n in range(60) if 1 <= n / 10 + 1 / 20 < 4]
+    tagged = [request_id("notes", SEED, "mine", 1, "drill0", n) for n in range(60) if 1 <= n / 10 + 1 / 20 < 4]
     predicted = {i for i in tagged if is_hit(SEED, i, "abort:UNAVAILABLE", 100)}
     assert len(predicted) == 30
     digest = (len(predicted), ids_digest(predicted))

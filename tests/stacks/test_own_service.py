@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from harness.core.faults import is_hit
-from harness.drills.load.schedule import ids_digest
+from harness.drills.load.schedule import ids_digest, request_id
 from harness.procs.ports import refused_port
 from harness.procs.spawn import spawn, stop_processes
 from tests.conftest import ROOT, drill_inprocess, drill_process
@@ -93,9 +93,9 @@ def test_a_run_on_your_own_service_reports_the_hits_it_marked(cart, tmp_path):
     assert proc.returncode in (0, 3), proc.stderr[-3000:]
     r = json.loads((tmp_path / "out" / "results.json").read_text())
     t = r["configs"]["mine"]["trials"][0]
-    # the drill user (2nd of 2 users, offset 1/2 of its period) sends cart-5-drill0-N at N/10 + 1/20 s after
+    # the drill user (2nd of 2 users, offset 1/2 of its period) sends cart-5-drill0-N-MIX at N/10 + 1/20 s after
     # the load's first second; those inside the fault window [1 s, 4 s) carry the directive
-    tagged = [f"cart-{SEED}-drill0-{n}" for n in range(60) if 1 <= n / 10 + 1 / 20 < 4]
+    tagged = [request_id("cart", SEED, "mine", 1, "drill0", n) for n in range(60) if 1 <= n / 10 + 1 / 20 < 4]
     predicted = {i for i in tagged if is_hit(SEED, i, "abort:UNAVAILABLE", 50)}
     h = t["hits"]
     assert (h["expected"], h["expected_digest"]) == (len(predicted), ids_digest(predicted)) and predicted

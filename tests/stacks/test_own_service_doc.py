@@ -7,7 +7,7 @@ page's arguments, from that directory. The service is not in the repository: its
 page's. Only the two ports change (50051 and 9464 are likely taken on a shared machine): each is replaced by
 a free loopback port in every block that names it.
 
-The hit set is exact: the drill user (2nd of 2 users, offset 1/2 of its 10/s period) sends cart-5-drill0-N at
+The hit set is exact: the drill user (2nd of 2 users, offset 1/2 of its 10/s period) sends cart-5-drill0-N-MIX at
 N/10 + 1/20 s after the load's first second; those in the fault window [5 s, 15 s) carry the directive, and
 seed 5 picks the same ones in the service and in this test (`is_hit`, contracts §4).
 """
@@ -26,7 +26,7 @@ import sys
 import pytest
 
 from harness.core.faults import is_hit
-from harness.drills.load.schedule import ids_digest
+from harness.drills.load.schedule import ids_digest, request_id
 from harness.procs.ports import wait_listening
 from harness.procs.spawn import stop_processes
 from tests.conftest import ROOT
@@ -78,7 +78,7 @@ def free_port() -> int:
 
 def predicted() -> set[str]:
     plan_seed, directive, ratio = 5, "abort:UNAVAILABLE", 50
-    tagged = [f"cart-{plan_seed}-drill0-{n}" for n in range(250) if 5 <= n / 10 + 1 / 20 < 15]
+    tagged = [request_id("cart", plan_seed, "mine", 1, "drill0", n) for n in range(250) if 5 <= n / 10 + 1 / 20 < 15]
     return {i for i in tagged if is_hit(plan_seed, i, directive, ratio)}
 
 

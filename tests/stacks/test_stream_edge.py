@@ -20,7 +20,7 @@ import yaml
 
 from harness.core.faults import is_hit
 from harness.drills.analysis.slo import status_counts
-from harness.drills.load.schedule import ids_digest
+from harness.drills.load.schedule import ids_digest, request_id
 from harness.drills.readings.series import read_series_document
 from tests.conftest import drill_inprocess, drill_process
 from tests.stacks.notes_server import notes_server
@@ -61,9 +61,9 @@ def write(tmp_path, data: dict, name: str = "stack.yaml") -> str:
 
 
 def predicted(directive: str) -> set[str]:
-    """The drill user (2nd of 2, offset 1/2 of its period) sends notes-5-drill0-N at N/10 + 1/20 s after the
+    """The drill user (2nd of 2, offset 1/2 of its period) sends notes-5-drill0-N-MIX at N/10 + 1/20 s after the
     trial's first second; those in the fault window [1 s, 3 s) carry the directive (N = 10 … 29)."""
-    tagged = [f"notes-{SEED}-drill0-{n}" for n in range(40) if 1 <= n / 10 + 1 / 20 < 3]
+    tagged = [request_id("notes", SEED, "mine", 1, "drill0", n) for n in range(40) if 1 <= n / 10 + 1 / 20 < 3]
     hit = {i for i in tagged if is_hit(SEED, i, directive, 100)}
     assert len(hit) == 20
     return hit

@@ -113,7 +113,7 @@ def _prometheus(args: argparse.Namespace, out: pathlib.Path, log, plan):
             print(f"drill: warning: --prometheus auto: no {PROMETHEUS!r} on PATH, so no Prometheus cross-check in "
                   "this run (Debian: apt-get install prometheus)", file=sys.stderr)  # fmt: skip
             return None
-        from harness.drills.trials.runner import initial_targets
+        from harness.drills.trials.metrics_server import initial_targets
 
         rules = sorted((pathlib.Path(__file__).resolve().parents[3] / "compose/prometheus/rules").glob("*.yml"))
         prom = LocalPrometheus(out / "prometheus", rule_files=rules).start()  # the compose stack's rules

@@ -91,6 +91,13 @@ class AioLoad:
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
         return [(None, self.metrics_url)] if self.metrics_url else []
 
+    def exact_counts(self) -> EdgeCounts:
+        """Every call this load made, filed under the second it ended in: the runner reads the edge from here."""
+        return self.counts
+
+    def edge_selector(self) -> None:
+        return None
+
     async def start(self, edge: list[str]) -> None:
         """Schedule the users from the next whole unix second; returns at once (before it)."""
         self.start_unix = next_second()
@@ -130,7 +137,7 @@ class AioLoad:
             delay = self.t_start + at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            rid = request_id(self.plan, self.seed, user, n)
+            rid = request_id(self.plan, self.seed, self.config_label, self.trial, user, n)
             await slots.acquire()
             # the directive by the call's scheduled time (as `tagged_ids`), decided once its slot is free
             k = 1 if len(callables) > 1 and self.tagging and self.phases.at(at) == "fault" else 0

@@ -118,8 +118,25 @@ class CommandLoad:
                 return start
         return None
 
+    def exact_counts(self) -> None:
+        return None  # its counts are read from its /metrics, or from the stack's Prometheus
+
+    def edge_selector(self) -> str | None:
+        """`stack.load.selector`: its calls are read from the stack's Prometheus after the trial."""
+        return self.spec.selector or None
+
+    async def wait(self, timeout_s: float) -> None:
+        """The command's load ends on its own clock: nothing to wait for here."""
+        return None
+
     def expected_hits(self) -> list[str] | None:
         return None  # the ids it tagged stay in its own processes
+
+    def observed_hits(self) -> None:
+        return None
+
+    def message_counts(self) -> None:
+        return None
 
     def stop_tagging(self) -> None:
         """The load's own processes decide its directive: nothing here reaches them (None)."""

@@ -2,8 +2,9 @@
 
 Its users are open loop too (loadtests/openloop.py): they keep the plan's
 per-user rates and send ids of the same form as the in-runner load
-(`schedule.request_id`), and each Locust process logs the ids it sent with the
-directive, so the expected hits are known here as they are for the aio load.
+(`harness.core.ids.request_id`, from the `--drill-config` and `--drill-trial`
+it is given), and each Locust process logs the ids it sent with the directive,
+so the expected hits are known here as they are for the aio load.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class LocustLoad:
 
     Locust runs the phases itself (`--drill-phases`); its client metrics are on
     `--drill-metrics-port`. Its users are open loop at the plan's per-user rates
-    and send `PLAN-SEED-USER-N` ids; each Locust process appends the ids it sent
+    and send `PLAN-SEED-USER-N-MIX` ids; each Locust process appends the ids it sent
     with the directive to `WORKDIR/ids-PID.txt`, and the expected hits
     are those `is_hit` says are hit.
     """
@@ -126,9 +127,25 @@ class LocustLoad:
             time.sleep(0.1)
         return None
 
+    def exact_counts(self) -> None:
+        return None  # Locust's counts are read from its processes' /metrics, like a hop's
+
+    def edge_selector(self) -> None:
+        return None
+
+    async def wait(self, timeout_s: float) -> None:
+        """Locust runs its own clock and stops its own users: nothing to wait for here."""
+        return None
+
     def expected_hits(self) -> list[str]:
         f = self.fault
         return [r for r in read_tagged_ids(self.ids_dir) if is_hit(self.seed, r, f.directive, f.ratio)]
+
+    def observed_hits(self) -> None:
+        return None  # the answers (and their markers) stay in Locust's processes
+
+    def message_counts(self) -> None:
+        return None
 
     def stop_tagging(self) -> None:
         """Locust's users decide their directive in their own processes: nothing here reaches them (None)."""

@@ -38,6 +38,7 @@ import pydantic
 import yaml
 
 from harness.core.errors import BadInput
+from harness.core.ids import check_plan_name
 from harness.drills.plan.model import Plan, PlanFile, Variant
 from harness.drills.plan.sections import Fault, HopSpec, Probe, Traffic
 from harness.drills.plan.stack import EDGE_FORMS
@@ -255,7 +256,7 @@ def from_dict(data: dict, source: str = "") -> Plan:
     if len(set(names)) != len(names):
         raise PlanError(f"{where}: variant names must be unique: {names}")
     return Plan(
-        name=spec.name or (pathlib.Path(source).stem if source else "drill"),
+        name=_plan_name(spec, source, where),
         seed=spec.seed,
         hops=hops,
         timeout_s=spec.topology.timeout_s,
@@ -270,6 +271,16 @@ def from_dict(data: dict, source: str = "") -> Plan:
         source=source,
         guard=spec.guard,
     )
+
+
+def _plan_name(spec: PlanFile, source: str, where: str) -> str:
+    """The plan's name (`name`, else the file's stem), refused when its request ids could not carry it."""
+    name = spec.name or (pathlib.Path(source).stem if source else "drill")
+    try:
+        check_plan_name(name)
+    except BadInput as exc:
+        raise PlanError(f"{where}: name: {exc}") from None
+    return name
 
 
 def _stack_plan(spec: PlanFile, where: str, base_dir: pathlib.Path, source: str) -> Plan:
@@ -296,7 +307,7 @@ def _stack_plan(spec: PlanFile, where: str, base_dir: pathlib.Path, source: str)
         Variant(name=c.name, config=None, fault=spec.fault, traffic=spec.traffic, hops=()) for c in stack.configs
     )
     return Plan(
-        name=spec.name or (pathlib.Path(source).stem if source else "drill"),
+        name=_plan_name(spec, source, where),
         seed=spec.seed,
         hops=(),
         timeout_s=None,

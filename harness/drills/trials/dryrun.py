@@ -2,10 +2,11 @@
 
 It takes the run's preflight (`trials.preflight`: the same checks, in the same order, the same one-line
 errors and exit codes; a bad input is refused before anything is printed) and prints the timeline of
-every trial, the planned load, the expected hits of each configuration's trials (the
-ids the aio load will tag, `load.schedule.tagged_ids`, through the hit function
-`harness.core.faults.is_hit`: what `drill hits` says for them, and what a real run
-with the same seed reports as `hits.expected`), the guards, each check's verdict as it is decided
+every trial, the planned load, the expected hits of each trial (the ids the aio load
+will tag in it, `load.schedule.tagged_ids`: each trial of each configuration draws its
+own, `harness.core.ids`; through the hit function `harness.core.faults.is_hit`: what
+`drill hits` says for them, and what a real run with the same seed reports as
+`hits.expected`), the guards, each check's verdict as it is decided
 (a wait for the edge says what it waits for at once) and how long the run will take. It runs no
 switch, emergency-stop or audit command and sends no drill call: health checks and reflection are
 probes the interceptors pass untouched, outside every drill series. The **local topology** is
@@ -24,7 +25,7 @@ import tempfile
 from collections.abc import Callable
 
 from harness.core.faults import is_hit
-from harness.drills.load.schedule import calls_of, ids_digest, planned_rps, request_id, tagged_ids, users
+from harness.drills.load.schedule import calls_of, ids_digest, planned_rps, tagged_ids, users
 from harness.drills.plan.guards import PrometheusGuard, WallClockGuard
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.trials.guard import describe, name_of, prometheus_guards
@@ -36,18 +37,20 @@ from harness.drills.trials.preflight import Preflight, prometheus_binary
 LOCAL_TRIAL_OVERHEAD_S = 5.0
 
 
-def predicted_hits(plan: Plan, variant: Variant) -> dict | None:
-    """The ids a trial of `variant` tags and those it hits, as a run reports them (`hits.expected`,
-    `hits.expected_digest`); None for a load whose ids only its own processes know (Locust, a command)."""
+def predicted_hits(plan: Plan, variant: Variant, trial: int = 1) -> dict | None:
+    """The ids trial `trial` of `variant` tags and those it hits, as a run reports them (`hits.expected`,
+    `hits.expected_digest`); None for a load whose ids only its own processes know (Locust, a command).
+    `spans`: each drill user's tagged calls, one run of call numbers (its calls in the fault phase), the
+    same in every trial (only the ids' mix, and so which of them are hit, differs)."""
     if plan.stack is not None and plan.stack.load is not None or variant.traffic.driver != "aio":
         return None
-    f = variant.fault
-    tagged = tagged_ids(plan.name, plan.seed, variant.traffic, f, plan.phases)
+    f, ph = variant.fault, plan.phases
+    tagged = tagged_ids(plan.name, plan.seed, variant.name, trial, variant.traffic, f, ph)
     hit = [r for r in tagged if is_hit(plan.seed, r, f.directive, f.ratio)]
-    spans, known = {}, set(tagged)
-    for user, kind, rate, _ in users(variant.traffic):
-        ns = [n for n in range(calls_of(plan.phases, rate)) if request_id(plan.name, plan.seed, user, n) in known]
-        if kind == "drill" and ns:  # a user's tagged calls are one run of n: its calls in the fault phase
+    spans = {}
+    for user, kind, rate, offset in users(variant.traffic) if tagged else ():
+        ns = [n for n in range(calls_of(ph, rate)) if ph.at(offset + n / rate) == "fault"]
+        if kind == "drill" and ns:
             spans[user] = (ns[0], ns[-1])
     return {"tagged": len(tagged), "expected": len(hit), "expected_digest": ids_digest(hit), "spans": spans}
 
@@ -101,18 +104,19 @@ def head(plan: Plan, *, command: str | None = None, asks_prometheus: bool = Fals
                  + (f", p99 ≤ {slo.max_p99_s:g} s" if slo.max_p99_s else "") + f", held {slo.hold_s} s")  # fmt: skip
     lines.append(f"timeline  seconds from a trial's first call: warmup 0–{ph.warmup:g} · fault {ph.warmup:g}–"
                  f"{ph.warmup + ph.fault:g} · recovery {ph.warmup + ph.fault:g}–{ph.total:g}")  # fmt: skip
-    lines += ["", _trials_table(plan), ""]
-    lines += _hits_lines(plan)
+    hits = {(v.name, k): predicted_hits(plan, v, k) for v, k in trial_order(plan)}
+    lines += ["", _trials_table(plan, hits), ""]
+    lines += _hits_lines(plan, hits)
     lines += [""] + _guard_lines(plan)
     return "\n".join(lines)
 
 
-def _trials_table(plan: Plan) -> str:
+def _trials_table(plan: Plan, predicted: dict[tuple[str, int], dict | None]) -> str:
     per = plan.phases.total + (LOCAL_TRIAL_OVERHEAD_S if plan.stack is None else 0.0)
     rows = [("#", "configuration", "trial", "starts", "fault on–off", "tagged", "expected hits")]
     for i, (v, k) in enumerate(trial_order(plan)):
         at = i * per
-        hits = predicted_hits(plan, v)
+        hits = predicted[v.name, k]
         fault = f"+{_mmss(at + plan.phases.warmup)}–{_mmss(at + plan.phases.warmup + plan.phases.fault)}"
         rows.append((str(i + 1), v.name, str(k), f"+{_mmss(at)}", fault,
                      "?" if hits is None else str(hits["tagged"]), "?" if hits is None else str(hits["expected"])))
@@ -126,11 +130,14 @@ def _trials_table(plan: Plan) -> str:
     return "\n".join([head, *table])
 
 
-def _hits_lines(plan: Plan) -> list[str]:
+def _hits_lines(plan: Plan, predicted: dict[tuple[str, int], dict | None]) -> list[str]:
+    """Per configuration: trial 1's expected hits, digest and the ids it tags; with more trials, each trial's
+    count on a line below (each trial draws its own ids: harness.core.ids)."""
+    whose = "; the digest is trial 1's, each trial draws its own ids" if plan.trials > 1 else ""
     out = ["expected hits of each trial (results.json hits.expected and hits.expected_digest of a run with seed "
-           f"{plan.seed}; a guard's trip ends a trial's tagging early):"]  # fmt: skip
+           f"{plan.seed}{whose}; a guard's trip ends a trial's tagging early):"]  # fmt: skip
     for v in plan.variants:
-        hits = predicted_hits(plan, v)
+        hits = predicted[v.name, 1]
         if hits is None:
             out.append(f"  {v.name}: known after each trial (the load's own processes log the ids they tag)")
             continue
@@ -139,14 +146,18 @@ def _hits_lines(plan: Plan) -> list[str]:
             continue
         spans = ", ".join(f"{u} {lo}–{hi}" for u, (lo, hi) in hits["spans"].items())
         out.append(f"  {v.name}: {hits['expected']} of {hits['tagged']} tagged ids (digest {hits['expected_digest']}):"
-                   f" ids {plan.name}-{plan.seed}-USER-N for {spans}")  # fmt: skip
-    first = next((v for v in plan.variants if (predicted_hits(plan, v) or {}).get("spans")), None)
+                   f" ids {plan.name}-{plan.seed}-USER-N-MIX for {spans}")  # fmt: skip
+        if plan.trials > 1:
+            counts = ", ".join(str(predicted[v.name, k]["expected"]) for k in range(1, plan.trials + 1))
+            out.append(f"    trials 1–{plan.trials}: {counts} of {hits['tagged']} hit")
+    first = next((v for v in plan.variants if (predicted[v.name, 1] or {}).get("spans")), None)
     if first is not None:
-        user, (lo, hi) = next(iter(predicted_hits(plan, first)["spans"].items()))
+        user, (lo, hi) = next(iter(predicted[first.name, 1]["spans"].items()))
         f = first.fault
-        ids = f"seq {lo} {hi} | sed 's/^/{plan.name}-{plan.seed}-{user}-/'"
-        out.append(f"  the same with drill hits: {ids} | drill hits --seed {plan.seed} --directive '{f.directive}' "
-                   f"--ratio {f.ratio} --summary")  # fmt: skip
+        ids = (f"python3 -c 'from harness.core.ids import request_id as r; [print(r(\"{plan.name}\", {plan.seed}, "
+               f"\"{first.name}\", 1, \"{user}\", n)) for n in range({lo}, {hi + 1})]'")  # fmt: skip
+        out.append(f"  the same with drill hits ({first.name}, trial 1, {user}): {ids} | drill hits --seed {plan.seed} "
+                   f"--directive '{f.directive}' --ratio {f.ratio} --summary")  # fmt: skip
     return out
 
 

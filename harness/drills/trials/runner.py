@@ -1,9 +1,10 @@
 """`drill run`: for each configuration, start the topology and the load, scrape, analyse; write the outputs.
 
 One configuration at a time, all under the plan's seed: start the chain or
-switch the stack (`target`), start the load (`load`), scrape every endpoint each
-second (`readings.scraper`) through warm-up, fault and recovery, stop everything,
-turn the samples into series (`readings.series`) and numbers (`analysis`), and
+switch the stack (`target`), start the load (`load.drivers`), scrape every endpoint each
+second (`readings.scraper`) through warm-up, fault and recovery (each second's work after the
+reading: `tick`), stop everything, turn the samples into series (`readings.series`) and
+numbers (`analysis`), keep what results.json says of the trial beside them (`extras`), and
 write the outputs (`report`). Cleanup is in `finally` blocks and an atexit
 sweep; SIGTERM is turned into cancellation so the same path runs; a crashed
 service aborts the run with an error.
@@ -12,118 +13,58 @@ service aborts the run with an error.
 from __future__ import annotations
 
 import asyncio
-import json
 import pathlib
 import signal
-import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness.core import metrics as m
-from harness.core.errors import DrillError as BaseDrillError
-from harness.core.errors import RunFailed
-from harness.core.snapshots import EdgeCounts, LoadExport
+from harness.core.errors import DrillError
 from harness.drills.analysis import landing
 from harness.drills.analysis.results import assemble
 from harness.drills.analysis.trial import analyze_run
-from harness.drills.load.aio import AioLoad
-from harness.drills.load.command import CommandLoad
-from harness.drills.load.locust import LocustLoad
-from harness.drills.load.schedule import ids_digest, planned_rps
+from harness.drills.load.drivers import driver_for
+from harness.drills.load.schedule import LoadDriver
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.plan.outputs import Results
-from harness.drills.plan.sections import Probe
-from harness.drills.readings.relay import Relay, relayed
-from harness.drills.readings.relay import serve as serve_metrics
 from harness.drills.readings.scraper import Scraper
-from harness.drills.readings.series import RunSeries, build_series, reduce_families
+from harness.drills.readings.series import RunSeries, Snapshot, build_series, reduce_families
 from harness.drills.report.page import write_outputs
 from harness.drills.stack.targets import target_for
+from harness.drills.trials.extras import trial_extras
 from harness.drills.trials.guard import prometheus_guards
+from harness.drills.trials.metrics_server import (
+    export_plan,
+    point_prometheus,
+    runner_metrics,
+)
 from harness.drills.trials.preflight import Preflight
+from harness.drills.trials.tick import PhaseGauges, TrialTick
 from harness.drills.trials.trip import TrialGuard
-from harness.procs.spawn import python_env, spawn, stop_processes
+from harness.procs.spawn import stop_processes
 
 if TYPE_CHECKING:  # the dashboards package is imported only when --grafana asks for it
     from harness.dashboards.annotations import DrillAnnotator
 
 
-class DrillError(RunFailed):
-    """The drill could not finish (a service crashed, the load failed)."""
-
-
-_METRICS: tuple[str, EdgeCounts, str, Relay] | None = None
-
 #: The scraper reads each second this long after it ends (the hops' counters are interpolated to the second).
 SCRAPE_DELAY_S = 0.1
 #: The signals that stop a run: every process it started is stopped, and the run exits 130 / 143.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-#: How long a trial waits for Prometheus to read its hops once: a changed target set is discovered on
-#: Prometheus' 5-s tick, then scraped within its interval (1 s here; a user's may be longer).
-WAIT_SCRAPED_S = 15.0
 
 
-def runner_metrics() -> tuple[str, EdgeCounts]:
-    """The runner's own /metrics and the aio load's per-second edge counts it serves, stamped with their
-    second (harness.core.snapshots), beside every other series of the process, live."""
-    return _runner_server()[:2]
-
-
-def runner_metrics_url() -> str:
-    return runner_metrics()[0]
-
-
-def initial_targets(plan: Plan) -> list[tuple]:
-    """What Prometheus scrapes from the start: the runner, and the relay paths of the first trial's hops when
-    the runner starts them (named as it will name them), so their discovery overlaps Prometheus' start."""
-    own, _, base, _ = _runner_server()
-    hops = [] if plan.stack else [(h.name, "") for h in plan.variants[0].hops for _ in range(h.replicas)]
-    return [(None, own), *relayed(base, hops)[1]]
-
-
-def _runner_server() -> tuple[str, EdgeCounts, str, Relay]:
-    """(metrics URL, edge counts, base URL, hop relay) of the one metrics server of this process."""
-    global _METRICS
-    if _METRICS is None:
-        counts = EdgeCounts("loadgen")
-        base, relay = serve_metrics(LoadExport(counts).registry())
-        _METRICS = (f"{base}/metrics", counts, base, relay)
-    return _METRICS
-
-
-def _probe_summary(path: pathlib.Path) -> dict | None:
-    """The probe's JSON summary line (the first JSON object with a `connections` key)."""
-    try:
-        for line in path.read_text(errors="replace").splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    data = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(data, dict) and "summary" in data:
-                    return data["summary"]
-    except OSError:
-        pass
-    return None
-
-
-def export_plan(plan: Plan) -> None:
-    """The plan's SLO and each configuration's planned load as an info gauge on the runner's /metrics:
-    `drill analyze --prometheus` reads them back and judges the run as the runner does."""
-    slo = plan.slo
-    for v in plan.variants:
-        rps = planned_rps(v.traffic)
-        p99 = "" if slo.max_p99_s is None else repr(slo.max_p99_s)
-        grace = "" if slo.grace_s is None else repr(slo.grace_s)
-        m.PLAN_INFO.labels(
-            plan.name, v.name, slo.traffic, repr(slo.max_error_rate), p99, str(slo.hold_s), str(slo.window_s),
-            repr(slo.min_calls), grace, repr(rps["organic"]), repr(rps["drill"]), repr(v.traffic.timeout_s),
-        ).set(1)  # fmt: skip
+def edge_reader(load: LoadDriver, config: str) -> Callable[[int], Snapshot] | None:
+    """The edge's exact counts of a second, reduced as the scraper reduces a /metrics text, when the load keeps
+    them (None: the scraper reads the edge from the load's /metrics)."""
+    counts = load.exact_counts()
+    if counts is None:
+        return None
+    return lambda second: reduce_families(counts.families(second), config=config)
 
 
 class Runner:
+    """A plan's trials, interleaved (A B C A B C …), each through `run_config`; `run` writes the outputs."""
+
     def __init__(
         self,
         plan: Plan,
@@ -167,65 +108,24 @@ class Runner:
 
     # -- one configuration -----------------------------------------------------------------
     async def run_config(self, variant: Variant, index: int, trial: int = 1) -> RunSeries:
-        plan, target = self.plan, self.target
-        label = variant.name
-        workdir = self.out / "logs" / label
-        if plan.trials > 1:
-            workdir = workdir / f"trial-{trial}"
-        if workdir.exists():
-            for f in workdir.glob("*"):
-                if f.is_file():
-                    f.unlink()
-        load = None
-        probe = None
+        """One trial of `variant`: the stack up, its load on the plan's schedule, a reading and a tick each second
+        to the end of its phases, everything stopped; its series (kept by `run`) and its extras (kept here)."""
+        plan, target, label = self.plan, self.target, variant.name
+        workdir = self._workdir(label, trial)
+        load: LoadDriver | None = None
         guard: TrialGuard | None = None
-        phase_gauges = {p: m.PHASE.labels(plan.name, p) for p in ("warmup", "fault", "recovery")}
-        fault_gauge = m.FAULT_ACTIVE.labels(plan.name)
+        tick: TrialTick | None = None
+        gauges = PhaseGauges(plan.name)
         try:
             await target.up(variant, trial, workdir)
-            # before this configuration's first fault; not after a guard's trip, whose emergency stop turned the
-            # services' injection off on purpose (one way: the trials that follow show what that left)
-            tripped = any(s.guard for trials in self.series.values() for s in trials)
-            if self.preflight is not None and target.kind == "stack" and not tripped:
-                await self.preflight.stack(variant)
-                if self.preflight.edge_call is not None:
-                    target.use_call(self.preflight.edge_call)
-            tr, fault = variant.traffic, variant.fault
-            if plan.stack is not None and plan.stack.load is not None:  # the stack's own load, by command
-                load = CommandLoad(
-                    plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault, phases=plan.phases,
-                    spec=plan.stack.load, prometheus=plan.stack.prometheus, workdir=workdir, trial=trial,
-                    edge=plan.stack.edge,
-                )  # fmt: skip
-            elif tr.driver == "locust":  # the plan checked the profile exists
-                load = LocustLoad(
-                    plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault,
-                    phases=plan.phases, workdir=workdir, trial=trial,
-                )  # fmt: skip
-            else:
-                url, counts = runner_metrics()
-                load = AioLoad(
-                    plan=plan.name, seed=plan.seed, config_label=label, traffic=tr, fault=fault,
-                    phases=plan.phases, edge_call=target.edge_call(variant), counts=counts, metrics_url=url,
-                    trial=trial,
-                )  # fmt: skip
+            await self._stack_checks(variant)
+            url, counts = runner_metrics()
+            load = driver_for(plan, variant, trial, workdir, target, counts=counts, metrics_url=url)
             if self.prometheus is not None and getattr(self.prometheus, "sd_file", True) is not None:
-                # every hop and load through the relay (harness.drills.readings.relay): the same targets each trial of
-                # the same shape, so Prometheus reads a new trial's hops within a scrape interval instead of
-                # discovering new ports on its 5-s tick. The load waits until each was read once, or the
-                # hops' first seconds (all of warm-up in a short plan) would be missing from Prometheus.
-                own = runner_metrics_url()
-                *_, base, relay = _runner_server()
-                others = [(svc, url) for svc, url in target.endpoints() + load.metrics_endpoints() if url != own]
-                urls, relay_targets = relayed(base, others)
-                relay.set(urls)
-                self.prometheus.set_targets([(None, own), *relay_targets])
-                if not await asyncio.to_thread(relay.wait_served, urls, WAIT_SCRAPED_S):
-                    self.log(f"[{label}] prometheus has not scraped every replica yet: first seconds may be missing")
-            edge = None
-            if isinstance(load, AioLoad):  # the edge's exact per-second counts, straight from the load
-                edge = lambda second: reduce_families(load.counts.families(second), config=label)  # noqa: E731
-            scraper = Scraper(lambda: target.endpoints() + load.metrics_endpoints(), config=label, edge=edge)
+                await point_prometheus(self.prometheus, target.endpoints() + load.metrics_endpoints(),
+                                       lambda text: self.log(f"[{label}] {text}"))  # fmt: skip
+            scraper = Scraper(lambda: target.endpoints() + load.metrics_endpoints(), config=label,
+                              edge=edge_reader(load, label))  # fmt: skip
             wall0 = scraper.wall0
             await scraper.prime()  # the hops before the first call
             gates0 = await self._target_gates(variant)
@@ -233,93 +133,100 @@ class Runner:
             start_unix = load.start_unix
             scraper.begin_at(start_unix)  # the load's first second is the baseline, however late we get there
             anchor = scraper.mono(start_unix) + SCRAPE_DELAY_S
-            ph = plan.phases
-            end_at = anchor + ph.total + 1.0
-            state = {"phase": None}
+            end_at = anchor + plan.phases.total + 1.0
             if plan.guard is not None:
                 guard = TrialGuard(
                     plan, label=label, trial=trial, load=load, target=target, workdir=workdir, start_unix=start_unix,
                     start_t=start_unix - wall0, prometheus=self.prometheus_guards, log=self.log,
-                    annotate=self._annotate, on_trip=lambda: fault_gauge.set(0),
+                    annotate=self._annotate, on_trip=gauges.fault_off,
                 )  # fmt: skip
                 guard.start()
-
-            def tick() -> None:
-                if self.interrupted:  # a cancel that something swallowed still stops the drill within a tick
-                    raise asyncio.CancelledError(self.interrupted)
-                crashed = target.crashed()
-                if crashed:
-                    raise DrillError(f"service crashed during the drill: {', '.join(crashed)}")
-                if guard is not None:  # first: a trip's stop does not wait for the live view
-                    guard.check(scraper.samples)
-                elapsed = time.time() - start_unix
-                phase = ph.at(elapsed)
-                if phase != state["phase"]:
-                    # each boundary at its own time, also those a late tick stepped over (once in CI, a trial's
-                    # first tick came after its 2-s warm-up: the warm-up's annotation was never posted)
-                    for entered in ph.entered(state["phase"], phase):
-                        self._annotate("event", f"{label} trial {trial}: {entered}", phase=entered,
-                                       at_s=start_unix + ph.start_of(entered), tags=(f"config:{label}",))  # fmt: skip
-                    state["phase"] = phase
-                    if phase == "fault" and variant.probe and probe is None:
-                        start_probe()
-                    for p, g in phase_gauges.items():
-                        g.set(1 if p == phase else 0)
-                    fault_gauge.set(1 if phase == "fault" and not (guard and guard.tripped) else 0)
-                if self.on_sample is not None:
-                    self.on_sample(
-                        {
-                            "config": label if plan.trials == 1 else f"{label} #{trial}/{plan.trials}",
-                            "index": index, "count": len(plan.variants), "phase": phase,
-                            "elapsed": elapsed, "total": ph.total, "samples": scraper.samples,
-                            "hops": plan.hop_names, "planned_rps": load.planned_rps(),
-                            "timeout_s": tr.timeout_s,
-                            "guard": guard.view() if guard else None,
-                        }
-                    )  # fmt: skip
-
-            def start_probe() -> None:
-                nonlocal probe
-                probe = self._start_probe(variant.probe, target.edge()[0], workdir)
-
+            tick = TrialTick(
+                plan, variant, index=index, trial=trial, start_unix=start_unix, scraper=scraper, load=load,
+                target=target, guard=guard, gauges=gauges, workdir=workdir, interrupted=lambda: self.interrupted,
+                annotate=self._annotate, on_sample=self.on_sample, log=self.log,
+            )  # fmt: skip
             await scraper.run(lambda: time.monotonic() >= end_at, tick, anchor=anchor)
-            if isinstance(load, AioLoad):
-                await load.wait(timeout_s=plan.traffic.timeout_s + 1.0)
+            await load.wait(timeout_s=plan.traffic.timeout_s + 1.0)
             await scraper.settle()
         finally:
             tripped = await guard.finish() if guard is not None else None  # before the services go
-            for g in phase_gauges.values():
-                g.set(0)
-            fault_gauge.set(0)
+            gauges.clear()
             if load is not None:
                 await load.stop()
-            if probe is not None:
-                await asyncio.to_thread(stop_processes, [probe])
+            if tick is not None and tick.probe is not None:
+                await asyncio.to_thread(stop_processes, [tick.probe])
             await target.down()
-        samples = scraper.samples
-        edge_errors = None
-        if target.selectors():  # hops already scraped by a Prometheus: read them onto our seconds now
-            samples = await asyncio.to_thread(self._hops_from_prometheus, samples, wall0)
-        if isinstance(load, CommandLoad) and load.spec.selector:  # so is the load: its calls too
-            samples, edge_errors = await asyncio.to_thread(self._edge_from_prometheus, samples, wall0, label)
-        # both loads start their phases on a whole unix second and say which (Locust in its phase gauges)
-        on, off = start_unix - wall0 + ph.warmup, start_unix - wall0 + ph.warmup + ph.fault
-        series = build_series(label, samples, on, off)
-        series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
+        series = await self._series(variant, load, scraper.samples, wall0, start_unix)
         series.guard = tripped
-        if edge_errors is not None:  # read from Prometheus: each second says how far it may be off
-            series.edge_error = [max(a, b) for a, b in zip(edge_errors[0], edge_errors[0][1:], strict=False)]
-            series.fault_error, series.resolution_s = (0.0, 0.0), edge_errors[1]
+        probe_out = workdir / "probe.out" if tick is not None and tick.probe is not None else None
+        await self._keep(variant, trial, series, load, scraper.errors, workdir, wall0, start_unix, gates0, probe_out)
+        return series
+
+    async def _keep(self, variant: Variant, trial: int, series: RunSeries, load: LoadDriver, scrape_errors,
+                    workdir: pathlib.Path, wall0: float, start_unix: float, gates0: dict | None,
+                    probe_out: pathlib.Path | None) -> None:  # fmt: skip
+        """What the run keeps of a finished trial beside its series: its windows (for Prometheus' read-back), its
+        fault window's annotation, and its extras for results.json (the services' audit lines and gates read
+        now, after the trial)."""
+        label = variant.name
+        on, off = self._window(wall0, start_unix)
         self.windows[label] = (wall0 + on, wall0 + off)
         self._annotate("region", wall0 + on, wall0 + off, f"{label} trial {trial}: fault {variant.fault.directive}",
                        phase="fault", tags=(f"config:{label}",))  # fmt: skip
         self.trial_windows.setdefault(label, []).append((wall0, time.time(), wall0 + on, wall0 + off))
-        observed = await target.audit_hits(workdir, start_unix, time.time())
+        observed = await self.target.audit_hits(workdir, start_unix, time.time())
         gates = await self._target_gates(variant)
         during = None if gates is None or gates0 is None else landing.gates_during(gates0, gates)
-        self.extras.setdefault(label, []).append(
-            self._extras(variant, load, scraper, workdir, wall0, probe, observed, series, during)
-        )  # fmt: skip
+        self.extras.setdefault(label, []).append(trial_extras(
+            self.plan, variant, load, target_kind=self.target.kind, scrape_errors=scrape_errors, wall0=wall0,
+            probe_out=probe_out, observed=observed, series=series, gates=during,
+        ))  # fmt: skip
+
+    def _workdir(self, label: str, trial: int) -> pathlib.Path:
+        """The trial's log directory (`logs/CONFIG`, `/trial-K` when the plan has more than one), emptied of files."""
+        workdir = self.out / "logs" / label
+        if self.plan.trials > 1:
+            workdir = workdir / f"trial-{trial}"
+        if workdir.exists():
+            for f in workdir.glob("*"):
+                if f.is_file():
+                    f.unlink()
+        return workdir
+
+    async def _stack_checks(self, variant: Variant) -> None:
+        """The preflight's checks of a running stack, after the switch, before this configuration's first load; not
+        after a guard's trip, whose emergency stop turned the services' injection off on purpose (one way: the
+        trials that follow show what that left)."""
+        tripped = any(s.guard for trials in self.series.values() for s in trials)
+        if self.preflight is not None and self.target.kind == "stack" and not tripped:
+            await self.preflight.stack(variant)
+            if self.preflight.edge_call is not None:
+                self.target.use_call(self.preflight.edge_call)
+
+    def _window(self, wall0: float, start_unix: float) -> tuple[float, float]:
+        """The fault's (on, off) in seconds after `wall0`: every load starts its phases on a whole unix second and
+        says which (Locust in its phase gauges)."""
+        ph = self.plan.phases
+        on = start_unix - wall0 + ph.warmup
+        return on, on + ph.fault
+
+    async def _series(self, variant: Variant, load: LoadDriver, samples: list, wall0: float,
+                      start_unix: float) -> RunSeries:  # fmt: skip
+        """The trial's per-second series: the scraper's samples, with what a stack's Prometheus holds (its hops,
+        an external load's calls) read onto the same seconds now."""
+        edge_errors = None
+        if self.target.selectors():  # hops already scraped by a Prometheus: read them onto our seconds now
+            samples = await asyncio.to_thread(self._hops_from_prometheus, samples, wall0)
+        selector = load.edge_selector()
+        if selector:  # so is the load: its calls too
+            samples, edge_errors = await asyncio.to_thread(self._edge_from_prometheus, samples, wall0, variant.name,
+                                                           selector)  # fmt: skip
+        series = build_series(variant.name, samples, *self._window(wall0, start_unix))
+        series.planned_rps, series.timeout_s = load.planned_rps(), variant.traffic.timeout_s
+        if edge_errors is not None:  # read from Prometheus: each second says how far it may be off
+            series.edge_error = [max(a, b) for a, b in zip(edge_errors[0], edge_errors[0][1:], strict=False)]
+            series.fault_error, series.resolution_s = (0.0, 0.0), edge_errors[1]
         return series
 
     async def _target_gates(self, variant: Variant) -> dict[str, landing.Gates | None] | None:
@@ -331,54 +238,13 @@ class Runner:
         urls = [url for hop, url in self.target.endpoints() if hop == name]
         return await landing.read_gates(urls) if urls else None
 
-    def _extras(self, variant, load, scraper, workdir, wall0, probe, observed: set[str] | None,
-                series: RunSeries | None = None, gates: dict | None = None) -> dict:  # fmt: skip
-        """What results.json keeps of a trial beside the analysis: where it ran, which ids were hit, and whether
-        the fault landed as planned (harness.drills.analysis.landing: `hits.as_planned`, `hits.note`)."""
-        tagged = load.expected_hits()
-        expected = set(tagged or ())
-        extras = {
-            "config": variant.config or ("plain" if self.target.kind == "topology" else variant.name),
-            "started_unix": round(wall0, 3),
-            "driver": load.name,
-            "scrape_errors": scraper.errors,
-            "hits": {"expected": len(expected), "expected_digest": ids_digest(expected)} if tagged is not None else {},
-        }
-        if observed is not None:  # the services' own audit lines
-            extras["hits"].update({
-                "observed": len(observed), "observed_digest": ids_digest(observed),
-                "observed_subset_of_expected": observed <= expected if expected else None,
-            })  # fmt: skip
-        if isinstance(load, AioLoad) and load.message_counts() is not None:  # a streaming edge's messages
-            extras["messages"] = load.message_counts()
-        if isinstance(load, AioLoad):  # what the load itself was told: ids answered with the x-drill-fault marker
-            marked = set(load.observed_hits())
-            extras["hits"].update({"marked": len(marked), "marked_digest": ids_digest(marked)})
-            if observed is None:  # a running stack: the marker is the services' own word on what they hit
-                extras["hits"].update({
-                    "observed": len(marked), "observed_digest": ids_digest(marked),
-                    "observed_subset_of_expected": marked <= expected if expected else None,
-                })  # fmt: skip
-        if tagged is not None and series is not None and series.guard:  # tagging stopped early, on purpose
-            extras["hits"].update({"as_planned": None, "note": None})
-        elif tagged is not None:
-            witnesses = landing.Witnesses(
-                expected, audited=observed, marked=set(load.observed_hits()) if isinstance(load, AioLoad) else None,
-                injected=landing.injected(series.values) if series is not None else None, gates=gates,
-            )  # fmt: skip
-            ok, note = landing.judge(witnesses, variant.fault, seed=self.plan.seed, hops=self.plan.hop_names)
-            extras["hits"].update({"as_planned": ok, "note": note})
-        if probe is not None:
-            extras["probe"] = _probe_summary(workdir / "probe.out")
-        return extras
-
-    def _edge_from_prometheus(self, samples: list, wall0: float, config: str) -> tuple[list, tuple]:
+    def _edge_from_prometheus(self, samples: list, wall0: float, config: str, selector: str) -> tuple[list, tuple]:
         """Merge an external load's calls, read from the stack's Prometheus at our seconds, into our samples."""
         from harness.drills.readings.prom import read_edge
 
         time.sleep(2.0)  # the last scrapes of the trial land
         seconds = [t + wall0 for t, _ in samples]
-        edge, errors, widest = read_edge(self.plan.stack.prometheus, self.plan.stack.load.selector, config, seconds)
+        edge, errors, widest = read_edge(self.plan.stack.prometheus, selector, config, seconds)
         return [(t, {**snap, **extra}) for (t, snap), extra in zip(samples, edge, strict=True)], (errors, widest)
 
     def _hops_from_prometheus(self, samples: list, wall0: float) -> list:
@@ -389,17 +255,6 @@ class Runner:
         seconds = [t + wall0 for t, _ in samples]
         hops = read_hops(self.plan.stack.prometheus, self.target.selectors(), seconds)
         return [(t, {**snap, **extra}) for (t, snap), extra in zip(samples, hops, strict=True)]
-
-    def _start_probe(self, spec: Probe, edge: str, workdir: pathlib.Path):
-        """`drill probe half-open EDGE` as a child process (bounded by its own --timeout)."""
-        argv = [
-            sys.executable, "-m", "harness.cli", "probe", spec.kind, edge,
-            "--count", str(spec.count), "--timeout", str(spec.timeout_s), "--json",
-        ]  # fmt: skip
-        if not spec.preface:
-            argv.append("--no-preface")
-        self.log(f"probe: {' '.join(argv[3:])}")
-        return spawn(argv, workdir / "probe.out", python_env())
 
     # -- the whole plan --------------------------------------------------------------------
     async def run(self) -> dict:
@@ -418,7 +273,7 @@ class Runner:
         for sig in SIGNALS:
             loop.add_signal_handler(sig, interrupt, sig)
         started = time.time()
-        failed: BaseDrillError | None = None
+        failed: DrillError | None = None
         try:
             for trial in range(1, plan.trials + 1):  # interleaved: A B C A B C …
                 for i, variant in enumerate(plan.variants):
@@ -426,7 +281,7 @@ class Runner:
                         continue
                     try:
                         series = await self.run_config(variant, i, trial)
-                    except BaseDrillError as exc:  # a late failure keeps what was measured before it
+                    except DrillError as exc:  # a late failure keeps what was measured before it
                         failed = exc
                         self.failed = {"config": variant.name, "trial": trial, "error": str(exc).splitlines()[0]}
                         break
@@ -458,7 +313,7 @@ class Runner:
         self.log(f"[{name}] trial {trial} skipped: a guard stopped its trial {earlier[0]} (guard.after_trip: skip)")
         return True
 
-    def _keep_finished(self, started: float, failed: BaseDrillError) -> None:
+    def _keep_finished(self, started: float, failed: DrillError) -> None:
         """Write the trials that finished before `failed` (marked as such), then fail the run with `failed`'s exit
         code (1 for a failed run; a later configuration's preflight may refuse with 2 or 4)."""
         where = f"{self.failed['config']} trial {self.failed['trial']}"

@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 
 from harness.core.snapshots import EdgeCounts, LoadExport
 from harness.drills.load.aio import AioLoad
+from harness.drills.load.schedule import request_id
 from harness.drills.plan.sections import Fault, Phases, Traffic
 from harness.drills.plan.stack import EdgeSpec
 from harness.drills.stack.edge import resolve_edge
@@ -98,7 +99,8 @@ def test_a_stream_sends_its_messages_at_the_rate_reads_every_reply_and_counts_th
     assert calls(counts) == {("organic", "OK", "false"): 5}
     # the server got the 3 messages of each call under the call's one request id, and answered each
     got = records(notes, f"p-{SEED}-organic0-")
-    assert sorted(r["request_id"] for r in got) == [f"p-{SEED}-organic0-{n}" for n in range(5)]
+    assert sorted(r["request_id"] for r in got) == sorted(request_id("p", SEED, "paced", 1, "organic0", n)
+                                                          for n in range(5))  # fmt: skip
     assert {(r["method"], r["received"], r["sent"]) for r in got} == {("Chat", 3, 3)}
     # message 3 leaves 2 / 20 s after the first: no call ends within 100 ms
     (_, latency, _) = counts.families(int(time.time()) + 60)

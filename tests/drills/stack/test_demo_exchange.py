@@ -22,7 +22,7 @@ from harness.core.settings import FaultSettings
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.demo.serve import start_server
 from harness.demo.service import Capacity, plain_downstream
-from harness.drills.load.schedule import ids_digest
+from harness.drills.load.schedule import ids_digest, request_id
 from harness.drills.stack.edge import DEMO_EXCHANGE_MESSAGES
 from tests.conftest import drill_process
 
@@ -50,9 +50,9 @@ def test_an_exchange_drill_hits_the_ledger_as_predicted(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((tmp_path / "out" / "results.json").read_text())
     (t,) = r["configs"]["plain"]["trials"]
-    # the drill user (2nd of 2, offset 1/2 of its period) sends exchange-11-drill0-N at N/10 + 1/20 s after the
+    # the drill user (2nd of 2, offset 1/2 of its period) sends exchange-11-drill0-N-MIX at N/10 + 1/20 s after the
     # load's first second; those in the fault window [1 s, 3 s) carry the directive
-    tagged = [f"exchange-11-drill0-{n}" for n in range(40) if 1 <= n / 10 + 1 / 20 < 3]
+    tagged = [request_id("exchange", 11, "plain", 1, "drill0", n) for n in range(40) if 1 <= n / 10 + 1 / 20 < 3]
     hit = {i for i in tagged if is_hit(11, i, DIRECTIVE, 60)}
     assert 0 < len(hit) < len(tagged)
     h = t["hits"]

@@ -12,6 +12,7 @@ import sys
 import pytest
 import yaml
 
+from harness.drills.load.schedule import request_id
 from harness.drills.plan.files import load_plan, shipped_plans
 from harness.procs import spawn
 from tests.conftest import ROOT, drill_inprocess
@@ -44,19 +45,27 @@ def test_a_dry_run_of_a_shipped_plan_starts_nothing_and_predicts_what_drill_hits
     order = [(v.name, str(k)) for k in range(1, loaded.trials + 1) for v in loaded.variants]
     assert [(name, trial) for _, name, trial, _, _ in rows] == order, text
     assert re.search(r"^duration  about \d+ (min \d+ s|s): ", text, re.M)
-    # each configuration's expected hits are `drill hits`' for the ids the dry run names
+    # each trial's expected hits are `drill hits`' for the ids the dry run names (trial 1 on the configuration's
+    # line, every trial's count on the line below it when the plan has more than one)
     for v in loaded.variants:
         line = re.search(rf"^  {re.escape(v.name)}: (\d+) of (\d+) tagged ids \(digest \w+\): ids \S+ for (.+)$",
                          text, re.M)  # fmt: skip
         if not v.fault.directive or not v.traffic.drill_users:
             assert line is None and f"  {v.name}: none" in text
             continue
-        expected, tagged = int(line[1]), int(line[2])
-        ids = [f"{loaded.name}-{loaded.seed}-{user}-{n}" for user, lo, hi in re.findall(r"(\w+) (\d+)–(\d+)", line[3])
-               for n in range(int(lo), int(hi) + 1)]  # fmt: skip
-        assert len(ids) == tagged
-        said = hits_of(ids, "--seed", str(loaded.seed), "--directive", v.fault.directive, "--ratio", str(v.fault.ratio))
-        assert said.startswith(f"{expected}/{tagged} hit"), (v.name, said)
+        expected, tagged = [int(line[1])], int(line[2])
+        if loaded.trials > 1:
+            counts = re.match(rf"\n    trials 1–{loaded.trials}: ([\d, ]+) of {tagged} hit$", text[line.end():], re.M)
+            expected = [int(c) for c in counts[1].split(", ")]
+            assert expected[0] == int(line[1]) and len(expected) == loaded.trials, counts[0]
+        spans = [(user, int(lo), int(hi)) for user, lo, hi in re.findall(r"(\w+) (\d+)–(\d+)", line[3])]
+        for trial, want in enumerate(expected, 1):
+            ids = [request_id(loaded.name, loaded.seed, v.name, trial, user, n) for user, lo, hi in spans
+                   for n in range(lo, hi + 1)]  # fmt: skip
+            assert len(ids) == tagged
+            said = hits_of(ids, "--seed", str(loaded.seed), "--directive", v.fault.directive, "--ratio",
+                           str(v.fault.ratio))  # fmt: skip
+            assert said.startswith(f"{want}/{tagged} hit"), (v.name, trial, said)
 
 
 def test_a_dry_run_says_how_each_guard_would_act(tmp_path):

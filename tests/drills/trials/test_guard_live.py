@@ -28,7 +28,7 @@ import urllib.request
 import pytest
 
 from harness.core.snapshots import second_of
-from harness.drills.load.schedule import ids_digest
+from harness.drills.load.schedule import ids_digest, request_id
 from harness.drills.readings.series import read_series_document
 from tests.conftest import drill_inprocess
 from tests.fake_grafana import FakeGrafana
@@ -155,7 +155,7 @@ def test_the_trip_stops_injection_within_a_second(run):
     # and the hop injected nothing new: its fault counter stands still from then on
     assert len({hits for *_, hits in after}) == 1 and after[0][3] > 0, after
     # the load's own filing of every call it got back: none with the trailer after trip + 1 s
-    from harness.drills.trials.runner import runner_metrics
+    from harness.drills.trials.metrics_server import runner_metrics
 
     counts = runner_metrics()[1]
     start = int(results["configs"]["drop"]["trials"][0]["started_unix"])
@@ -182,12 +182,12 @@ def test_the_dry_run_predicts_the_hits_a_run_reports(run):
     # directive stopped (call n is scheduled 2/30 + n/10 s into the trial; later ones may be untagged too: a call
     # whose turn came while the loop was busy is decided when it runs)
     (user, lo, hi), = re.findall(r"^  drop: .* for (\w+) (\d+)–(\d+)$", dry.stdout, re.M)
-    ids = [f"guardlive-7-{user}-{n}" for n in range(int(lo), int(hi) + 1)]  # ratio 100: every one is hit
+    ids = [request_id("guardlive", 7, "drop", 1, user, n) for n in range(int(lo), int(hi) + 1)]  # ratio 100: all hit
     trial = results["configs"]["drop"]["trials"][0]
     drop, g = trial["hits"], trial["guard"]
     assert 0 < drop["expected"] <= len(ids) and drop["expected_digest"] == ids_digest(ids[: drop["expected"]])
     _, series = read_series_document(json.loads((out / "series.json").read_text()))
     start_unix = trial["started_unix"] + series["drop"][0].fault_on - PLAN["phases"]["warmup"]
-    last = int(ids[drop["expected"] - 1].rsplit("-", 1)[1])
+    last = int(ids[drop["expected"] - 1].rsplit("-", 2)[1])  # N of PLAN-SEED-USER-N-MIX
     assert 2 / 30 + last / 10 <= g["at_unix"] - start_unix + 0.002, (last, g["at_unix"] - start_unix)
     assert drop["observed_subset_of_expected"] is True

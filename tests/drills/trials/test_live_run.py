@@ -4,7 +4,7 @@ A two-hop plain chain (no retries), two variants × two trials, with `--promethe
 `--grafana` (a stand-in API) and `--fail-on`. Everything asserted is what the method
 guarantees exactly, so none of it depends on how busy the machine is:
 
-- trials interleave A B A B; the same seed sends the same ids;
+- trials interleave A B A B; each trial sends the ids its seed, configuration and trial name;
 - the hit set: the ids the load tagged during the fault and the pure hit function picks
   are exactly the ids the ledger audited, and none came back with the `x-drill-fault`
   marker (set by the hop that injects, never relayed by the gateway in front of it);
@@ -29,7 +29,7 @@ import pytest
 
 from harness.core.faults import is_hit
 from harness.drills.analysis.trial import total_requests
-from harness.drills.load.schedule import ids_digest
+from harness.drills.load.schedule import ids_digest, request_id
 from harness.drills.plan.outputs import SeriesKey
 from harness.drills.readings.series import read_series_document
 from harness.procs.prometheus import LocalPrometheus
@@ -101,12 +101,12 @@ def test_trials_interleave_and_every_reader_sees_the_predicted_hit_set(run):
     _, results, _, _ = run
     trials = sorted((t["started_unix"], name, t["trial"]) for name, t in _trials(results))
     assert [(n, k) for _, n, k in trials] == [("a", 1), ("b", 1), ("a", 2), ("b", 2)]  # A B A B
-    # The drill user (3rd of 3 users, offset 2/3 of its period) sends ids tiny-11-drill0-N at N/10 + 1/15 s
+    # The drill user (3rd of 3 users, offset 2/3 of its period) sends ids tiny-11-drill0-N-MIX at N/10 + 1/15 s
     # after the load's first second; those inside the fault window [2 s, 5 s) carry the directive.
-    tagged = [f"tiny-11-drill0-{n}" for n in range(90) if 2 <= n / 10 + 1 / 15 < 5]
-    predicted = ids_digest(i for i in tagged if is_hit(11, i, "abort:UNAVAILABLE", 60))
-    count = sum(is_hit(11, i, "abort:UNAVAILABLE", 60) for i in tagged)
     for name, t in _trials(results):
+        tagged = [request_id("tiny", 11, name, t["trial"], "drill0", n) for n in range(90) if 2 <= n / 10 + 1 / 15 < 5]
+        predicted = ids_digest(i for i in tagged if is_hit(11, i, "abort:UNAVAILABLE", 60))
+        count = sum(is_hit(11, i, "abort:UNAVAILABLE", 60) for i in tagged)
         h = t["hits"]
         assert (h["expected"], h["expected_digest"]) == (count, predicted), (name, h)
         assert (h["observed"], h["observed_digest"]) == (count, predicted), (name, h)  # the ledger's audit log
