@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from harness.core.faults import is_hit
+from harness.core.ids import request_id
 from harness.drills.load.schedule import ids_digest
 from harness.drills.plan.files import load_plan
 from tests.conftest import drill_inprocess, drill_process
@@ -97,9 +98,10 @@ def test_a_relative_glob_finds_the_services_log_whatever_the_current_folder_and_
     assert f"preflight ok  stack.audit.files[1] {made}/*.log: 1 file" in run.stderr, run.stderr[-3000:]
     r = json.loads((out / "results.json").read_text())
     (t,) = r["configs"]["mine"]["trials"]
-    # the drill user (2nd of 2 users, offset 1/2 of its period) sends notes-5-drill0-N at N/10 + 1/20 s after the
-    # trial's first second; those in the fault window [1 s, 3 s) carry the directive
-    tagged = [f"notes-{SEED}-drill0-{n}" for n in range(40) if 1 <= n / 10 + 1 / 20 < 3]
+    # the drill user (2nd of 2 users, offset 1/2 of its period) sends call N at N/10 + 1/20 s after the trial's
+    # first second (id notes-5-drill0-N-MIX of configuration mine, trial 1); those in the fault window [1 s, 3 s)
+    # carry the directive
+    tagged = [request_id("notes", SEED, "mine", 1, "drill0", n) for n in range(40) if 1 <= n / 10 + 1 / 20 < 3]
     hit = {i for i in tagged if is_hit(SEED, i, "abort:UNAVAILABLE", 50)}
     h = t["hits"]
     assert hit and (h["observed"], h["observed_digest"]) == (len(hit), ids_digest(hit)), h  # its audit lines

@@ -465,14 +465,15 @@ def _discovery_wait(url: str) -> float:
 
 
 def hits_expected(plan: Plan, variant: Variant) -> bool:
-    """Whether a trial of `variant` expects hits: the aio load's tagged ids include one the seed hits (what the
+    """Whether a trial of `variant` expects hits: some trial's tagged ids include one the seed hits (what the
     dry run predicts), or an external load (its ids are its own) sends drill calls with a directive."""
     f, tr = variant.fault, variant.traffic
     if not f.directive or not f.ratio or not tr.drill_users or not tr.drill_rate:
         return False
     if plan.stack is not None and plan.stack.load is not None:
         return True
-    return any(is_hit(plan.seed, r, f.directive, f.ratio) for r in tagged_ids(plan.name, plan.seed, tr, f, plan.phases))
+    return any(is_hit(plan.seed, r, f.directive, f.ratio) for trial in range(1, plan.trials + 1)
+               for r in tagged_ids(plan.name, plan.seed, variant.name, trial, tr, f, plan.phases))  # fmt: skip
 
 
 def _options(directive: str) -> Directive | None:
