@@ -209,51 +209,52 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(f"init: --service {args.service!r}: a hop's name is lower-case letters, digits and '-', "
                        "starting with a letter")  # fmt: skip
     out = _out(args)
-    address = args.upstream if mode == "proxy" else args.target
-    option = "--upstream" if mode == "proxy" else "--target"
-    ports = []
+    address, option = (args.upstream, "--upstream") if mode == "proxy" else (args.target, "--target")
     if mode == "proxy":
         port, port_said = pick_port(args.port, PROXY_PORT, "--port")
         metrics_port, metrics_said = pick_port(args.metrics_port, PROXY_METRICS_PORT, "--metrics-port", (port,))
-        ports = [f"the proxy: gRPC port {port_said}", f"the proxy: /metrics port {metrics_said}"]
-    from_file = bool(args.proto or args.descriptor_set)
-    if from_file:  # a file's types first: a .proto that does not compile is bad input whatever the network
-        methods, said = methods_of(args, address, option)
-    if not (args.no_dry_run and from_file):  # the service is asked (reflection) or the dry run needs it up
-        reach(address, option)
-    if not from_file:
-        methods, said = methods_of(args, address, option)
-    edge, why = starter.pick_edge(methods, args.method)
+    methods, said, edge, why = _listing(args, address, option)
     service = starter.short(edge).rpartition("/")[0]
     hop = args.service or starter.hop_name(service)
 
     print(f"methods of {address} (from {said}):")
     print(starter.methods_table(methods, edge))
-    chosen = " (--method)" if why == "--method" else f", {why}; --method NAME picks another"
-    print(f"the edge: {starter.short(edge)}{chosen}")
-    named = "--service" if args.service else f"from {service}; --service NAME names it otherwise"
-    print(f"the hop: {hop} ({named})")
-    for line in ports:
-        print(line)
-
+    print(f"the edge: {starter.short(edge)}" + (" (--method)" if why == "--method" else
+                                                 f", {why}; --method NAME picks another"))  # fmt: skip
+    print(f"the hop: {hop} (" + ("--service)" if args.service else
+                                 f"from {service}; --service NAME names it otherwise)"))  # fmt: skip
     if mode == "proxy":
+        print(f"the proxy: gRPC port {port_said}; /metrics port {metrics_said}")
         front: starter.ViaProxy | starter.Direct = starter.ViaProxy(address, port, metrics_port)
     else:
-        host, _ = cliargs.split_host_port(address)
-        host = f"[{host}]" if ":" in host else host
-        front = starter.Direct(address, args.metrics or f"http://{host}:{METRICS_PORT}/metrics")
-        if not args.metrics:
-            print(f"the hop's /metrics: {front.metrics} (--metrics URL if it serves them elsewhere)")
+        host = cliargs.split_host_port(address)[0]
+        front = starter.Direct(address, args.metrics or f"http://{f'[{host}]' if ':' in host else host}:"
+                                                       f"{METRICS_PORT}/metrics")  # fmt: skip
+        print(f"the hop's /metrics: {front.metrics}" + ("" if args.metrics else " (--metrics URL names another)"))
     types = _types(args, out, said, mode)
     text = starter.stack_file(methods, edge, hop=hop, seed=args.seed, types=types, front=front,
                               run_as=f"drill run {args.out}")  # fmt: skip
     out.write_text(text)
-    print(f"\nwrote {args.out}:\n")
-    print(text)
+    print(f"\nwrote {args.out}:\n\n{text}")
     if args.no_dry_run:
         print(f"no dry run (--no-dry-run): check it with `drill run {args.out} --dry-run`")
         return 0
     return _dry_run(args.out)
+
+
+def _listing(args: argparse.Namespace, address: str, option: str) -> tuple[list, str, protos.Method, str]:
+    """The methods, where they came from, the edge and why. A file's types are read and the edge picked before
+    the service is reached (bad input first, whatever the network); reflection asks the service itself."""
+    from_file = bool(args.proto or args.descriptor_set)
+    if from_file:
+        methods, said = methods_of(args, address, option)
+        edge, why = starter.pick_edge(methods, args.method)
+    if not (args.no_dry_run and from_file):  # the service is asked (reflection) or the dry run needs it up
+        reach(address, option)
+    if not from_file:
+        methods, said = methods_of(args, address, option)
+        edge, why = starter.pick_edge(methods, args.method)
+    return methods, said, edge, why
 
 
 def _dry_run(path: str) -> int:
