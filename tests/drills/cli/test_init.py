@@ -112,7 +112,8 @@ def test_a_service_with_reflection_needs_no_proto(tmp_path):
         proc.terminate()
         proc.wait(15)
     assert init.returncode == 0, init.stdout[-3000:] + init.stderr
-    assert _table(init.stdout) == {"shop.v1.Cart/Add": ("unary", True), "shop.v1.Cart/Watch": ("server-streaming", False)}
+    assert _table(init.stdout) == {"shop.v1.Cart/Add": ("unary", True),
+                                   "shop.v1.Cart/Watch": ("server-streaming", False)}  # fmt: skip
     assert f"methods of 127.0.0.1:{cart['port']} (from reflection at 127.0.0.1:{cart['port']})" in init.stdout
     assert "ok  edge method /shop.v1.Cart/Add and its request resolve by server reflection" in init.stdout
     data = yaml.safe_load(out.read_text())
