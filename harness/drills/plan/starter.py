@@ -298,7 +298,7 @@ def _edge_lines(methods: Sequence[Listed], edge: Listed, types: TypesFrom, addre
         out.append("    # a client stream: the request is the stream's messages, sent in order, then half-closed")
     request = request_of(edge)
     if request in ({}, []):
-        out.append(_kv("request", _flow(request), "its input message has no fields"))
+        out.append(_kv("request", _flow(request), "nothing to fill in: the default message"))
     else:
         body = yaml.safe_dump(request, default_flow_style=False, sort_keys=False, allow_unicode=True)
         out.append("    request:")

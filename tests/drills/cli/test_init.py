@@ -341,6 +341,7 @@ def test_a_proto_with_import_paths_reaches_the_proxy_as_a_descriptor_set(tmp_pat
 def test_the_edge_is_the_first_unary_method_or_the_one_named(shapes):
     _, methods = shapes
     assert starter.pick_edge(methods)[0].name == "/shapes.v1.Shapes/Unary"
+    assert starter.pick_edge(methods[::-1]) == (methods[0], "the first unary method")  # not merely the first
     streams = [m for m in methods if Kind(m.kind) is not Kind.UNARY]
     assert starter.pick_edge(streams) == (streams[0], "the first method (none is unary)")
     for name in ("Watch", "Shapes/Watch", "shapes.v1.Shapes/Watch", "/shapes.v1.Shapes/Watch"):
