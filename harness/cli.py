@@ -21,6 +21,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "harness.drills.cli.demo",
         "run the embedded demo drill (topology + load + MTTR report), no Docker",
     ),
+    "init": (
+        "harness.drills.cli.init",
+        "write a stack file for your service from its methods (through drill proxy, or its interceptors), "
+        "then dry-run it",
+    ),
     "run": ("harness.drills.cli.run", "run a drill plan (YAML) and write results.json and report.html"),
     "sweep": (
         "harness.drills.cli.sweep",
