@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench dashboards clean
+.PHONY: install demo test lint bench dashboards clean
 
 # uv installs the same set as pip in well under half the time (`time make .venv/.installed` on a fresh clone,
 # 2 cores: 32 s, against 76 s with pip), bytecode compiled as pip does: without it a process importing grpc
@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q 'uv>=0.5'
 	$(VENV)/bin/uv pip install --python $(PY) -q --compile-bytecode -e '.[dev]'
 	touch $(STAMP)
+
+# drill harness into .venv and nothing else (the first of the three commands in docs/proxy.md's fastest path)
+install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/drill demo --out drill-out

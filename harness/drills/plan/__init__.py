@@ -4,7 +4,8 @@ Owns: the plan's sections (`sections`: hops, traffic, fault, phases, SLO, probe;
 running; `guards`: stop conditions), the plan as a whole (`model.PlanFile`, what a user writes;
 `model.Plan`, what runs), the types of what a run produces (`outputs`: `SeriesKey`, `Results`), and the
 loading of plan files with every error named by its key path (`files`), which also writes the JSON Schema
-editors use (harness/drills/plan.schema.json).
+editors use (harness/drills/plan.schema.json), and a commented starter stack file written from a service's
+methods (`starter`, for `drill init`).
 
 May import: `harness.core`, `harness.interceptors` (a fault's client tagging), `harness.resilience` (a
 configuration's name or file is checked as the plan loads). Nothing else of `harness.drills`: every
