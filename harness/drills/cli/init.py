@@ -178,9 +178,8 @@ def methods_of(args: argparse.Namespace, address: str, option: str) -> tuple[lis
         raise RunFailed(f"init: {option} {address}: its server reflection did not answer ({err.code})") from None
 
 
-def _types(args: argparse.Namespace, out: pathlib.Path, said: str, mode: str) -> starter.TypesFrom:
-    """Where the file's types come from, paths relative to its folder. The proxy takes no import paths: a
-    .proto that needs them goes in as a descriptor set compiled beside the file (OUT.pb)."""
+def _types(args: argparse.Namespace, out: pathlib.Path, said: str) -> starter.TypesFrom:
+    """Where the file's types come from, paths relative to its folder."""
     here = out.parent.resolve()
 
     def rel(path: str) -> str:  # absolute when the two share nothing but the root
@@ -191,13 +190,6 @@ def _types(args: argparse.Namespace, out: pathlib.Path, said: str, mode: str) ->
         return starter.TypesFrom(descriptor_set=rel(args.descriptor_set), said=said)
     if not args.proto:
         return starter.TypesFrom(said=said)
-    if mode == "proxy" and args.proto_path:
-        pb = out.with_suffix(".pb")
-        if pb.exists() and not args.force:
-            raise BadInput(f"init: {pb} exists (the descriptor set of --proto with --proto-path); pass --force "
-                           "to overwrite it")  # fmt: skip
-        pb.write_bytes(protos.compile_proto(args.proto, args.proto_path, option="init: --proto"))
-        return starter.TypesFrom(descriptor_set=rel(str(pb)), said=f"{said}, compiled to {pb.name}")
     return starter.TypesFrom(proto=rel(args.proto), proto_path=tuple(rel(d) for d in args.proto_path), said=said)
 
 
@@ -231,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         front = starter.Direct(address, args.metrics or f"http://{f'[{host}]' if ':' in host else host}:"
                                                        f"{METRICS_PORT}/metrics")  # fmt: skip
         print(f"the hop's /metrics: {front.metrics}" + ("" if args.metrics else " (--metrics URL names another)"))
-    types = _types(args, out, said, mode)
+    types = _types(args, out, said)
     text = starter.stack_file(methods, edge, hop=hop, seed=args.seed, types=types, front=front,
                               run_as=f"drill run {args.out}")  # fmt: skip
     out.write_text(text)

@@ -288,13 +288,12 @@ def _stack_plan(spec: PlanFile, where: str, base_dir: pathlib.Path, source: str)
 
     Every path of a stack file is read from the plan file's folder, as configuration files are: the proxy's and
     the edge's `.proto`/descriptor set (the proxy's first: an edge without its own took the proxy's, so a
-    missing file is named under the key the user wrote it), the edge's `proto_path`, and `stack.audit.files`
+    missing file is named under the key the user wrote it), their `proto_path`, and `stack.audit.files`
     globs. Absolute paths stay as they are."""
     stack = spec.stack
     if stack.proxy is not None:
         stack = stack.model_copy(update={"proxy": _files_of(stack.proxy, "stack.proxy", base_dir, where)})
     edge = _files_of(stack.edge, "stack.edge", base_dir, where)
-    edge = edge.model_copy(update={"proto_path": [str((base_dir / d).resolve()) for d in edge.proto_path]})
     if stack.audit is not None and stack.audit.files:
         # globs, not files: joined to the folder, never normalised (`*/../x` stays the glob it was); whether
         # they match is the preflight's question, asked once the services run (they may create their logs then)
@@ -326,7 +325,8 @@ def _stack_plan(spec: PlanFile, where: str, base_dir: pathlib.Path, source: str)
 
 def _files_of(section, key: str, base_dir: pathlib.Path, where: str):
     """`section` (the edge or the proxy) with its `proto`/`descriptor_set` made absolute from `base_dir` and
-    checked to exist, or PlanError naming `key.field`."""
+    checked to exist, or PlanError naming `key.field`; its `proto_path` made absolute too."""
+    section = section.model_copy(update={"proto_path": [str((base_dir / d).resolve()) for d in section.proto_path]})
     for field in ("proto", "descriptor_set"):
         value = getattr(section, field)
         if value and not pathlib.Path(value).is_absolute():

@@ -140,6 +140,8 @@ class ProxyFront(Section):
     #: neither = the service's reflection, or the wire. The edge takes it too when it names neither
     descriptor_set: str | None = None
     proto: str | None = None
+    #: import paths for `proto` (default: the .proto's folder); the edge takes them with the proto
+    proto_path: list[str] = Field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -190,6 +192,8 @@ class Stack(Section):
             given = [k for k in ("proto", "descriptor_set") if proxy.get(k)]
             if len(given) == 1 and not edge.get("proto") and not edge.get("descriptor_set"):
                 edge[given[0]] = proxy[given[0]]
+                if given == ["proto"] and proxy.get("proto_path") and not edge.get("proto_path"):
+                    edge["proto_path"] = proxy["proto_path"]
             data["edge"] = edge
         if isinstance(data.get("hops"), list | tuple) and isinstance(proxy.get("metrics_port"), int):
             url = f"http://127.0.0.1:{proxy['metrics_port']}/metrics"
@@ -220,5 +224,7 @@ class Stack(Section):
                 raise ValueError(f"proxy.port and proxy.metrics_port are both {px.port}")
             if px.descriptor_set and px.proto:
                 raise ValueError("proxy: give descriptor_set or proto, not both (neither = the service's reflection)")
+            if px.proto_path and not px.proto:
+                raise ValueError("proxy.proto_path applies to proxy.proto: give proto too")
         return self
 

@@ -260,8 +260,6 @@ def _types_lines(types: TypesFrom, what: str) -> list[str]:
 
 
 def _proxy_lines(front: ViaProxy, hop: str, types: TypesFrom) -> list[str]:
-    if types.proto_path and types.proto:
-        raise ValueError("the proxy takes no import paths: give a .proto that needs them as a descriptor set")
     out = _wrap("drill proxy in front of your service, which stays as it is (any language): the runner starts it "
                 "for each trial, with injection on and this file's seed, and stops it after. It is the edge the "
                 "load calls (127.0.0.1:port) and the hop that injects the fault. Change first: `upstream`, if "

@@ -41,7 +41,7 @@ from harness.core.audit import hit_ids
 from harness.core.errors import RunFailed
 from harness.core.headers import DEFAULT_DRILL_TENANT
 from harness.drills.plan.model import Plan, Variant
-from harness.drills.plan.stack import Stack, StackConfig
+from harness.drills.plan.stack import ProxyFront, Stack, StackConfig
 from harness.drills.stack.edge import EdgeCall, demo_edge, resolve_edge, speaks_http2
 from harness.drills.stack.topology import Topology, audit_hit_ids
 from harness.procs.spawn import ServeError, ServeProcess, kill_group, last_line, start_serve
@@ -134,6 +134,17 @@ class LocalTopology:
         self.topology = None
 
 
+def proxy_args(px: ProxyFront, seed: int) -> list[str]:
+    """`drill proxy`'s options for `stack.proxy`: injection on, the plan's seed, the method kinds from its files."""
+    args = ["--upstream", px.upstream, "--port", str(px.port), "--metrics-port", str(px.metrics_port),
+            "--service", px.service, "--enable-faults", "--seed", str(seed)]  # fmt: skip
+    if px.descriptor_set:
+        args += ["--descriptor-set", px.descriptor_set]
+    if px.proto:
+        args += ["--proto", px.proto, *(a for d in px.proto_path for a in ("--proto-path", d))]
+    return args
+
+
 class RunningStack:
     """Services the runner did not start: switched per configuration by the user's commands."""
 
@@ -200,12 +211,7 @@ class RunningStack:
                 raise StackError(f"{key} 127.0.0.1:{port} is in use ({taken}): the runner cannot start drill proxy "
                                  "there; stop what listens on it (an earlier proxy: drill stop --all-local) or give "
                                  f"{key} a free port")  # fmt: skip
-        args = ["--upstream", px.upstream, "--port", str(px.port), "--metrics-port", str(px.metrics_port),
-                "--service", px.service, "--enable-faults", "--seed", str(self.seed)]  # fmt: skip
-        if px.descriptor_set:
-            args += ["--descriptor-set", px.descriptor_set]
-        if px.proto:
-            args += ["--proto", px.proto]
+        args = proxy_args(px, self.seed)
         self.log(f"starting drill proxy {px.address} -> {px.upstream} (service {px.service}); the upstream {seen}")
         try:
             self._proxy = start_serve("proxy", args, workdir, {"DRILL_FAULT_TENANTS": self.tenant}, command="proxy")

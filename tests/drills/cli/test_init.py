@@ -16,7 +16,7 @@ import time
 
 import pytest
 import yaml
-from google.protobuf import descriptor_pb2, json_format
+from google.protobuf import json_format
 
 from harness import protos
 from harness.core.errors import BadInput
@@ -24,6 +24,7 @@ from harness.core.faults import Kind
 from harness.drills.cli import init as init_command
 from harness.drills.plan import starter
 from harness.drills.plan.files import from_dict, load_plan
+from harness.drills.stack.targets import proxy_args
 from harness.drills.trials.dryrun import predicted_hits
 from harness.procs.ports import refused_port
 from harness.procs.spawn import start_serve
@@ -312,9 +313,9 @@ def test_the_file_is_a_plan_for_every_kind_with_every_section_commented(shapes, 
     assert ("refuses them on this one" in text) == (kind is Kind.UNARY)
 
 
-def test_a_proto_with_import_paths_reaches_the_proxy_as_a_descriptor_set(tmp_path):
-    """`stack.proxy` takes a .proto but no import paths: with --proto-path the file names a descriptor set
-    compiled beside it, with every import, for the proxy and the edge."""
+def test_a_proto_with_import_paths_reaches_the_proxy_and_the_edge_with_them(tmp_path):
+    """With --proto-path, the file names the .proto and its import paths under `stack.proxy` (relative to the
+    file's folder); the edge takes both, the proxy is started with them, and the request resolves through them."""
     (tmp_path / "common").mkdir()
     (tmp_path / "api").mkdir()
     (tmp_path / "common" / "money.proto").write_text('syntax = "proto3";\npackage common;\n'
@@ -329,12 +330,19 @@ def test_a_proto_with_import_paths_reaches_the_proxy_as_a_descriptor_set(tmp_pat
                            "--port", str(_free_port()), "--metrics-port", str(_free_port()), "--out", str(out),
                            "--no-dry-run")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    written = yaml.safe_load(out.read_text())["stack"]["proxy"]
+    assert (written["proto"], written["proto_path"]) == ("api/pay.proto", ["common", "api"])  # from its folder
     plan = load_plan(str(out))
-    assert plan.stack.proxy.descriptor_set == plan.stack.edge.descriptor_set == str(tmp_path / "pay.pb")
-    files = descriptor_pb2.FileDescriptorSet.FromString((tmp_path / "pay.pb").read_bytes())
-    assert sorted(f.name for f in files.file) == ["money.proto", "pay.proto"]
+    paths = [str(tmp_path / "common"), str(tmp_path / "api")]
+    assert plan.stack.proxy.proto == plan.stack.edge.proto == str(tmp_path / "api" / "pay.proto")
+    assert plan.stack.proxy.proto_path == plan.stack.edge.proto_path == paths
+    args = proxy_args(plan.stack.proxy, plan.seed)
+    assert args[args.index("--proto"):] == ["--proto", str(tmp_path / "api" / "pay.proto"),
+                                            "--proto-path", paths[0], "--proto-path", paths[1]]  # fmt: skip
     assert plan.stack.edge.request == {"amount": {"cents": 0}}
-    assert yaml.safe_load(out.read_text())["stack"]["proxy"]["descriptor_set"] == "pay.pb"  # from its folder
+    assert not list(tmp_path.glob("*.pb"))
+    dry = drill_inprocess("run", str(out), "--dry-run")  # the request is typed before the service is asked
+    assert "  ok  edge method /pay.v1.Pay/Charge and its request resolve by .proto" in dry.stdout, dry.stdout
 
 
 # --- the edge and the ports chosen -----------------------------------------------------------------
