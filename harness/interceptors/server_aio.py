@@ -31,6 +31,7 @@ from grpc import aio
 
 from harness.core import scope
 from harness.core.faults import Mode
+from harness.core.metrics import is_infrastructure
 from harness.core.safety import EmergencyStop
 from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span
@@ -61,6 +62,7 @@ except ImportError:  # pragma: no cover - depends on the grpc build
     _SyncServicerContext = None
 
 _OK = grpc.StatusCode.OK
+_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 _NONE = Mode.NONE.value
 _DONE = object()
 
@@ -124,6 +126,11 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         self._unary: dict[str, tuple] = {}
 
     async def intercept_service(self, continuation, handler_call_details):
+        flight = self.core.flight
+        flight.arrived += 1
+        if flight.calls >= flight.bound and not is_infrastructure(handler_call_details.method):
+            self.core.refuse(handler_call_details.method, handler_call_details.invocation_metadata)
+            return flight.handler  # aborts RESOURCE_EXHAUSTED without reading the request
         handler = await continuation(handler_call_details)
         entry = self._unary.get(handler_call_details.method)
         if entry is not None and entry[0] is handler:  # a unary method wrapped before, by the same handler
@@ -180,6 +187,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
         """A call with one response: a unary method, or a client-streaming one (`request` is then its stream)."""
         core = self.core
+        flight = core.flight
         on_loop = self._on_loop(behavior)
         streams_in = plan.kind.request_streaming
 
@@ -226,6 +234,9 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             left = core.expired(plan, remaining)
             if left is not None:  # the caller is gone: no work, no fault for it
                 await context.abort(left, "deadline passed before the handler began")
+            if flight.calls >= flight.bound:  # let in when grpc handed it over; full since
+                core.refuse_planned(plan)
+                await context.abort(_EXHAUSTED, flight.details)
             t0, token = core.begin(plan, remaining, metadata)
             steps = core.steps(plan)  # after begin: the cap and the stop may have turned a hit into a pass
             after = core.after_run(steps)  # a delay: it holds handler errors and aborts too (contracts §3)
@@ -233,6 +244,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             exc: BaseException | None = None
             response = None
             held: list[bool] = []
+            flight.calls += 1
             try:
                 for step in steps:
                     if step is not Step.RUN:
@@ -252,6 +264,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
+                flight.calls -= 1
                 core.end(plan, token, self._end_code(plan.scope, context, exc), t0)
 
         return unary
@@ -281,11 +294,16 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         started = metrics.call_started if metrics is not None else None
         finished = metrics.finished_organic if metrics is not None else None
         end_code = self._end_code
+        flight = core.flight
+        bound = flight.bound
 
         def serve(request_id: str, metadata):
             sc = organic_scope(known, request_id)
 
             async def unary(request, context):
+                if flight.calls >= bound:  # let in when grpc handed it over; full since
+                    flight.refused(known[0], method, metrics, "organic", request_id)
+                    await context.abort(_EXHAUSTED, flight.details)
                 remaining = context.time_remaining()  # start_organic
                 if remaining is not None:
                     sc.deadline_monotonic = monotonic() + remaining
@@ -295,6 +313,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 token = scope.enter(sc)
                 t0 = perf_counter()
                 exc: BaseException | None = None
+                flight.calls += 1
                 try:
                     if on_loop:
                         return await behavior(request, context)
@@ -305,6 +324,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                     exc = e
                     raise
                 finally:
+                    flight.calls -= 1
                     elapsed = perf_counter() - t0
                     sc.ended = True
                     scope.leave(token)  # also frees the task: the scope's entry names it as its owner
@@ -329,6 +349,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
         """A call with a response stream: a server-streaming method, or a bidi one (`request` is its stream)."""
         core = self.core
+        flight = core.flight
         on_loop = self._on_loop(behavior)
         streams_in = plan.kind.request_streaming
 
@@ -337,11 +358,15 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             left = core.expired(plan, remaining)
             if left is not None:  # the caller is gone: no work, no fault for it
                 await context.abort(left, "deadline passed before the handler began")
+            if flight.calls >= flight.bound:  # let in when grpc handed it over; full since
+                core.refuse_planned(plan)
+                await context.abort(_EXHAUSTED, flight.details)
             t0, token = core.begin(plan, remaining, metadata)
             steps = core.steps(plan)
             mark(context, plan)
             exc: BaseException | None = None
             bridge = responses = None
+            flight.calls += 1
             try:
                 for step in steps:
                     if step is not Step.RUN:
@@ -391,6 +416,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
+                flight.calls -= 1
                 if bridge is not None:
                     bridge.cancel()
                 if responses is not None and exc is not None:
