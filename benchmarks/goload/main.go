@@ -7,8 +7,9 @@
 // mode = 4; no generated code, the message passes as bytes.
 //
 // Once every call has ended (each within its deadline) it prints one JSON object on stdout: the calls sent,
-// how far the sender fell behind its schedule, the count per status code, and latency percentiles (ms) of the
-// OK calls and of the calls of each status.
+// how far the sender fell behind its schedule, the time from the first call to the last answer, the count per
+// status code, latency percentiles (ms) of the calls of each status, and (-within MS) how many OK calls were
+// answered within MS.
 //
 // Usage: goload -addr 127.0.0.1:PORT -rate 3000 -seconds 10 -timeout 1 [-conns 4] [-method /probe.v1.Probe/Echo]
 package main
@@ -100,6 +101,7 @@ func main() {
 	conns := flag.Int("conns", 4, "connections, calls spread round robin")
 	body := flag.Int("body", 64, "request body bytes")
 	mode := flag.String("mode", "", "probe.v1.Msg mode (tests/proxy/probe.proto)")
+	within := flag.Float64("within", 0, "also count the OK calls answered within this many ms (0: no)")
 	flag.Parse()
 	switch {
 	case *addr == "":
@@ -118,7 +120,7 @@ func main() {
 	clients := make([]*grpc.ClientConn, *conns)
 	for i := range clients {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		// a connection of its own each (a distinct authority-free option keeps grpc-go from sharing one)
+		// a connection of its own each: grpc-go never shares one between ClientConns
 		cc, err := grpc.DialContext(ctx, *addr, grpc.WithInsecure(), grpc.WithBlock(),
 			grpc.WithDefaultCallOptions(grpc.ForceCodec(bytesCodec{})))
 		cancel()
@@ -156,11 +158,16 @@ func main() {
 	}
 	sent := time.Since(start)
 	wg.Wait()
+	elapsed := time.Since(start)
 	counts := map[string]int{}
 	byCode := map[string][]time.Duration{}
+	okWithin := 0
 	for _, r := range results {
 		counts[r.code]++
 		byCode[r.code] = append(byCode[r.code], r.latency)
+		if r.code == "OK" && float64(r.latency.Microseconds()) <= *within*1000 {
+			okWithin++
+		}
 	}
 	latency := map[string]map[string]float64{}
 	for code, xs := range byCode {
@@ -172,6 +179,9 @@ func main() {
 		"timeout_s":       *timeout,
 		"sent":            n,
 		"send_seconds":    sent.Seconds(),
+		"elapsed_seconds": elapsed.Seconds(),
+		"within_ms":       *within,
+		"ok_within":       okWithin,
 		"max_send_lag_ms": float64(maxLag.Microseconds()) / 1000,
 		"status":          counts,
 		"latency_ms":      latency,

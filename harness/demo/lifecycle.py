@@ -53,21 +53,24 @@ def check_free(host: str, port: int, command: str) -> None:
 #: `--max-in-flight` of `drill proxy` (and the least of `drill serve`'s): docs/proxy.md, "When it is overloaded",
 #: sizes it by Little's law from benchmarks/proxy_overload.py's capacity.
 DEFAULT_MAX_IN_FLIGHT = 1000
-#: `--max-backlog`: calls the gRPC core may hold for the event loop (a wait of about this many calls' turn).
+#: `--max-backlog` of `drill proxy` (and the least of `drill serve`'s): calls the gRPC core may hold for the event
+#: loop. A call waits about this many calls' turn (at ~2,000 calls/s, 16 ms); a burst larger than it, beyond what
+#: the loop takes meanwhile, is refused (docs/proxy.md, "When it is overloaded").
 DEFAULT_MAX_BACKLOG = 32
 #: `--max-backlog` at most: a backlog is a queue, and at this size it is seconds of one process's calls.
 MAX_BACKLOG = 10_000
 
 
-def add_limit_arguments(p: argparse.ArgumentParser, in_flight_default: str) -> None:
-    """`--max-in-flight` and `--max-backlog`, the two bounds of a serving process (`bounded_server`)."""
+def add_limit_arguments(p: argparse.ArgumentParser, in_flight_default: str, backlog_default: str) -> None:
+    """`--max-in-flight` and `--max-backlog`, the two bounds of a serving process (`bounded_server`); each
+    defaults to None, which the command resolves (`settings_from_args`, its own backlog rule) and its help says."""
     p.add_argument("--max-in-flight", type=cliargs.integer(1, lim.MAX_INFLIGHT, "calls"), default=None,
                    help=f"calls served at once; past it a call is refused at once with RESOURCE_EXHAUSTED, never "
                    f"faulted or queued (health and reflection calls excepted; default: DRILL_MAX_IN_FLIGHT, else "
                    f"{in_flight_default})")  # fmt: skip
-    p.add_argument("--max-backlog", type=cliargs.integer(1, MAX_BACKLOG, "calls"), default=DEFAULT_MAX_BACKLOG,
+    p.add_argument("--max-backlog", type=cliargs.integer(1, MAX_BACKLOG, "calls"), default=None,
                    help="calls the gRPC core may hold while the event loop is busy; past it the core refuses at "
-                   f"once (callers see CANCELLED) (default {DEFAULT_MAX_BACKLOG})")  # fmt: skip
+                   f"once (callers see CANCELLED) (default {backlog_default})")  # fmt: skip
 
 
 def settings_from_args(args: argparse.Namespace, command: str,

@@ -35,6 +35,7 @@ from harness.core.settings import FaultSettings
 from harness.demo.conntrack import watch_port
 from harness.demo.downstream import CHANNEL_OPTIONS, downstream_for
 from harness.demo.lifecycle import (
+    DEFAULT_MAX_BACKLOG,
     DEFAULT_MAX_IN_FLIGHT,
     add_limit_arguments,
     announce,
@@ -207,7 +208,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="close idle connections after this (grpc.max_connection_idle_ms)",
     )
     add_limit_arguments(p, f"{DEFAULT_MAX_IN_FLIGHT}, or --concurrency + --queue + DRILL_FAULT_MAX_ACTIVE when more: "
-                        "the hop's own capacity sheds first")  # fmt: skip
+                        "the hop's own capacity sheds first", f"{DEFAULT_MAX_BACKLOG}, or --concurrency + --queue "
+                        "when more: a burst the hop's own queue would take reaches it")  # fmt: skip
 
 
 def in_flight_default(args: argparse.Namespace) -> Callable[[FaultSettings], int]:
@@ -215,6 +217,12 @@ def in_flight_default(args: argparse.Namespace) -> Callable[[FaultSettings], int
     may hold (its handlers, its queue, and the calls injected faults hold before it) so its own capacity, the
     thing a drill measures, sheds first."""
     return lambda settings: max(DEFAULT_MAX_IN_FLIGHT, args.concurrency + args.queue + settings.max_active)
+
+
+def backlog_default(args: argparse.Namespace) -> int:
+    """`drill serve`'s core backlog when none is given: DEFAULT_MAX_BACKLOG, raised to the hop's own handlers and
+    queue, so a burst its modelled capacity would take (and shed with its own code) is not cut short before it."""
+    return max(DEFAULT_MAX_BACKLOG, args.concurrency + args.queue)
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -243,6 +251,8 @@ async def _serve(args: argparse.Namespace) -> int:
     _check_args(args)
     check_free(args.host, args.port, "serve")
     settings = settings_from_args(args, "serve", in_flight_default(args))
+    if args.max_backlog is None:
+        args.max_backlog = backlog_default(args)
     downstream = None
     channel = None
     if args.downstream:

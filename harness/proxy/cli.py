@@ -27,6 +27,7 @@ from harness.core.errors import BadInput, RunFailed
 from harness.core.faults import Kind
 from harness.core.settings import FaultSettings
 from harness.demo.lifecycle import (
+    DEFAULT_MAX_BACKLOG,
     DEFAULT_MAX_IN_FLIGHT,
     add_limit_arguments,
     announce,
@@ -73,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=cliargs.integer(1, MAX_WORKERS, f"a number of processes, 1-{MAX_WORKERS}"),
                    default=1, help="proxy processes sharing the port (SO_REUSEPORT), one core each; each serves "
                    "its own /metrics (--metrics-port + its index)")  # fmt: skip
-    add_limit_arguments(p, f"{DEFAULT_MAX_IN_FLIGHT}; with --workers, each worker's")
+    add_limit_arguments(p, f"{DEFAULT_MAX_IN_FLIGHT}; with --workers, each worker's", str(DEFAULT_MAX_BACKLOG))
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # a worker of --workers
 
 
@@ -128,6 +129,8 @@ async def _proxy(args: argparse.Namespace) -> int:
     local = bool(args.descriptor_set or args.proto or args.proto_path)
     table = method_kinds(args) if local else {}
     settings = settings_from_args(args, "proxy")
+    if args.max_backlog is None:
+        args.max_backlog = DEFAULT_MAX_BACKLOG
     if not args.reuse_port:
         check_free(args.host, args.port, "proxy")
     if not local:
@@ -151,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers > 1:
         if args.descriptor_set or args.proto:  # bad input (a missing file, both given) once, not per worker
             method_kinds(args)
+        settings_from_args(args, "proxy")  # a bad DRILL_* value once, not per worker
         from harness.proxy.workers import supervise
 
         return supervise(args)

@@ -65,7 +65,8 @@ def worker_argv(args: argparse.Namespace, index: int, port: int, ready: pathlib.
         argv += ["--instance-id", f"{args.instance_id}-{index}"]
     if args.max_in_flight is not None:  # else each worker reads DRILL_MAX_IN_FLIGHT as this process would
         argv += ["--max-in-flight", str(args.max_in_flight)]
-    argv += ["--max-backlog", str(args.max_backlog)]
+    if args.max_backlog is not None:
+        argv += ["--max-backlog", str(args.max_backlog)]
     for flag, value in (("--descriptor-set", args.descriptor_set), ("--proto", args.proto)):
         if value:
             argv += [flag, value]

@@ -154,7 +154,7 @@ def test_serve_past_its_in_flight_limit_refuses_at_once_answers_health_and_admit
         proc.wait(timeout=10)
     assert refused == (grpc.StatusCode.RESOURCE_EXHAUSTED, "drill: in-flight limit 2 reached")
     assert health == health_pb2.HealthCheckResponse.SERVING and served_by
-    assert "at most 2 in flight, backlog 32" in proc.stderr.read().decode()
+    assert "at most 2 in flight, backlog 320" in proc.stderr.read().decode()  # 64 handlers + 256 queued
 
 
 def _limit(argv: list[str], env: dict[str, str] | None = None) -> int:
@@ -178,12 +178,21 @@ def _limit(argv: list[str], env: dict[str, str] | None = None) -> int:
 
 def test_serve_limit_defaults_above_the_hops_own_capacity_and_takes_the_flag_over_the_environment():
     """1000 by default, raised to --concurrency + --queue + DRILL_FAULT_MAX_ACTIVE when that is more (the hop's
-    own capacity, which a drill measures, sheds first); DRILL_MAX_IN_FLIGHT over the default, the flag over it."""
+    own capacity, which a drill measures, sheds first); DRILL_MAX_IN_FLIGHT over the default, the flag over it.
+    The core's backlog likewise: 32, or the hop's handlers and queue when more."""
+    import argparse
+
+    from harness.demo import serve
+
     assert _limit([]) == 1000
     assert _limit(["--concurrency", "3000", "--queue", "5000"]) == 3000 + 5000 + 100
     assert _limit(["--concurrency", "3000", "--queue", "5000"], {"DRILL_FAULT_MAX_ACTIVE": "7"}) == 8007
     assert _limit([], {"DRILL_MAX_IN_FLIGHT": "40"}) == 40
     assert _limit(["--max-in-flight", "9"], {"DRILL_MAX_IN_FLIGHT": "40"}) == 9
+    p = argparse.ArgumentParser()
+    serve.add_arguments(p)
+    assert serve.backlog_default(p.parse_args([])) == 64 + 256
+    assert serve.backlog_default(p.parse_args(["--concurrency", "1", "--queue", "8"])) == 32
 
 
 @pytest.mark.parametrize("args, env, says", [

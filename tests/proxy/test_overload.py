@@ -96,7 +96,8 @@ def test_at_the_limit_the_next_call_is_refused_at_once_never_faulted_then_admitt
                     except aio.AioRpcError as err:
                         assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, err
                         await asyncio.sleep(0.01)
-                return drill, organic, probe_call.value.code(), [a - b for a, b in zip(counts, before)], admitted
+                deltas = [a - b for a, b in zip(counts, before, strict=True)]
+                return drill, organic, probe_call.value.code(), deltas, admitted
         finally:
             await server.stop(0)
             await upstream.close()
