@@ -15,7 +15,11 @@ leaves at its planned time whatever the answers do, with a 1-s deadline) and the
    the proxy's CPU per offered call from /proc, and its resident memory (VmRSS) after the cycle; its memory
    again after a rest of `--settle` seconds; and what the proxy's /metrics counted against what the client saw.
    Rates are per second of a run, from its first call to its last answer (a queue answers after the sending
-   stops).
+   stops). Then the CPU a refusal cost (limited proxy: the cycles' CPU less their OK calls at the capacity's
+   CPU per call), and one cycle at each `--also` factor (1.5, 2): the share answered as the offered load grows.
+3. in flight (limited proxy): its `--max-in-flight` bidi streams held open at the Go service, then
+   `--hold-rate` calls/s: the memory a call in flight holds, and the CPU and latency of a refusal made in
+   Python.
 
 The proxies: `limited` is `drill proxy` as shipped (its --max-in-flight and --max-backlog defaults); `unbounded`
 is the same process without them (`_unbounded` below: no in-flight limit, grpc's own backlog guard), as it ran
@@ -100,6 +104,8 @@ class Bench:
     def __init__(self, args, goload: pathlib.Path, client_cpu: int) -> None:
         self.args, self.goload, self.client_cpu = args, goload, client_cpu
         self.seen: dict[str, int] = {}
+        #: the proxy's CPU per call at the capacity it carried (µs), once measured
+        self.ok_cpu_us = 0.0
 
     def load(self, port: int, pid: int, rate: float, seconds: float) -> Load:
         argv = [str(self.goload), "-addr", f"127.0.0.1:{port}", "-method", SERVICE + "Echo", "-rate", f"{rate:.0f}",
@@ -128,7 +134,7 @@ class Bench:
                   f"p99 {probe.ok_ms.get('p99', 0):.2f} ms -> {'carried' if carried else 'not'}",
                   flush=True)  # fmt: skip
             if carried:
-                good = rate
+                good, self.ok_cpu_us = rate, probe.cpu_s / probe.sent * 1e6
             else:
                 bad = rate
                 if not good:
@@ -191,7 +197,8 @@ def overload(bench: Bench, kind: str, port: int, metrics_port: int, pid: int, ca
               f"after {rss:.1f} MB ({rss - rss0:+.2f}), calls cut short in the proxy {cut - cut0:.0f} | "
               f"{r.elapsed_s:.2f} s from first call to last answer", flush=True)  # fmt: skip
         cycles.append({"ok_share": share, "p50_ms": r.ok_ms.get("p50", 0.0), "p99_ms": r.ok_ms.get("p99", 0.0),
-                       "rss_mb": rss, "cut_short": cut - cut0})  # fmt: skip
+                       "rss_mb": rss, "cut_short": cut - cut0, "cpu_s": r.cpu_s, "ok": r.ok,
+                       "refused": r.counts.get("CANCELLED", 0) + r.counts.get("RESOURCE_EXHAUSTED", 0)})  # fmt: skip
         cut0, rss0 = cut, rss
         time.sleep(a.rest)
     time.sleep(max(0.0, a.settle - a.rest))
@@ -201,6 +208,17 @@ def overload(bench: Bench, kind: str, port: int, metrics_port: int, pid: int, ca
     per_call = f", {growth * (len(cycles) - 1) * 2**20 / later_cut:.0f} bytes per call cut short" if later_cut else ""
     print(f"  RSS after {a.settle:g} s at rest: {settled:.1f} MB; from cycle 1 to cycle {len(cycles)}: "
           f"{growth:+.2f} MB per cycle{per_call}", flush=True)  # fmt: skip
+    refusals = sum(c["refused"] for c in cycles)
+    if kind == "limited" and bench.ok_cpu_us and refusals:
+        spent = sum(c["cpu_s"] for c in cycles) - sum(c["ok"] for c in cycles) * bench.ok_cpu_us / 1e6
+        print(f"  a refusal cost the proxy about {spent / refusals * 1e6:.1f} µs of CPU (the cycles' CPU less their OK "
+              f"calls at {bench.ok_cpu_us:.0f} µs each, the CPU per call at capacity)", flush=True)  # fmt: skip
+    for factor in a.also:
+        r = bench.load(port, pid, factor * capacity, a.cycle_seconds)
+        print(f"  one cycle at {factor:g} × capacity ({factor * capacity:.0f}/s): OK {r.per_s('OK'):.0f}/s = "
+              f"{r.per_s('OK') / capacity:.2f} of capacity ({r.ok_within / r.elapsed_s:.0f}/s within {a.p99_ms:g} ms), "
+              f"OK p50 {r.ok_ms.get('p50', 0):.2f} ms p99 {r.ok_ms.get('p99', 0):.2f} ms", flush=True)  # fmt: skip
+        time.sleep(a.rest)
     refused = metric(metrics_port, "drill_server_refused_total")
     backlog = metric(metrics_port, "drill_server_backlog_refused_total") if kind == "limited" else None
     print(f"  the proxy counted, since it started: drill_server_refused_total {refused:.0f} (the client saw "
@@ -211,7 +229,7 @@ def overload(bench: Bench, kind: str, port: int, metrics_port: int, pid: int, ca
             "ok_share_min": min(c["ok_share"] for c in cycles), "p99_ms_max": max(c["p99_ms"] for c in cycles)}
 
 
-def hold_phase(bench: Bench, port: int, pid: int, limit: int) -> dict:
+def hold_phase(bench: Bench, port: int, metrics_port: int, pid: int, limit: int) -> dict:
     """The in-flight limit, reached by a slow upstream: `limit` bidi streams held open at the Go service (each
     answered its first message), then calls at `--hold-rate`: each is refused by the proxy itself, in Python. The
     memory a call in flight costs, and the CPU and latency of such a refusal."""
@@ -249,7 +267,9 @@ def hold_phase(bench: Bench, port: int, pid: int, limit: int) -> dict:
           f"{refused.latency('RESOURCE_EXHAUSTED', 'p99'):.2f} ms; proxy CPU "
           f"{refused.cpu_s / refused.sent * 1e6:.0f} µs per refused call (a refusal made in Python)",
           flush=True)  # fmt: skip
-    print(f"  the streams ended: {after.ok} of {after.sent} calls OK at 300/s", flush=True)
+    print(f"  the streams ended: {after.ok} of {after.sent} calls OK at 300/s; the proxy counted "
+          f"drill_server_refused_total {metric(metrics_port, 'drill_server_refused_total'):.0f} (the client saw "
+          f"RESOURCE_EXHAUSTED {bench.seen.get('RESOURCE_EXHAUSTED', 0)})", flush=True)  # fmt: skip
     return {"refusal_cpu_us": refused.cpu_s / refused.sent * 1e6, "kb_per_call": (rss1 - rss0) * 1024 / limit,
             "refused_share": n / refused.sent, "admitted_after": after.ok / after.sent}
 
@@ -268,6 +288,8 @@ def main() -> None:
     ap.add_argument("--rest", type=float, default=3.0, help="seconds between loads")
     ap.add_argument("--settle", type=float, default=10.0, help="seconds at rest before the last RSS reading")
     ap.add_argument("--conns", type=int, default=4, help="the client's connections")
+    ap.add_argument("--also", type=lambda t: [float(x) for x in t.split(",") if x], default=[1.5, 2.0],
+                    help="after the cycles, one more cycle at each of these factors (comma separated; '' for none)")
     ap.add_argument("--hold-rate", type=float, default=1000.0, help="calls/s offered while the limit is held")
     ap.add_argument("--hold-seconds", type=float, default=5.0)
     ap.add_argument("--capacity", type=float, default=0.0, help="take this capacity (calls/s) instead of measuring")
@@ -310,7 +332,7 @@ def main() -> None:
                 results[kind] = overload(bench, kind, info["port"], info["metrics_port"], proxy.pid, capacity)
                 if kind == "limited":
                     limit = int(re.search(r"at most (\d+) in flight", (tmp / "limited.log").read_text()).group(1))
-                    results[kind]["hold"] = hold_phase(bench, info["port"], proxy.pid, limit)
+                    results[kind]["hold"] = hold_phase(bench, info["port"], info["metrics_port"], proxy.pid, limit)
                 stop_all([proxy])
                 procs.remove(proxy)
         finally:
