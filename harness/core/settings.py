@@ -16,7 +16,6 @@ import socket
 from harness.core.errors import BadInput
 from harness.core.faults import ABSOLUTE_MAX_DELAY_MS, seed_from_drill_id
 from harness.core.headers import DEFAULT_DRILL_TENANT, MAX_VALUE_LEN
-from harness.core.limits import MAX_INFLIGHT
 from harness.core.token import DEFAULT_MAX_TTL_S
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -82,10 +81,13 @@ class FaultSettings:
             raise SettingsError(f"token lifetime cap must be within (0, 604800] s, got {self.token_max_ttl_s}")
         if not 0 <= self.max_active <= 1_000_000:
             raise SettingsError(f"DRILL_FAULT_MAX_ACTIVE must be within 0..1000000, got {self.max_active}")
-        if not 0 <= self.max_in_flight <= MAX_INFLIGHT:
-            raise SettingsError(
-                f"DRILL_MAX_IN_FLIGHT must be within 0..{MAX_INFLIGHT} (0: no limit), got {self.max_in_flight}"
-            )
+        if self.max_in_flight:
+            from harness.core.limits import MAX_INFLIGHT  # here: limits loads the metrics, a default need not
+
+            if not 0 < self.max_in_flight <= MAX_INFLIGHT:
+                raise SettingsError(
+                    f"DRILL_MAX_IN_FLIGHT must be within 0..{MAX_INFLIGHT} (0: no limit), got {self.max_in_flight}"
+                )
         if not 0 <= self.max_delay_ms <= ABSOLUTE_MAX_DELAY_MS:
             raise SettingsError(
                 f"max delay must be within 0..{ABSOLUTE_MAX_DELAY_MS} ms, got {self.max_delay_ms}"
