@@ -78,9 +78,6 @@ class InFlight:
         self._service, self._instance = service, instance
         self._limiter = limiter if limiter is not None else RefusalLimiter()
 
-    def full(self) -> bool:
-        return self.calls >= self.bound
-
     async def _refuse(self, requests, context) -> None:
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self.details)
 

@@ -4,7 +4,9 @@ Everything else (the gate, the steps of a fault, metrics, scope, audit) is in
 `_server_pipeline`. A caller that leaves during a wait cancels this task inside
 the sleep: the call is dropped silently, with no log line. A call whose caller's deadline
 passed before its handler began (the loop got to it late) is answered
-DEADLINE_EXCEEDED without the handler (`ServerCore.expired`).
+DEADLINE_EXCEEDED without the handler (`ServerCore.expired`). The in-flight limit
+(`_overload.InFlight`) is checked where grpc hands a call over and again at handler
+entry, where each handler counts itself in and out.
 
 grpc.aio runs coroutine and async-generator handlers on the event loop and plain
 (sync) functions and generators on a thread pool. The wrapper keeps that: only
