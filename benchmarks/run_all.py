@@ -23,10 +23,11 @@ import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
-BENCHMARKS = ("interceptor_overhead", "delay_accuracy", "locust_throughput", "amplification", "proxy_overhead")
+BENCHMARKS = ("interceptor_overhead", "delay_accuracy", "locust_throughput", "amplification", "proxy_overhead",
+              "proxy_overload")
 TAKES_TREE = ("interceptor_overhead", "delay_accuracy", "locust_throughput")
 #: The machine-readable last line of each benchmark starts with one of these words.
-LAST_LINES = ("throughput_ratio", "delay_accuracy", "locust", "amplification", "proxy")
+LAST_LINES = ("throughput_ratio", "delay_accuracy", "locust", "amplification", "proxy", "proxy_overload")
 
 
 def run(name: str, index: int, save: pathlib.Path | None, tree: str | None, label: str) -> bool:

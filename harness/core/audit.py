@@ -1,4 +1,5 @@
-"""Audit log (contracts §8): one JSON line per injected fault and per refused directive or token.
+"""Audit log (contracts §8): one JSON line per injected fault, per refused directive or token, and per call a
+server's in-flight limit refused (`call_refused`, always rate-limited: harness.interceptors._overload).
 
 Lines go to the `drill.audit` logger (INFO for hits, WARNING for refusals), so
 deployments route them like any other log. Values are escaped by json, each

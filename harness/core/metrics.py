@@ -144,6 +144,21 @@ SERVER_EXPIRED = Counter(
     ["service", "grpc_method", "where"],
 )
 
+SERVER_REFUSED = Counter(
+    "drill_server_refused",
+    "Calls a server refused at once, before any work or fault, because it was at a limit of its own "
+    "(reason=in_flight: its in-flight limit, DRILL_MAX_IN_FLIGHT / --max-in-flight); answered RESOURCE_EXHAUSTED.",
+    ["service", "grpc_method", "reason"],
+)
+#: Collected from the gRPC core's own count (harness.interceptors._overload.BacklogCounter), label `service`:
+#: calls the core took that never reached the process, refused by the core's backlog bound (--max-backlog).
+SERVER_BACKLOG_REFUSED_NAME = "drill_server_backlog_refused"
+SERVER_BACKLOG_REFUSED_HELP = (
+    "Calls the gRPC core accepted but never handed to this process (derived: the core's calls started minus the "
+    "calls that reached the interceptor): refused by the core's backlog bound (--max-backlog; grpcio answers them "
+    "CANCELLED), or cancelled by their caller while waiting there. May run ahead by the calls waiting at a scrape."
+)
+
 # --- bounded records a call leaves behind (audit lines, spans) ----------------------------
 AUDIT_DROPPED = Counter(
     "drill_audit_dropped",

@@ -59,6 +59,10 @@ class FaultSettings:
     max_active: int = 100
     #: A file whose appearance stops injection for the life of the process (checked at most once a second).
     stop_file: str | None = None
+    #: Calls whose handler runs at once on an aio server interceptor (`DRILL_MAX_IN_FLIGHT`); past it a call is
+    #: refused at once with RESOURCE_EXHAUSTED, never faulted or queued (harness.interceptors._overload).
+    #: 0 = no limit: a library user's server bounds its own calls; `drill serve` and `drill proxy` always set one.
+    max_in_flight: int = 0
 
     def __post_init__(self) -> None:
         bad = sorted(t for t in self.tenants if not t or "*" in t or "?" in t)
@@ -77,6 +81,13 @@ class FaultSettings:
             raise SettingsError(f"token lifetime cap must be within (0, 604800] s, got {self.token_max_ttl_s}")
         if not 0 <= self.max_active <= 1_000_000:
             raise SettingsError(f"DRILL_FAULT_MAX_ACTIVE must be within 0..1000000, got {self.max_active}")
+        if self.max_in_flight:
+            from harness.core.limits import MAX_INFLIGHT  # here: limits loads the metrics, a default need not
+
+            if not 0 < self.max_in_flight <= MAX_INFLIGHT:
+                raise SettingsError(
+                    f"DRILL_MAX_IN_FLIGHT must be within 0..{MAX_INFLIGHT} (0: no limit), got {self.max_in_flight}"
+                )
         if not 0 <= self.max_delay_ms <= ABSOLUTE_MAX_DELAY_MS:
             raise SettingsError(
                 f"max delay must be within 0..{ABSOLUTE_MAX_DELAY_MS} ms, got {self.max_delay_ms}"
@@ -87,7 +98,7 @@ class FaultSettings:
         cls, env: dict[str, str] | None = None, *, who: str = "this service", fix: str = "set DRILL_SERVICE=NAME",
         **overrides,
     ) -> FaultSettings:
-        """Read `DRILL_FAULT_*`, `DRILL_SERVICE` and `DRILL_INSTANCE_ID`; keyword arguments win over the environment.
+        """Read `DRILL_FAULT_*`, `DRILL_SERVICE`, `DRILL_INSTANCE_ID`, `DRILL_MAX_IN_FLIGHT`; keyword arguments win.
 
         With injection on and the service still on the default name, logs one warning per process: a drill
         that targets this hop by name (`x-fault-target`) would otherwise miss it without a word. `who` and `fix`
@@ -108,6 +119,7 @@ class FaultSettings:
             ("max_delay_ms", "DRILL_FAULT_MAX_DELAY_MS", int),
             ("token_max_ttl_s", "DRILL_FAULT_TOKEN_MAX_TTL_S", float),
             ("max_active", "DRILL_FAULT_MAX_ACTIVE", int),
+            ("max_in_flight", "DRILL_MAX_IN_FLIGHT", int),
         ):
             if env.get(name, "").strip():
                 values[field] = _number(env, name, kind)

@@ -2,7 +2,9 @@
 
 Before serving: the port refused at once if someone holds it (the line names the
 command), the fault settings from the environment under the command's flags (and a
-service left on the default name told to pass `--service`), /metrics, a tracer.
+service left on the default name told to pass `--service`), /metrics, a tracer, and
+the server's two limits (`--max-in-flight`, `--max-backlog`: `bounded_server`), so
+past its capacity the process sheds calls instead of queueing them.
 Once serving: `serve_until_signal` installs the one-way stop (SIGUSR1, `drill
 stop`), starts the audit writer, freezes the startup heap, catches SIGINT and
 SIGTERM, then writes the ready file (`announce`: a parent may signal as soon as it
@@ -14,20 +16,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from grpc import aio
 from prometheus_client import start_http_server
 
-from harness.core import audit
-from harness.core.errors import RunFailed
+from harness.core import audit, cliargs
+from harness.core import limits as lim
+from harness.core.errors import BadInput, RunFailed
 from harness.core.safety import install_stop_signal
 from harness.core.settings import FaultSettings
+from harness.interceptors import FaultServerInterceptor, backlog_options, channelz_server_ids, watch_backlog
 
 
 def check_free(host: str, port: int, command: str) -> None:
@@ -45,11 +50,38 @@ def check_free(host: str, port: int, command: str) -> None:
             raise RunFailed(f"{command}: cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
-def settings_from_args(args: argparse.Namespace, command: str) -> FaultSettings:
+#: `--max-in-flight` of `drill proxy` (and the least of `drill serve`'s): docs/proxy.md, "When it is overloaded",
+#: sizes it by Little's law from benchmarks/proxy_overload.py's capacity.
+DEFAULT_MAX_IN_FLIGHT = 1000
+#: `--max-backlog` of `drill proxy` (and the least of `drill serve`'s): calls the gRPC core may hold for the event
+#: loop. A call waits about this many calls' turn (at ~2,000 calls/s, 16 ms); a burst larger than it, beyond what
+#: the loop takes meanwhile, is refused (docs/proxy.md, "When it is overloaded").
+DEFAULT_MAX_BACKLOG = 32
+#: `--max-backlog` at most: a backlog is a queue, and at this size it is seconds of one process's calls.
+MAX_BACKLOG = 10_000
+
+
+def add_limit_arguments(p: argparse.ArgumentParser, in_flight_default: str, backlog_default: str) -> None:
+    """`--max-in-flight` and `--max-backlog`, the two bounds of a serving process (`bounded_server`); each
+    defaults to None, which the command resolves (`settings_from_args`, its own backlog rule) and its help says."""
+    p.add_argument("--max-in-flight", type=cliargs.integer(1, lim.MAX_INFLIGHT, "calls"), default=None,
+                   help=f"calls served at once; past it a call is refused at once with RESOURCE_EXHAUSTED, never "
+                   f"faulted or queued (health and reflection calls excepted; default: DRILL_MAX_IN_FLIGHT, else "
+                   f"{in_flight_default})")  # fmt: skip
+    p.add_argument("--max-backlog", type=cliargs.integer(1, MAX_BACKLOG, "calls"), default=None,
+                   help="calls the gRPC core may hold while the event loop is busy; past it the core refuses at "
+                   f"once (callers see CANCELLED) (default {backlog_default})")  # fmt: skip
+
+
+def settings_from_args(args: argparse.Namespace, command: str,
+                       in_flight_default: Callable[[FaultSettings], int] = lambda s: DEFAULT_MAX_IN_FLIGHT,
+                       ) -> FaultSettings:  # fmt: skip
     """The fault settings of `drill serve` and `drill proxy`: the environment's, with their flags over it.
 
     With injection on and the service on the default name, the warning says the command's own option
-    (`pass --service NAME`), not the environment variable a library user sets."""
+    (`pass --service NAME`), not the environment variable a library user sets. The in-flight limit is
+    `--max-in-flight`, else DRILL_MAX_IN_FLIGHT, else `in_flight_default(settings)`: never none (0 is a
+    library's own server's choice; these processes always bound their calls)."""
     overrides = {"service": args.service}
     if args.enable_faults:
         overrides["enabled"] = True
@@ -57,7 +89,32 @@ def settings_from_args(args: argparse.Namespace, command: str) -> FaultSettings:
         overrides["seed"] = args.seed
     if args.instance_id:
         overrides["instance_id"] = args.instance_id
-    return FaultSettings.from_env(who=f"drill {command}", fix="pass --service NAME", **overrides)
+    settings = FaultSettings.from_env(who=f"drill {command}", fix="pass --service NAME", **overrides)
+    if args.max_in_flight is not None:
+        limit = args.max_in_flight
+    elif os.environ.get("DRILL_MAX_IN_FLIGHT", "").strip():
+        limit = settings.max_in_flight
+        if not limit:
+            raise BadInput(f"{command}: DRILL_MAX_IN_FLIGHT=0 (no limit) is for a library's own server; drill "
+                           f"{command} always bounds its calls in flight: give 1-{lim.MAX_INFLIGHT}")  # fmt: skip
+    else:
+        limit = in_flight_default(settings)
+    return dataclasses.replace(settings, max_in_flight=limit)
+
+
+def bounded_server(fault: FaultServerInterceptor, *, interceptors: Sequence = (), options: Sequence = (),
+                   max_backlog: int | None) -> aio.Server:  # fmt: skip
+    """An aio server (`interceptors`, ending with `fault`, the FaultServerInterceptor that holds the in-flight
+    limit) whose core holds at most `max_backlog` + 1 calls for its event loop (None: grpc's own guard), and
+    whose core refuses past it are counted (`drill_server_backlog_refused_total`, from channelz) when `fault`
+    exports metrics."""
+    before = channelz_server_ids() if max_backlog is not None else set()
+    extra = backlog_options(max_backlog) if max_backlog is not None else ()
+    server = aio.server(interceptors=[*interceptors], options=[*options, *extra])
+    if max_backlog is not None and fault.core.metrics:
+        new = channelz_server_ids() - before
+        watch_backlog(next(iter(new)) if len(new) == 1 else None, fault.core.service, fault.core.flight)
+    return server
 
 
 def serve_metrics(args: argparse.Namespace, command: str) -> int:

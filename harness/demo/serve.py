@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import socket
+from collections.abc import Callable
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -34,7 +35,11 @@ from harness.core.settings import FaultSettings
 from harness.demo.conntrack import watch_port
 from harness.demo.downstream import CHANNEL_OPTIONS, downstream_for
 from harness.demo.lifecycle import (
+    DEFAULT_MAX_BACKLOG,
+    DEFAULT_MAX_IN_FLIGHT,
+    add_limit_arguments,
     announce,
+    bounded_server,
     check_free,
     serve_metrics,
     serve_until_signal,
@@ -61,13 +66,17 @@ async def start_server(
     admission: bool = False,
     orphan_work: bool = False,
     server_options: tuple = (),
+    max_backlog: int | None = None,
 ) -> tuple[aio.Server, int, health.aio.HealthServicer]:
     """Start a demo hop on `host:port` (0 = any free port); returns (server, bound port, health).
 
-    `admission=True` enforces `capacity` per attempt, before the fault interceptor.
+    `admission=True` enforces `capacity` per attempt, before the fault interceptor. The in-flight limit is
+    `settings.max_in_flight` (0: none); `max_backlog` bounds the calls the gRPC core holds for the event loop
+    (None: grpc's own guard, as in a test's process, whose loop also runs the callers).
     """
     settings = settings or FaultSettings.from_env()
-    interceptors = [*extra_interceptors, FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)]
+    fault = FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)
+    interceptors = [*extra_interceptors, fault]
     admitter = None
     if admission:  # it admits unary calls itself, and the servicer asks it for each message of an Exchange
         admitter = AdmissionInterceptor(
@@ -75,7 +84,8 @@ async def start_server(
         )
         interceptors.insert(0, admitter)
         capacity = Capacity(concurrency=1_000_000, queue=0, work_ms=0.0)
-    server = aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0), *server_options])
+    server = bounded_server(fault, interceptors=interceptors, options=[("grpc.so_reuseport", 0), *server_options],
+                            max_backlog=max_backlog)  # fmt: skip
     servicer = DemoServicer(settings.service, settings.instance_id, capacity, downstream, admission=admitter)
     drill_pb2_grpc.add_DemoServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()  # the aio flavour: the sync one cannot serve an aio server
@@ -197,6 +207,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="close idle connections after this (grpc.max_connection_idle_ms)",
     )
+    add_limit_arguments(p, f"{DEFAULT_MAX_IN_FLIGHT}, or --concurrency + --queue + DRILL_FAULT_MAX_ACTIVE when more: "
+                        "the hop's own capacity sheds first", f"{DEFAULT_MAX_BACKLOG}, or --concurrency + --queue "
+                        "when more: a burst the hop's own queue would take reaches it")  # fmt: skip
+
+
+def in_flight_default(args: argparse.Namespace) -> Callable[[FaultSettings], int]:
+    """`drill serve`'s in-flight limit when none is given: DEFAULT_MAX_IN_FLIGHT, raised to what the hop itself
+    may hold (its handlers, its queue, and the calls injected faults hold before it) so its own capacity, the
+    thing a drill measures, sheds first."""
+    return lambda settings: max(DEFAULT_MAX_IN_FLIGHT, args.concurrency + args.queue + settings.max_active)
+
+
+def backlog_default(args: argparse.Namespace) -> int:
+    """`drill serve`'s core backlog when none is given: DEFAULT_MAX_BACKLOG, raised to the hop's own handlers and
+    queue, so a burst its modelled capacity would take (and shed with its own code) is not cut short before it."""
+    return max(DEFAULT_MAX_BACKLOG, args.concurrency + args.queue)
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -224,7 +250,9 @@ def _check_args(args: argparse.Namespace) -> None:
 async def _serve(args: argparse.Namespace) -> int:
     _check_args(args)
     check_free(args.host, args.port, "serve")
-    settings = settings_from_args(args, "serve")
+    settings = settings_from_args(args, "serve", in_flight_default(args))
+    if args.max_backlog is None:
+        args.max_backlog = backlog_default(args)
     downstream = None
     channel = None
     if args.downstream:
@@ -250,17 +278,20 @@ async def _serve(args: argparse.Namespace) -> int:
             admission=args.admission,
             orphan_work=args.orphan_work,
             server_options=tuple(options),
+            max_backlog=args.max_backlog,
         )
     except (OSError, RuntimeError) as exc:  # grpc says "Failed to bind" as a RuntimeError
         raise RunFailed(f"serve: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
     log.warning(
-        "serving %s on %s:%d (faults %s, seed %d, tenants %s), metrics on :%s",
+        "serving %s on %s:%d (faults %s, seed %d, tenants %s, at most %d in flight, backlog %d), metrics on :%s",
         settings.service,
         args.host,
         port,
         "ON" if settings.enabled else "off",
         settings.seed,
         ",".join(sorted(settings.tenants)),
+        settings.max_in_flight,
+        args.max_backlog,
         metrics_port or "-",
     )
     return await serve_until_signal(server, channel, ready=lambda: announce(args, port, {"metrics_port": metrics_port}))

@@ -229,6 +229,15 @@ class MethodMetrics:
         """A call answered without its handler because its caller had left (`where="handler"`): started and
         finished at once, with no fault."""
         m.SERVER_EXPIRED.labels(self._service, self._method, "handler").inc()
+        self._answered_at_once(status, traffic)
+
+    def refused(self, reason: str, traffic: str) -> None:
+        """A call refused at once by a limit of the server's (`reason`, e.g. in_flight): RESOURCE_EXHAUSTED,
+        started and finished at once, with no fault."""
+        m.SERVER_REFUSED.labels(self._service, self._method, reason).inc()
+        self._answered_at_once("RESOURCE_EXHAUSTED", traffic)
+
+    def _answered_at_once(self, status: str, traffic: str) -> None:
         self.call_started()
         self._duration_child(status).observe(0.0)
         calls = self._calls.get((status, traffic, _NONE))

@@ -2,9 +2,11 @@
 
 A call goes: `plan` (gate decision, counted) -> `begin` (deadline, span, audit
 line of a hit, scope) -> the `steps` of the fault (abort, wait, run the handler)
--> `end` (scope left, call recorded). A call whose caller left before its handler
-began (deadline passed, or no longer active) takes none of that: `expired` counts
-it (`drill_server_expired_total{where="handler"}`, and the call with its status and
+-> `end` (scope left, call recorded). Before all of it, a call that finds the
+server's in-flight limit reached is refused (`refuse`, `_overload`): no plan, no
+fault. A call whose caller left before its handler began (deadline passed, or
+no longer active) takes none of that: `expired` counts it
+(`drill_server_expired_total{where="handler"}`, and the call with its status and
 fault_mode none) and the flavour answers it without running the handler, so an
 overloaded server does no work, and injects no fault, for callers that are gone. The flavour modules (`server_aio`,
 `server_sync`) only say how to wait, how to abort and how to tell the final
@@ -49,6 +51,7 @@ from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span, trace_id_hex
 from harness.interceptors._fault_steps import PASS_STEPS, START_STEPS, Step, Tripwire
 from harness.interceptors._handlers import BUILD, behavior_of, unary_unary_handler
+from harness.interceptors._overload import InFlight
 from harness.interceptors._server_metrics import MethodMetrics, ServerMetrics
 
 #: Methods whose lookups `ServerCore.method` keeps (a server's methods are a bounded set).
@@ -152,6 +155,8 @@ class ServerCore:
         self.active = safety.ActiveFaults(
             settings.max_active, m.FAULT_ACTIVE_CALLS.labels(self.service) if metrics else None
         )
+        #: Calls whose handler runs, and the limit past which a new one is refused (`refuse`, `_overload`).
+        self.flight = InFlight(settings.max_in_flight, self.service, settings.instance_id, self._refusals)
         if metrics:
             switch = m.FAULT_SWITCH.labels(self.service)
             switch.set(1 if settings.enabled and not self.stop.tripped else 0)
@@ -384,6 +389,27 @@ class ServerCore:
         except Exception:  # noqa: BLE001 - observability must never fail a call
             pass
 
+    # -- 0. the in-flight limit: a call refused before any of the above (`_overload`) ---------------
+    def refuse(self, full_method: str, metadata, scanned: tuple[str, bool] | None = None,
+               kind: Kind = Kind.UNARY) -> None:  # fmt: skip
+        """Count and audit a call the in-flight limit refuses when grpc hands it over (no plan: never faulted);
+        its traffic class is the gate's (`decide`, pure) when it carries drill keys. Never raises."""
+        try:
+            real, method, metrics = self.method(full_method)
+            request_id, gated = _scan(metadata) if scanned is None else scanned
+            traffic = "organic"
+            if gated:
+                md = h.metadata_dict(metadata)
+                request_id = md.get(h.REQUEST_ID, "")
+                traffic = self.gate.decide(md, real, kind).traffic
+            self.flight.refused(real, method, metrics, traffic, request_id)
+        except Exception:  # noqa: BLE001 - counting must never fail the refusal
+            pass
+
+    def refuse_planned(self, plan: CallPlan) -> None:
+        """`refuse` for a call let in when grpc handed it over and refused at handler entry. Never raises."""
+        self.flight.refused(plan.real_method, plan.method, plan.metrics, plan.decision.traffic, plan.scope.request_id)
+
     # -- counting and audit ------------------------------------------------------------------
     def _count_decision(self, plan: CallPlan) -> None:
         d = plan.decision
@@ -503,7 +529,7 @@ class ServerInterceptorBase:
         self.settings = settings or FaultSettings.from_env()
         metrics = self.settings.enabled if metrics is None else metrics  # metrics follow the switch by default
         self.core = ServerCore(self.settings, metrics=metrics, tracer=tracer, stop=stop)
-        self._active = self.settings.enabled or metrics or tracer is not None
+        self._active = self.settings.enabled or metrics or tracer is not None or self.settings.max_in_flight > 0
 
     def _wrapped(self, handler, handler_call_details, scanned: tuple[str, bool] | None = None):
         """`scanned`: `_scan` of the call's metadata, when the flavour has read it already."""

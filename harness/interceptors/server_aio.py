@@ -4,7 +4,9 @@ Everything else (the gate, the steps of a fault, metrics, scope, audit) is in
 `_server_pipeline`. A caller that leaves during a wait cancels this task inside
 the sleep: the call is dropped silently, with no log line. A call whose caller's deadline
 passed before its handler began (the loop got to it late) is answered
-DEADLINE_EXCEEDED without the handler (`ServerCore.expired`).
+DEADLINE_EXCEEDED without the handler (`ServerCore.expired`). The in-flight limit
+(`_overload.InFlight`) is checked where grpc hands a call over and again at handler
+entry, where each handler counts itself in and out.
 
 grpc.aio runs coroutine and async-generator handlers on the event loop and plain
 (sync) functions and generators on a thread pool. The wrapper keeps that: only
@@ -31,6 +33,7 @@ from grpc import aio
 
 from harness.core import scope
 from harness.core.faults import Mode
+from harness.core.metrics import is_infrastructure
 from harness.core.safety import EmergencyStop
 from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span
@@ -61,6 +64,7 @@ except ImportError:  # pragma: no cover - depends on the grpc build
     _SyncServicerContext = None
 
 _OK = grpc.StatusCode.OK
+_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 _NONE = Mode.NONE.value
 _DONE = object()
 
@@ -124,6 +128,11 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         self._unary: dict[str, tuple] = {}
 
     async def intercept_service(self, continuation, handler_call_details):
+        flight = self.core.flight
+        flight.arrived += 1
+        if flight.calls >= flight.bound and not is_infrastructure(handler_call_details.method):
+            self.core.refuse(handler_call_details.method, handler_call_details.invocation_metadata)
+            return flight.handler  # aborts RESOURCE_EXHAUSTED without reading the request
         handler = await continuation(handler_call_details)
         entry = self._unary.get(handler_call_details.method)
         if entry is not None and entry[0] is handler:  # a unary method wrapped before, by the same handler
@@ -180,6 +189,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def _wrap_unary(self, behavior, plan: CallPlan, metadata):
         """A call with one response: a unary method, or a client-streaming one (`request` is then its stream)."""
         core = self.core
+        flight = core.flight
         on_loop = self._on_loop(behavior)
         streams_in = plan.kind.request_streaming
 
@@ -226,6 +236,9 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             left = core.expired(plan, remaining)
             if left is not None:  # the caller is gone: no work, no fault for it
                 await context.abort(left, "deadline passed before the handler began")
+            if flight.calls >= flight.bound:  # let in when grpc handed it over; full since
+                core.refuse_planned(plan)
+                await context.abort(_EXHAUSTED, flight.details)
             t0, token = core.begin(plan, remaining, metadata)
             steps = core.steps(plan)  # after begin: the cap and the stop may have turned a hit into a pass
             after = core.after_run(steps)  # a delay: it holds handler errors and aborts too (contracts §3)
@@ -233,6 +246,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             exc: BaseException | None = None
             response = None
             held: list[bool] = []
+            flight.calls += 1
             try:
                 for step in steps:
                     if step is not Step.RUN:
@@ -252,6 +266,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
+                flight.calls -= 1
                 core.end(plan, token, self._end_code(plan.scope, context, exc), t0)
 
         return unary
@@ -281,11 +296,16 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         started = metrics.call_started if metrics is not None else None
         finished = metrics.finished_organic if metrics is not None else None
         end_code = self._end_code
+        flight = core.flight
+        bound = flight.bound
 
         def serve(request_id: str, metadata):
             sc = organic_scope(known, request_id)
 
             async def unary(request, context):
+                if flight.calls >= bound:  # let in when grpc handed it over; full since
+                    flight.refused(known[0], method, metrics, "organic", request_id)
+                    await context.abort(_EXHAUSTED, flight.details)
                 remaining = context.time_remaining()  # start_organic
                 if remaining is not None:
                     sc.deadline_monotonic = monotonic() + remaining
@@ -295,6 +315,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 token = scope.enter(sc)
                 t0 = perf_counter()
                 exc: BaseException | None = None
+                flight.calls += 1
                 try:
                     if on_loop:
                         return await behavior(request, context)
@@ -305,6 +326,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                     exc = e
                     raise
                 finally:
+                    flight.calls -= 1
                     elapsed = perf_counter() - t0
                     sc.ended = True
                     scope.leave(token)  # also frees the task: the scope's entry names it as its owner
@@ -329,6 +351,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def _wrap_stream(self, behavior, plan: CallPlan, metadata):
         """A call with a response stream: a server-streaming method, or a bidi one (`request` is its stream)."""
         core = self.core
+        flight = core.flight
         on_loop = self._on_loop(behavior)
         streams_in = plan.kind.request_streaming
 
@@ -337,11 +360,15 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             left = core.expired(plan, remaining)
             if left is not None:  # the caller is gone: no work, no fault for it
                 await context.abort(left, "deadline passed before the handler began")
+            if flight.calls >= flight.bound:  # let in when grpc handed it over; full since
+                core.refuse_planned(plan)
+                await context.abort(_EXHAUSTED, flight.details)
             t0, token = core.begin(plan, remaining, metadata)
             steps = core.steps(plan)
             mark(context, plan)
             exc: BaseException | None = None
             bridge = responses = None
+            flight.calls += 1
             try:
                 for step in steps:
                     if step is not Step.RUN:
@@ -391,6 +418,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
+                flight.calls -= 1
                 if bridge is not None:
                     bridge.cancel()
                 if responses is not None and exc is not None:

@@ -21,6 +21,7 @@ import grpc
 
 from harness.core.gate import Outcome
 from harness.core.safety import EmergencyStop
+from harness.core.settings import SettingsError
 from harness.interceptors._fault_steps import HeadersContext, Step
 from harness.interceptors._server_pipeline import (
     CallPlan,
@@ -47,7 +48,19 @@ def _wait(context, seconds: float, stop: EmergencyStop) -> bool:
 
 
 class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
-    """Gated delay/abort/drop plus server metrics, for `grpc.server(..., interceptors=[...])`."""
+    """Gated delay/abort/drop plus server metrics, for `grpc.server(..., interceptors=[...])`.
+
+    The in-flight limit (`max_in_flight`, DRILL_MAX_IN_FLIGHT) is the aio flavour's: a sync server's own
+    `grpc.server(..., maximum_concurrent_rpcs=N)` refuses past N with RESOURCE_EXHAUSTED, so a limit given
+    here is refused at start rather than ignored."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.settings.max_in_flight:
+            raise SettingsError(
+                "DRILL_MAX_IN_FLIGHT applies to grpc.aio servers; give a sync grpc.server "
+                f"maximum_concurrent_rpcs={self.settings.max_in_flight} instead (it refuses past it too)"
+            )
 
     def intercept_service(self, continuation, handler_call_details):
         return self._wrapped(continuation(handler_call_details), handler_call_details)

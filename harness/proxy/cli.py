@@ -27,7 +27,11 @@ from harness.core.errors import BadInput, RunFailed
 from harness.core.faults import Kind
 from harness.core.settings import FaultSettings
 from harness.demo.lifecycle import (
+    DEFAULT_MAX_BACKLOG,
+    DEFAULT_MAX_IN_FLIGHT,
+    add_limit_arguments,
     announce,
+    bounded_server,
     check_free,
     serve_metrics,
     serve_until_signal,
@@ -70,6 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=cliargs.integer(1, MAX_WORKERS, f"a number of processes, 1-{MAX_WORKERS}"),
                    default=1, help="proxy processes sharing the port (SO_REUSEPORT), one core each; each serves "
                    "its own /metrics (--metrics-port + its index)")  # fmt: skip
+    add_limit_arguments(p, f"{DEFAULT_MAX_IN_FLIGHT}; with --workers, each worker's", str(DEFAULT_MAX_BACKLOG))
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # a worker of --workers
 
 
@@ -100,13 +105,15 @@ def method_kinds(args: argparse.Namespace) -> dict[str, Kind]:
 
 async def start_proxy(upstream: str, *, host: str = "127.0.0.1", port: int = 0, settings: FaultSettings,
                       method_kinds: dict | None = None, metrics: bool = True, tracer=None,
-                      reuse_port: bool = False):  # fmt: skip
+                      reuse_port: bool = False, max_backlog: int | None = None):  # fmt: skip
     """Start a proxy in front of `upstream`; returns (server, bound port, channel). `reuse_port`: share the
-    port with the other workers of `--workers` (else a port in use is refused, never shared by accident)."""
+    port with the other workers of `--workers` (else a port in use is refused, never shared by accident).
+    Its limits: `settings.max_in_flight` (0: none) and `max_backlog` (None: grpc's own guard)."""
     channel = aio.insecure_channel(upstream, options=CHANNEL_OPTIONS)
     table = dict(method_kinds or {})
-    server = aio.server(interceptors=[FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)],
-                        options=[("grpc.so_reuseport", int(reuse_port)), *SERVER_OPTIONS])  # fmt: skip
+    fault = FaultServerInterceptor(settings, metrics=metrics, tracer=tracer)
+    server = bounded_server(fault, interceptors=[fault], options=[("grpc.so_reuseport", int(reuse_port)),
+                            *SERVER_OPTIONS], max_backlog=max_backlog)  # fmt: skip
     server.add_generic_rpc_handlers((ForwardAll(Forwarder(channel), table.get),))
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
@@ -117,25 +124,28 @@ async def start_proxy(upstream: str, *, host: str = "127.0.0.1", port: int = 0, 
 
 
 async def _proxy(args: argparse.Namespace) -> int:
-    # local inputs first (a missing --proto is bad input whatever the port), then the port, then the network
+    # local inputs first (a missing --proto or a bad DRILL_* value is bad input whatever the port), then the port,
+    # then the network
     local = bool(args.descriptor_set or args.proto or args.proto_path)
     table = method_kinds(args) if local else {}
+    settings = settings_from_args(args, "proxy")
+    if args.max_backlog is None:
+        args.max_backlog = DEFAULT_MAX_BACKLOG
     if not args.reuse_port:
         check_free(args.host, args.port, "proxy")
     if not local:
         table = method_kinds(args)
-    settings = settings_from_args(args, "proxy")
     metrics_port = serve_metrics(args, "proxy")
     tracer = tracer_for(settings)
     try:
         server, port, channel = await start_proxy(args.upstream, host=args.host, port=args.port, settings=settings,
                                                   method_kinds=table, tracer=tracer,
-                                                  reuse_port=args.reuse_port)  # fmt: skip
+                                                  reuse_port=args.reuse_port, max_backlog=args.max_backlog)  # fmt: skip
     except (OSError, RuntimeError) as exc:
         raise RunFailed(f"proxy: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
-    log.warning("proxy %s on %s:%d → %s (faults %s, seed %d, %d methods known), metrics on :%s", settings.service,
-                args.host, port, args.upstream, "ON" if settings.enabled else "off", settings.seed, len(table),
-                metrics_port or "-")  # fmt: skip
+    log.warning("proxy %s on %s:%d → %s (faults %s, seed %d, %d methods known, at most %d in flight, backlog %d), "
+                "metrics on :%s", settings.service, args.host, port, args.upstream, "ON" if settings.enabled else "off",
+                settings.seed, len(table), settings.max_in_flight, args.max_backlog, metrics_port or "-")  # fmt: skip
     return await serve_until_signal(server, channel, ready=lambda: announce(args, port, {"metrics_port": metrics_port}))
 
 
@@ -144,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers > 1:
         if args.descriptor_set or args.proto:  # bad input (a missing file, both given) once, not per worker
             method_kinds(args)
+        settings_from_args(args, "proxy")  # a bad DRILL_* value once, not per worker
         from harness.proxy.workers import supervise
 
         return supervise(args)

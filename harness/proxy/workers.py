@@ -63,6 +63,10 @@ def worker_argv(args: argparse.Namespace, index: int, port: int, ready: pathlib.
         argv += ["--seed", str(args.seed)]
     if args.instance_id:
         argv += ["--instance-id", f"{args.instance_id}-{index}"]
+    if args.max_in_flight is not None:  # else each worker reads DRILL_MAX_IN_FLIGHT as this process would
+        argv += ["--max-in-flight", str(args.max_in_flight)]
+    if args.max_backlog is not None:
+        argv += ["--max-backlog", str(args.max_backlog)]
     for flag, value in (("--descriptor-set", args.descriptor_set), ("--proto", args.proto)):
         if value:
             argv += [flag, value]
