@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from harness.drills.analysis import landing, stats, verdict
 from harness.drills.analysis.slo import quantile_from_buckets, samples_in
+from harness.drills.analysis.traffic import refused_by_hop
 from harness.drills.analysis.trial import analyze_run
 from harness.drills.plan.model import Plan
 from harness.drills.plan.outputs import Results
@@ -58,6 +59,26 @@ def representative_series(series: Trials, configs: Mapping[str, dict]) -> dict[s
     return {n: s[configs[n].get("representative_trial", 0)] for n, s in series.items() if s}
 
 
+def refusal_notes(trials: Mapping[str, Sequence[RunSeries]]) -> list[str]:
+    """One note per configuration whose hops refused calls at their own limits (`traffic.refused_by_hop`): a hop
+    whose process was full answered RESOURCE_EXHAUSTED (its in-flight limit) or CANCELLED (its core backlog: no
+    error rate counts those), so the trial's numbers show that process's capacity as much as the fault's effect."""
+    notes = []
+    for name, runs in trials.items():
+        per_hop: dict[str, tuple[float, list[int]]] = {}
+        for k, s in enumerate(runs, 1):
+            for hop, n in refused_by_hop(s).items():
+                total, which = per_hop.get(hop, (0.0, []))
+                per_hop[hop] = (total + n, [*which, k])
+        for hop, (total, which) in sorted(per_hop.items()):
+            where = f"trial{'s' if len(which) > 1 else ''} {', '.join(map(str, which))}"
+            notes.append(f"{name}: hop {hop} refused {round(total):,} calls at its own limits in {where} (its "
+                         "in-flight limit answers RESOURCE_EXHAUSTED, its core backlog CANCELLED, which no error rate "
+                         "counts): its process was full, so those trials measure it as much as the fault; give it "
+                         "more room (--max-in-flight, --max-backlog, --workers) or less load")  # fmt: skip
+    return notes
+
+
 def assemble(
     series: Mapping[str, RunSeries | Sequence[RunSeries]],
     slo: Slo,
@@ -95,7 +116,7 @@ def assemble(
         configs=configs,
         ranking=ranking,
         verdict=judged,
-        notes=landing.summary(configs),
+        notes=landing.summary(configs) + refusal_notes(trials),
         started_at=_stamp(started) if started else None,
         finished_at=_stamp(),
         duration_s=round(time.time() - started, 1) if started else None,

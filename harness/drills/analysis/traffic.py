@@ -22,6 +22,9 @@ requests. Pure functions over a `RunSeries`, each a field of `harness.drills.ana
   `attempts_per_success` = deepest-hop attempts ÷ edge OK calls over the fault
   window (shedding everything gives low amplification but no success).
 - **blast radius** = error rate of organic traffic over the fault window.
+- **refused at a hop's own limits** (`refused_by_hop`): calls a hop's process turned away because it was full
+  (its in-flight limit, answered RESOURCE_EXHAUSTED; its core backlog, answered CANCELLED, which no error rate
+  counts), over the whole trial: such a trial measures the hop's process as much as the fault.
 """
 
 from __future__ import annotations
@@ -209,3 +212,14 @@ def offered_load(series: RunSeries) -> tuple[dict[str, OfferedRate], bool | None
         out[traffic] = OfferedRate(round(planned, 3), round(achieved, 3),
                                    calls < MIN_OFFERED_SHARE * planned * window - 1e-9)  # fmt: skip
     return out, any(c.fell_behind for c in out.values())
+
+
+def refused_by_hop(series: RunSeries) -> dict[str, float]:
+    """Calls each hop refused at its own limits over the trial (`refused` series; hops that refused none left out)."""
+    out: dict[str, float] = {}
+    for key, values in series.values.items():
+        if key.kind == "refused":
+            total = sum(v for v in values if v)
+            if total >= 0.5:
+                out[key.service] = out.get(key.service, 0.0) + total
+    return out

@@ -11,7 +11,9 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 # --- per-second series ------------------------------------------------------------------
-SeriesKind = Literal["calls", "lat", "srv", "gap", "gapsum", "hits", "retry", "fds", "breaker", "tcp", "active"]
+SeriesKind = Literal[
+    "calls", "lat", "srv", "gap", "gapsum", "hits", "retry", "refused", "fds", "breaker", "tcp", "active"
+]
 
 
 class SeriesKey(NamedTuple):
@@ -23,6 +25,7 @@ class SeriesKey(NamedTuple):
     - `srv` server calls per hop, shed calls included (counter)
     - `gap` / `gapsum` deadline-gap observations / seconds per hop (counter)
     - `hits`, `retry` per hop (counter); `fds` open fds per hop (gauge, summed over replicas)
+    - `refused` calls a hop's process refused at its own limits, in-flight and backlog (counter)
     - `breaker` worst breaker state of a hop (gauge, max); `tcp` connections by state (gauge)
     - `active` the load driver's drill_fault_active (gauge, max)
     """

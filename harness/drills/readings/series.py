@@ -28,6 +28,8 @@ GAP_COUNT = m.sample_name(m.DEADLINE_GAP, "_count")
 GAP_SUM = m.sample_name(m.DEADLINE_GAP, "_sum")
 FAULT_HITS = m.sample_name(m.FAULT_HITS, "_total")
 RETRY_ATTEMPTS = m.sample_name(m.RETRY_ATTEMPTS, "_total")
+#: calls a process refused at its own limits: its in-flight limit (RESOURCE_EXHAUSTED) and its core backlog (CANCELLED)
+REFUSED = (m.sample_name(m.SERVER_REFUSED, "_total"), f"{m.SERVER_BACKLOG_REFUSED_NAME}_total")
 BREAKER_STATE = m.sample_name(m.BREAKER_STATE)
 FAULT_ACTIVE = m.sample_name(m.FAULT_ACTIVE)
 CLIENT_PREFIX = "drill_client_"
@@ -78,6 +80,8 @@ def reduce_families(
                 add(SeriesKey("hits", lb.get("service", "")), v)
             elif name == RETRY_ATTEMPTS:
                 add(SeriesKey("retry", lb.get("service", "")), v)
+            elif name in REFUSED:
+                add(SeriesKey("refused", lb.get("service", "")), v)
             elif name == BREAKER_STATE:
                 add(SeriesKey("breaker", lb.get("service", "")), v)
             elif name == m.TCP_CONNECTIONS_NAME:
