@@ -107,3 +107,23 @@ def grafana() -> Iterator[FakeGrafana]:
     yield server
     server.shutdown()
     server.server_close()
+
+
+def _drill_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(("DRILL_", "LOCUST_", "OTEL_"))}
+
+
+@pytest.fixture(autouse=True)
+def _no_environment_left_behind():
+    """A test that changes the harness's environment variables must put them back: every process a later test of
+    the same worker starts inherits them (a DRILL_FAULT_MAX_ACTIVE=7 left behind once capped another test's hop
+    at 7 faults in flight). The test that leaks fails, naming the keys, and the environment is restored."""
+    before = _drill_environment()
+    yield
+    after = _drill_environment()
+    if after != before:
+        for k in set(after) - set(before):
+            os.environ.pop(k, None)
+        os.environ.update(before)
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        pytest.fail(f"the test left the environment changed: {', '.join(changed)}")

@@ -165,15 +165,20 @@ def _limit(argv: list[str], env: dict[str, str] | None = None) -> int:
     p = argparse.ArgumentParser()
     serve.add_arguments(p)
     args = p.parse_args(argv)
-    saved = os.environ.get("DRILL_MAX_IN_FLIGHT")
+    # every key it sets is put back as it was: drill serve children this worker starts later inherit its environment
+    # (a DRILL_FAULT_MAX_ACTIVE of 7 left behind once capped a later test's hop at 7 faults in flight)
+    keys = {"DRILL_MAX_IN_FLIGHT", *(env or {})}
+    saved = {k: os.environ.get(k) for k in keys}
     os.environ.pop("DRILL_MAX_IN_FLIGHT", None)
     os.environ.update(env or {})
     try:
         return serve.settings_from_args(args, "serve", serve.in_flight_default(args)).max_in_flight
     finally:
-        os.environ.pop("DRILL_MAX_IN_FLIGHT", None)
-        if saved is not None:
-            os.environ["DRILL_MAX_IN_FLIGHT"] = saved
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def test_serve_limit_defaults_above_the_hops_own_capacity_and_takes_the_flag_over_the_environment():

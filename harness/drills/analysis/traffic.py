@@ -214,12 +214,20 @@ def offered_load(series: RunSeries) -> tuple[dict[str, OfferedRate], bool | None
     return out, any(c.fell_behind for c in out.values())
 
 
+#: A hop is said to have refused calls at its limits from this many calls in a trial, and this share of its calls:
+#: the core backlog's count is derived (calls the core started less those that reached the process) and may run
+#: ahead by the calls on their way at a scrape, a few at most, never a share of a trial's calls.
+MIN_REFUSED = 10
+MIN_REFUSED_SHARE = 0.01
+
+
 def refused_by_hop(series: RunSeries) -> dict[str, float]:
-    """Calls each hop refused at its own limits over the trial (`refused` series; hops that refused none left out)."""
+    """Calls each hop refused at its own limits over the trial (`refused` series), for the hops that refused at
+    least MIN_REFUSED calls and MIN_REFUSED_SHARE of their calls (`srv`, refusals included)."""
     out: dict[str, float] = {}
     for key, values in series.values.items():
         if key.kind == "refused":
-            total = sum(v for v in values if v)
-            if total >= 0.5:
-                out[key.service] = out.get(key.service, 0.0) + total
-    return out
+            out[key.service] = out.get(key.service, 0.0) + sum(v for v in values if v)
+    calls = {k.service: sum(v for v in vs if v) for k, vs in series.values.items() if k.kind == "srv"}
+    return {hop: n for hop, n in out.items()
+            if n >= MIN_REFUSED and n >= MIN_REFUSED_SHARE * max(calls.get(hop, 0.0), n)}  # fmt: skip

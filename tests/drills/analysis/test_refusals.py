@@ -35,7 +35,12 @@ def test_a_hop_that_refused_calls_is_named_under_the_results_with_its_trials_and
     full.values[K("refused", "ledger")] = [0.0] * 10 + [12.5] * 8 + [0.0] * 22  # per-second rates: 100 calls
     quiet = make_series([0.0] * 40, config="naive")
     quiet.values[K("refused", "ledger")] = [0.0] * 40  # the counter is there, nothing refused
-    assert refused_by_hop(full) == {"ledger": 100.0} and refused_by_hop(quiet) == {}
+    ahead = make_series([0.0] * 40, config="naive")  # the backlog's count ran ahead by calls on their way at scrapes
+    ahead.values[K("refused", "ledger")] = [1.0] * 3 + [0.0] * 37
+    few = make_series([0.0] * 40, config="naive", hops={"gateway": [100.0] * 40, "ledger": [100.0] * 40})
+    few.values[K("refused", "ledger")] = [0.0] * 10 + [3.0] * 10 + [0.0] * 20  # 30 of 4,000 calls: under 1 %
+    assert refused_by_hop(full) == {"ledger": 100.0}
+    assert refused_by_hop(quiet) == refused_by_hop(ahead) == refused_by_hop(few) == {}
     out = res.assemble({"naive": [quiet, full], "budget": [make_series([0.0] * 40, config="budget")]}, SLO,
                        ["gateway", "ledger"])  # fmt: skip
     said = [n for n in out.notes if "own limits" in n]
