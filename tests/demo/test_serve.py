@@ -165,20 +165,11 @@ def _limit(argv: list[str], env: dict[str, str] | None = None) -> int:
     p = argparse.ArgumentParser()
     serve.add_arguments(p)
     args = p.parse_args(argv)
-    # every key it sets is put back as it was: drill serve children this worker starts later inherit its environment
-    # (a DRILL_FAULT_MAX_ACTIVE of 7 left behind once capped a later test's hop at 7 faults in flight)
-    keys = {"DRILL_MAX_IN_FLIGHT", *(env or {})}
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.pop("DRILL_MAX_IN_FLIGHT", None)
-    os.environ.update(env or {})
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # put back as it was: later processes of this worker inherit it
+        mp.delenv("DRILL_MAX_IN_FLIGHT", raising=False)
+        for k, v in (env or {}).items():
+            mp.setenv(k, v)
         return serve.settings_from_args(args, "serve", serve.in_flight_default(args)).max_in_flight
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def test_serve_limit_defaults_above_the_hops_own_capacity_and_takes_the_flag_over_the_environment():
