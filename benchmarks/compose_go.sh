@@ -10,7 +10,8 @@
 # Usage, from the repository root, on committed code (the transcript names the commit):
 #   bash benchmarks/compose_go.sh > benchmarks/results/compose-go-$(git rev-parse --short HEAD).txt 2>&1
 # Services are named (Grafana and Jaeger left out), so a machine without Docker Hub runs it on local stand-in
-# images (../shared/tools/docker-standin.sh there). It removes the containers and volumes it created.
+# images of the two base images (PYTHON_IMAGE=python:3.11.13-slim-bookworm to build on the stand-in's tag). It
+# removes the containers and volumes it created.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 F="-f compose/docker-compose.yml -f compose/ledger-go.yml"
