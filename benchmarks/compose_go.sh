@@ -17,27 +17,7 @@ cd "$(dirname "$0")/.."
 F="-f compose/docker-compose.yml -f compose/ledger-go.yml"
 OUT=out/compose-go
 
-step() {  # step "what" cmd...: print the command, run it, print its exit code and wall time
-  echo
-  echo "### $1"
-  shift
-  echo "\$ $*"
-  local t0 rc
-  t0=$(date +%s.%N)
-  bash -c "set -o pipefail; $*" 2>&1 | sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e 's/\r//g'
-  rc=${PIPESTATUS[0]}
-  printf '[exit %s, %.1f s]\n' "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)"
-}
-
-query() {  # query PROMQL: one line per series, labels and value
-  .venv/bin/python - "$1" <<'PY'
-import json, sys, urllib.parse, urllib.request
-url = "http://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode({"query": sys.argv[1]})
-for s in json.load(urllib.request.urlopen(url, timeout=10))["data"]["result"]:
-    print(" ".join(f"{k}={v}" for k, v in sorted(s["metric"].items())), "=>", s["value"][1])
-PY
-}
-export -f query
+. benchmarks/_transcript.sh  # step, query
 
 echo "# compose/ledger-go.yml under a real Docker engine: $(date -u +%FT%TZ)"
 echo "# commit: $(git rev-parse --short HEAD)$(git status --porcelain -- compose harness loadtests benchmarks/compose_go.sh | grep -q . && echo ' + uncommitted changes')"
