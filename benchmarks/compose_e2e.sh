@@ -23,7 +23,7 @@ OUT=out/compose-e2e
 . benchmarks/_transcript.sh  # step, query
 
 echo "# compose end to end: $(date -u +%FT%TZ)"
-echo "# commit: $(git rev-parse --short HEAD)$(git status --porcelain -- compose harness loadtests benchmarks/compose_e2e.sh | grep -q . && echo ' + uncommitted changes')"
+echo "# commit: $(git rev-parse --short HEAD)$(git status --porcelain -- compose harness loadtests benchmarks/compose_e2e.sh benchmarks/_transcript.sh | grep -q . && echo ' + uncommitted changes')"
 echo "# $(docker version --format 'Docker Engine {{.Server.Version}}'), $(docker compose version), $(nproc) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# PYTHON_IMAGE=${PYTHON_IMAGE:-(unset: the base image by digest)}"
 docker compose -f $F --profile load down -v >/dev/null 2>&1

@@ -20,7 +20,7 @@ OUT=out/compose-go
 . benchmarks/_transcript.sh  # step, query
 
 echo "# compose/ledger-go.yml under a real Docker engine: $(date -u +%FT%TZ)"
-echo "# commit: $(git rev-parse --short HEAD)$(git status --porcelain -- compose harness loadtests benchmarks/compose_go.sh | grep -q . && echo ' + uncommitted changes')"
+echo "# commit: $(git rev-parse --short HEAD)$(git status --porcelain -- compose harness loadtests benchmarks/compose_go.sh benchmarks/_transcript.sh | grep -q . && echo ' + uncommitted changes')"
 echo "# $(docker version --format 'Docker Engine {{.Server.Version}}'), $(docker compose version), $(nproc) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# PYTHON_IMAGE=${PYTHON_IMAGE:-(unset: the base image by digest)}"
 docker compose $F --profile load down -v >/dev/null 2>&1
