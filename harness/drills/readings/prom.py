@@ -93,6 +93,7 @@ def _selectors(edge: str) -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
         ("gapsum", sr.GAP_SUM, _SERVICE),
         ("hits", sr.FAULT_HITS, _SERVICE),
         ("retry", sr.RETRY_ATTEMPTS, _SERVICE),
+        *(("refused", metric, _SERVICE) for metric in sr.REFUSED),
         ("fds", m.PROCESS_OPEN_FDS, _SERVICE),
         ("breaker", sr.BREAKER_STATE, _SERVICE),
         ("tcp", m.TCP_CONNECTIONS_NAME, (("status", "state"),)),
@@ -356,7 +357,8 @@ def read_drill(
 #: What a hop read from a Prometheus selector contributes (the kinds a topology hop's /metrics gives).
 _HOP_KINDS = (
     ("srv", sr.SERVER_CALLS), ("gap", sr.GAP_COUNT), ("gapsum", sr.GAP_SUM), ("hits", sr.FAULT_HITS),
-    ("retry", sr.RETRY_ATTEMPTS), ("fds", m.PROCESS_OPEN_FDS), ("breaker", sr.BREAKER_STATE),
+    ("retry", sr.RETRY_ATTEMPTS), *(("refused", metric) for metric in sr.REFUSED), ("fds", m.PROCESS_OPEN_FDS),
+    ("breaker", sr.BREAKER_STATE),
 )  # fmt: skip
 
 
