@@ -92,7 +92,7 @@ def test_a_refused_upstream_is_said_at_once_in_the_dry_run_and_the_run(tmp_path)
         assert "waiting for the edge" not in run.stdout + run.stderr
         assert not list((tmp_path / "out").rglob("proxy.log"))  # no proxy was started for it
         # the check's own time: a refused connect returns at the kernel's RST, and UPSTREAM_CHECK_S is what
-        # check_upstream allows at most (its connect timeout plus speaks_http2's 1-s connect and 1-s read), the
+        # check_upstream allows at most (its connect timeout plus its wait for the first frame, one connection), the
         # bound the issue asks for (≤ 5 s) and what a silent upstream would cost
         from harness.drills.stack.targets import UPSTREAM_CHECK_S, StackError, check_upstream
 

@@ -18,13 +18,14 @@ import argparse
 import os
 import pathlib
 import re
-import socket
 
 from harness import protos
 from harness.core import cliargs
 from harness.core.errors import BadInput, DrillError, RunFailed
 from harness.drills.plan import starter
 from harness.drills.plan.sections import HOP_NAME
+from harness.drills.stack.edge import Reach, reach
+from harness.drills.stack.targets import port_taken
 
 #: The proxy's ports when none are given: docs/proxy.md's, or the next free ones after them
 PROXY_PORT, PROXY_METRICS_PORT = 50151, 9565
@@ -109,56 +110,40 @@ def _out(args: argparse.Namespace) -> pathlib.Path:
     return out
 
 
-def _port_free(port: int) -> bool:
-    """Whether a server could bind 127.0.0.1:`port` now (as servers bind: SO_REUSEADDR)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def pick_port(given: int | None, default: int, option: str, taken: tuple[int, ...] = ()) -> tuple[int, str]:
     """A port for the proxy and how it was chosen, in words: `given` if free now (else bad input), else `default`
     or the first free one after it."""
     if given is not None:
-        if given in taken or not _port_free(given):
+        if given in taken or port_taken(given) is not None:
             raise BadInput(f"init: {option} {given}: in use on 127.0.0.1 now; give a free one (or leave "
                            f"{option} out)")  # fmt: skip
         return given, f"{option} {given}, free now"
     for port in range(default, min(default + PORT_TRIES, 65536)):
-        if port not in taken and _port_free(port):
+        if port not in taken and port_taken(port) is None:
             why = "free now" if port == default else f"free now ({default} is taken)"
             return port, f"{port}, {why}; {option} picks another"
     raise BadInput(f"init: no free port in {default}-{default + PORT_TRIES - 1} on 127.0.0.1: give {option}")
 
 
 # --- the service ------------------------------------------------------------------------------------
-def reach(address: str, option: str) -> None:
-    """The service at `address` accepts a connection and answers as a gRPC server, each within REACH_S: a
-    refused or silent address is a failed run (exit 1), one that answers otherwise bad input (exit 2)."""
-    from harness.drills.stack.edge import speaks_http2
-
-    host, port = cliargs.split_host_port(address)
-    try:
-        with socket.create_connection((host, port), timeout=REACH_S):
-            pass
-    except ConnectionRefusedError:
-        raise RunFailed(f"init: {option} {address}: connection refused; is the service running, listening "
-                        "there?") from None  # fmt: skip
-    except TimeoutError:
-        raise RunFailed(f"init: {option} {address}: no connection in {REACH_S:g} s (unreachable)") from None
-    except OSError as exc:
-        raise RunFailed(f"init: {option} {address}: cannot connect ({exc.strerror or exc})") from None
-    said = speaks_http2(address, timeout_s=REACH_S)
-    if said is None:
-        raise RunFailed(f"init: {option} {address}: accepts a connection but answers nothing in {REACH_S:g} s "
-                        "(not a gRPC server, or a stuck one)")  # fmt: skip
-    if said is False:
+def reach_service(address: str, option: str) -> None:
+    """The service at `address` accepts a connection and answers as a gRPC server, each within REACH_S (one
+    connection, `edge.reach`): a refused or silent address is a failed run (exit 1), one that answers otherwise
+    bad input (exit 2)."""
+    how, detail = reach(address, REACH_S, REACH_S)
+    if how is Reach.GRPC:
+        return
+    if how is Reach.NOT_GRPC:
         raise BadInput(f"init: {option} {address}: answered, but not as a gRPC server (gRPC over TLS is not "
                        "supported)")  # fmt: skip
+    raise RunFailed({
+        Reach.REFUSED: f"init: {option} {address}: connection refused; is the service running, listening there?",
+        Reach.NO_CONNECTION: f"init: {option} {address}: no connection in {REACH_S:g} s (unreachable)",
+        Reach.SILENT: f"init: {option} {address}: accepts a connection but answers nothing in {REACH_S:g} s (not a "
+                      "gRPC server, or a stuck one)",
+        Reach.UNRESOLVED: f"init: {option} {address}: cannot connect ({detail})",
+        Reach.ERROR: f"init: {option} {address}: cannot connect ({detail})",
+    }[how])  # fmt: skip
 
 
 def methods_of(args: argparse.Namespace, address: str, option: str) -> tuple[list, str]:
@@ -242,7 +227,7 @@ def _listing(args: argparse.Namespace, address: str, option: str) -> tuple[list,
         methods, said = methods_of(args, address, option)
         edge, why = starter.pick_edge(methods, args.method)
     if not (args.no_dry_run and from_file):  # the service is asked (reflection) or the dry run needs it up
-        reach(address, option)
+        reach_service(address, option)
     if not from_file:
         methods, said = methods_of(args, address, option)
         edge, why = starter.pick_edge(methods, args.method)

@@ -16,6 +16,7 @@ option it came from.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 from collections.abc import Callable
 from typing import Any
@@ -332,6 +333,51 @@ def _wait_ready(channel, address: str, names: InputNames) -> None:
             why = "nothing accepts a connection there" if what is None else "it does not become ready"
             raise RunFailed(f"cannot reach {names.address} {address} for server reflection ({why}, "
                             f"{REACH_S:g} s)")  # fmt: skip
+
+
+class Reach(str, enum.Enum):
+    """How a server at HOST:PORT met a gRPC client's first steps (`reach`)."""
+
+    GRPC = "grpc"  # accepted the connection and sent HTTP/2 SETTINGS, as every gRPC server does
+    SILENT = "silent"  # accepted it and sent nothing in time
+    NOT_GRPC = "not_grpc"  # accepted it and answered otherwise, or closed it at once (TLS, another protocol)
+    REFUSED = "refused"  # nothing listens there
+    NO_CONNECTION = "no_connection"  # no connection in time (filtered, unreachable)
+    UNRESOLVED = "unresolved"  # the host name resolves to nothing
+    ERROR = "error"  # any other socket error (its text is the detail)
+
+
+def reach(address: str, connect_s: float, answer_s: float) -> tuple[Reach, str]:
+    """Connect to HOST:PORT within `connect_s`, send a plaintext HTTP/2 client preface and wait `answer_s` for the
+    server's first frame: one connection, at most `connect_s + answer_s`; the OS's words for an error."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=connect_s)
+    except ConnectionRefusedError:
+        return Reach.REFUSED, ""
+    except TimeoutError:
+        return Reach.NO_CONNECTION, ""
+    except socket.gaierror as exc:
+        return Reach.UNRESOLVED, exc.strerror or str(exc)
+    except (OSError, ValueError) as exc:
+        return Reach.ERROR, getattr(exc, "strerror", None) or str(exc)
+    with sock:
+        sock.settimeout(answer_s)
+        head = b""
+        try:
+            sock.sendall(_H2_PREFACE)
+            while len(head) < 9:
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    return Reach.NOT_GRPC, ""  # closed without a frame
+                head += chunk
+        except TimeoutError:
+            return Reach.SILENT, ""
+        except OSError:  # reset while it answered: not a gRPC server's way
+            return Reach.NOT_GRPC, ""
+    return (Reach.GRPC if head[3] == 0x4 else Reach.NOT_GRPC), ""  # a SETTINGS frame first
 
 
 def speaks_http2(address: str, timeout_s: float = 1.0) -> bool | None:

@@ -42,7 +42,7 @@ from harness.core.errors import RunFailed
 from harness.core.headers import DEFAULT_DRILL_TENANT
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.plan.stack import ProxyFront, Stack, StackConfig
-from harness.drills.stack.edge import EdgeCall, demo_edge, resolve_edge, speaks_http2
+from harness.drills.stack.edge import EdgeCall, Reach, demo_edge, reach, resolve_edge
 from harness.drills.stack.topology import Topology, audit_hit_ids
 from harness.procs.spawn import ServeError, ServeProcess, kill_group, last_line, start_serve
 
@@ -288,14 +288,15 @@ class RunningStack:
             await asyncio.to_thread(proxy.stop)
 
 
-#: How long the upstream check waits for a TCP connection. With `speaks_http2`'s own 1-s bound on its
-#: connect and on reading the server's first frame (a gRPC server sends it in one segment, at once), the whole
-#: check of an IP address takes at most 1.5 + 1 + 1 = 3.5 s, under the 5 s a wrong upstream may cost (a host
-#: name adds its resolution, and a try per address it resolves to). A port nobody listens on on a reachable
-#: host is refused at once (the kernel's RST), well inside it.
+#: How long the upstream check waits for a TCP connection, then for the server's first HTTP/2 frame on it (a
+#: gRPC server sends its SETTINGS at once, in one segment): one connection (`edge.reach`), so the check of an IP
+#: address takes at most 1.5 + 1 = 2.5 s, under the 5 s a wrong upstream may cost (a host name adds its
+#: resolution, and a try per address it resolves to). A port nobody listens on on a reachable host is refused
+#: at once (the kernel's RST), well inside it.
 UPSTREAM_CONNECT_S = 1.5
+UPSTREAM_ANSWER_S = 1.0
 #: The most `check_upstream` takes, derived above.
-UPSTREAM_CHECK_S = UPSTREAM_CONNECT_S + 2 * 1.0
+UPSTREAM_CHECK_S = UPSTREAM_CONNECT_S + UPSTREAM_ANSWER_S
 
 
 def check_upstream(address: str, key: str = "stack.proxy.upstream") -> str:
@@ -303,29 +304,22 @@ def check_upstream(address: str, key: str = "stack.proxy.upstream") -> str:
     connection and answers HTTP/2`); StackError (exit 1: the stack is down, as for an edge that is down) with one
     line naming `key` when it refuses the connection, stays silent, cannot be resolved, or answers otherwise
     than gRPC (the proxy forwards plaintext HTTP/2, never TLS). At most UPSTREAM_CHECK_S."""
-    import socket
-
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=UPSTREAM_CONNECT_S):
-            pass
-    except ConnectionRefusedError:
-        raise StackError(f"{key} {address} refused the connection: is the service up?") from None
-    except TimeoutError:
-        raise StackError(f"{key} {address} did not accept a connection within {UPSTREAM_CONNECT_S:g} s: is the "
-                         "service up, and reachable from this machine?") from None  # fmt: skip
-    except socket.gaierror as exc:
-        raise StackError(f"{key} {address}: cannot resolve {host!r} ({exc.strerror})") from None
-    except OSError as exc:
-        raise StackError(f"{key} {address}: cannot connect ({exc.strerror or exc})") from None
-    answer = speaks_http2(address, timeout_s=1.0)
-    if answer is False:
-        raise StackError(f"{key} {address} accepted the connection but does not answer as a gRPC server (no HTTP/2 "
-                         "settings in reply to a client's preface; the proxy forwards plaintext gRPC, not TLS): is "
-                         "it the service's gRPC port?")  # fmt: skip
-    if answer is None:  # connected a moment ago, silent now: nothing more to tell in the time we allow
-        return f"{address} accepts a connection (it sent no HTTP/2 settings within 1 s)"
-    return f"{address} accepts a connection and answers HTTP/2"
+    how, detail = reach(address, UPSTREAM_CONNECT_S, UPSTREAM_ANSWER_S)
+    if how is Reach.GRPC:
+        return f"{address} accepts a connection and answers HTTP/2"
+    if how is Reach.SILENT:  # connected, silent so far: nothing more to tell in the time we allow
+        return f"{address} accepts a connection (it sent no HTTP/2 settings within {UPSTREAM_ANSWER_S:g} s)"
+    host = address.rpartition(":")[0]
+    raise StackError({
+        Reach.REFUSED: f"{key} {address} refused the connection: is the service up?",
+        Reach.NO_CONNECTION: f"{key} {address} did not accept a connection within {UPSTREAM_CONNECT_S:g} s: is the "
+                             "service up, and reachable from this machine?",
+        Reach.UNRESOLVED: f"{key} {address}: cannot resolve {host!r} ({detail})",
+        Reach.ERROR: f"{key} {address}: cannot connect ({detail})",
+        Reach.NOT_GRPC: f"{key} {address} accepted the connection but does not answer as a gRPC server (no HTTP/2 "
+                        "settings in reply to a client's preface; the proxy forwards plaintext gRPC, not TLS): is it "
+                        "the service's gRPC port?",
+    }[how])  # fmt: skip
 
 
 def port_taken(port: int, host: str = "127.0.0.1") -> str | None:
