@@ -8,8 +8,10 @@ own, `harness.core.ids`; through the hit function `harness.core.faults.is_hit`: 
 `drill hits` says for them, and what a real run with the same seed reports as
 `hits.expected`), the guards, each check's verdict as it is decided
 (a wait for the edge says what it waits for at once) and how long the run will take. It runs no
-switch, emergency-stop or audit command and sends no drill call: health checks and reflection are
-probes the interceptors pass untouched, outside every drill series. The **local topology** is
+switch, emergency-stop or audit command and sends no drill call but the reach probe of a running stack
+(`trials.reach`: a few calls tagged as the load's drill calls at ratio 0, which every hop counts as drill
+traffic and none faults, the last check): health checks and reflection are probes the interceptors pass
+untouched, outside every drill series. The **local topology** is
 started by each trial of a run with that trial's configuration, so a dry run starts none of it; the
 one process it may start is a Prometheus under `--prometheus auto`, for a moment, to ask each guard
 that asks the run's Prometheus. What it writes to prove `--out` writable, it removes.
@@ -79,7 +81,9 @@ def head(plan: Plan, *, command: str | None = None, asks_prometheus: bool = Fals
                            ("the stack's drill proxy, for the checks", plan.stack is not None and plan.stack.proxy))
            if on]  # fmt: skip
     started = f"nothing was started (but {' and '.join(but)})" if but else "nothing was started"
-    lines = [f"{command} --dry-run: {started}, switched or sent", ""]
+    probe = plan.stack is not None and any(v.fault.directive for v in plan.variants)
+    sent = " or sent but the reach probe (calls at ratio 0: no hop faults them)" if probe else " or sent"
+    lines = [f"{command} --dry-run: {started}, switched{sent}", ""]
     source = os.path.relpath(plan.source) if plan.source and not os.path.relpath(plan.source).startswith("..") else (
         plan.source or "built in")  # fmt: skip
     lines.append(f"plan      {plan.name} ({source}), seed {plan.seed}, {plan.trials} trial"

@@ -20,7 +20,10 @@ goes on; the line says what will not work as the plan reads) or `fail`. Three st
    directive's options, each hop's `/metrics` answers under the hop's name with injection on (or its
    selector names a target that is up, with its `drill_fault_switch` not 0), and each `stack.audit.files`
    glob matches a file where a trial expects hits (asked now, not before the switch: a service may create
-   its log as it starts). With `stack.proxy`, the edge is a proxy the run starts for each trial (the dry
+   its log as it starts). Last, the reach probe (`trials.reach`, `reach`): a few calls tagged as the load's
+   drill calls at ratio 0 must be counted as drill traffic by every hop with readings up to the target, or
+   the first that did not is named (a hop before it carries neither the keys nor baggage), exit 4.
+   With `stack.proxy`, the edge is a proxy the run starts for each trial (the dry
    run, once for its checks): `stack.targets.RunningStack.start_proxy`, which both call, first asks the
    service behind it (`check_upstream`: refused, silent or not gRPC, exit 1, in at most a few seconds
    rather than the edge's readiness wait) and the proxy's two ports, each named by its plan key.
@@ -34,7 +37,8 @@ Exit codes of a fail (harness.core.errors; the same in a dry run and a run, cont
   may be right; the world is not there.
 - 4, the fault would not land as planned: the dry run can already tell (the hop that must inject calls
   itself `drill`, the default, or another name than the plan's target; injection is off on the target or
-  on a hop before it, which then forwards nothing). That is the code the run would end with after its
+  on a hop before it, which then forwards nothing; the reach probe's calls never counted as drill traffic
+  at a hop up to the target). That is the code the run would end with after its
   trials (`FaultNotLanded`): refusing before the first fault gives the same answer without hurting users.
 - 5, a guard would stop the drill: a `prometheus` guard already returns series, so it would trip in the
   first second of every trial.
@@ -51,6 +55,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from harness.core.errors import BadInput, DrillError, FaultNotLanded, GuardTripped, RunFailed
 from harness.core.faults import Directive, Kind, is_hit, parse_directive
@@ -59,6 +64,9 @@ from harness.drills.plan.guards import ErrorRateGuard, url_problem
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.stack.edge import DEMO_KINDS, EdgeCall
 from harness.drills.trials.guard import name_of, prometheus_guards
+
+if TYPE_CHECKING:
+    from harness.drills.stack.targets import DrillTarget
 
 #: The error each exit code of a failed check raises (one line, `harness.cli` prints it).
 ERRORS: dict[int, type[DrillError]] = {1: RunFailed, 2: BadInput, 4: FaultNotLanded, 5: GuardTripped}
@@ -310,6 +318,18 @@ class Preflight:
             if hop.selector:
                 await asyncio.to_thread(self._hop_selector, hop.name, hop_index, hop.selector, variants, wait_s)
         self._audit_files(variants)
+        probed = set()
+        for v in variants:  # the last check: every other one passed, so the probe goes to a stack that can take it
+            if v.fault.directive and (key := v.fault.tagging()) not in probed:
+                probed.add(key)
+                await self.reach(v)
+
+    async def reach(self, variant: Variant, target: DrillTarget | None = None) -> None:
+        """The reach probe of `variant`'s fault (`trials.reach.check`): through the running stack the plan names,
+        or through `target`, a stack the runner started (its edge, its hops' endpoints and selectors)."""
+        from harness.drills.trials.reach import check
+
+        await check(self, variant, target)
 
     def _audit_files(self, variants: list[Variant]) -> None:
         """Each `stack.audit.files` glob matches a file, asked once the edge serves (in a run, after the
