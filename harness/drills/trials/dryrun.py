@@ -82,7 +82,7 @@ def head(plan: Plan, *, command: str | None = None, asks_prometheus: bool = Fals
            if on]  # fmt: skip
     started = f"nothing was started (but {' and '.join(but)})" if but else "nothing was started"
     probe = plan.stack is not None and any(v.fault.directive for v in plan.variants)
-    sent = " or sent but the reach probe (calls at ratio 0: no hop faults them)" if probe else " or sent"
+    sent = " or sent, but the reach probe (calls at ratio 0: no hop faults them)" if probe else " or sent"
     lines = [f"{command} --dry-run: {started}, switched{sent}", ""]
     source = os.path.relpath(plan.source) if plan.source and not os.path.relpath(plan.source).startswith("..") else (
         plan.source or "built in")  # fmt: skip

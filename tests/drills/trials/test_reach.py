@@ -163,3 +163,55 @@ def test_a_run_whose_drill_reaches_the_target_keeps_the_probe_out_of_its_hits(fo
     audited = audited_hits(chain["ledger"])
     assert audited and not any("-probe-" in rid for rid in audited)
     assert hits["expected"] == len(audited), hits
+
+
+@pytest.mark.parametrize("forwards", [False, True], ids=["drops-keys", "forwards-keys"])
+def test_a_hop_read_from_prometheus_is_asked_after_a_scrape_that_follows_the_probe(tmp_path, forwards):
+    """The ledger listed by its selector only: its count is read from a real Prometheus (1-s scrapes), once a scrape
+    after the probe is held; the wait is said with its bound (one scrape interval from the config and a second)."""
+    from harness.procs.prometheus import LocalPrometheus
+
+    with started_chain(tmp_path, forwards) as c, \
+            LocalPrometheus(tmp_path / "prom", targets={"ledger": [f"127.0.0.1:{c['ledger'].metrics_port}"]}) as prom:
+        data = stack_plan(c)
+        data["stack"]["prometheus"] = prom.url
+        data["stack"]["hops"][1] = {"name": "ledger", "selector": '{job="ledger"}'}
+        (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
+        dry = drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run")
+    assert f"reach probe: waiting for {prom.url} to scrape ledger after it (at most 2 s: one scrape interval " \
+        "from its config and a second)" in dry.stdout, dry.stdout  # fmt: skip
+    if forwards:
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        assert "  ok  the drill reaches the target ledger: 3 probe calls at ratio 0" in dry.stdout, dry.stdout
+        assert "counted as drill traffic by edge 3, ledger 3" in dry.stdout, dry.stdout
+    else:
+        one_line(dry, 4, NAMED.removeprefix("drill: "))
+
+
+def test_the_demo_topology_passes_the_probe_at_every_hop(tmp_path):
+    """retry-storm's own 4-hop chain, started as a trial starts it: every hop up to the ledger counts the probe."""
+    import asyncio
+
+    from harness.drills.plan.files import load_plan
+    from harness.drills.stack.targets import LocalTopology
+    from harness.drills.stack.topology import audit_hit_ids
+    from harness.drills.trials.preflight import Preflight
+
+    plan = load_plan("retry-storm")
+    variant = plan.variants[0]
+    said: list[str] = []
+    pf = Preflight(plan, out=str(tmp_path / "out"), dry=True, say=said.append)
+    target = LocalTopology(plan, log=said.append)
+
+    async def go() -> None:
+        await target.up(variant, 1, tmp_path / "chain")
+        try:
+            await pf.reach(variant, target)
+        finally:
+            await target.down()
+
+    asyncio.run(go())
+    assert [v.status for v in pf.verdicts] == ["ok"], said
+    assert pf.verdicts[0].text.startswith("naive: the drill reaches the target ledger: 3 probe calls at ratio 0"), said
+    assert pf.verdicts[0].text.endswith("counted as drill traffic by gateway 3, order 3, account 3, ledger 3"), said
+    assert audit_hit_ids(tmp_path / "chain") == set()  # ratio 0: the ledger hit none of them
