@@ -161,7 +161,9 @@ class Hop:
 
     @property
     def counted(self) -> float:
-        return self.after - self.before
+        """The calls counted between the reads; a counter that went down was reset (the hop restarted, or a
+        switch replaced it), and counts from 0 since, as Prometheus' `increase` takes it."""
+        return self.after - self.before if self.after >= self.before else self.after
 
 
 def hops_to_target(variant: Variant, order: Sequence[str], endpoints: Sequence[tuple[str, str]],
@@ -237,7 +239,7 @@ async def check_reach(pf: Preflight, variant: Variant, *, edges: Sequence[str], 
                     hop.stale = True
                     break
                 await asyncio.sleep(0.5)
-    except (OSError, asyncio.TimeoutError, TimeoutError, PrometheusError) as exc:
+    except (OSError, asyncio.TimeoutError, TimeoutError, PrometheusError, ValueError) as exc:
         pf.fail(f"{where}reach probe: a hop's readings do not answer ({exc or 'timeout'}): the run cannot prove "
                 "the drill reaches its target; nothing was sent but the probe", 1)  # fmt: skip
     _verdict(pf, variant, hops, codes, where)

@@ -165,6 +165,18 @@ def test_a_run_whose_drill_reaches_the_target_keeps_the_probe_out_of_its_hits(fo
     assert hits["expected"] == len(audited), hits
 
 
+def scraped(url: str, selector: str) -> None:
+    """Wait (at most 60 s: Prometheus' first scrape comes a few seconds after its start) until `up{selector}` is 1."""
+    import time
+
+    from harness.procs.prometheus import api_get
+
+    deadline = time.monotonic() + 60
+    while not any(r["value"][1] == "1" for r in api_get(url, "query", [("query", f"up{selector}")], 5)["result"]):
+        assert time.monotonic() < deadline, f"up{selector} is not 1 after 60 s"
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("forwards", [False, True], ids=["drops-keys", "forwards-keys"])
 def test_a_hop_read_from_prometheus_is_asked_after_a_scrape_that_follows_the_probe(tmp_path, forwards):
     """The ledger listed by its selector only: its count is read from a real Prometheus (1-s scrapes), once a scrape
@@ -173,6 +185,7 @@ def test_a_hop_read_from_prometheus_is_asked_after_a_scrape_that_follows_the_pro
 
     with started_chain(tmp_path, forwards) as c, \
             LocalPrometheus(tmp_path / "prom", targets={"ledger": [f"127.0.0.1:{c['ledger'].metrics_port}"]}) as prom:
+        scraped(prom.url, '{job="ledger"}')  # a stack that has been up: Prometheus has its target
         data = stack_plan(c)
         data["stack"]["prometheus"] = prom.url
         data["stack"]["hops"][1] = {"name": "ledger", "selector": '{job="ledger"}'}
@@ -215,3 +228,29 @@ def test_the_demo_topology_passes_the_probe_at_every_hop(tmp_path):
     assert pf.verdicts[0].text.startswith("naive: the drill reaches the target ledger: 3 probe calls at ratio 0"), said
     assert pf.verdicts[0].text.endswith("counted as drill traffic by gateway 3, order 3, account 3, ledger 3"), said
     assert audit_hit_ids(tmp_path / "chain") == set()  # ratio 0: the ledger hit none of them
+
+
+def test_an_edge_that_does_not_take_the_drills_tenant_is_named_with_that_cause(tmp_path):
+    """No hop before the edge: the edge counting none is its own allowlist (or a secret), not propagation."""
+    edge = start_serve("edge", ["--port", "0", "--metrics-port", "-1", "--service", "edge", "--enable-faults"],
+                       tmp_path, {"DRILL_FAULT_TENANTS": "someone-else"})  # fmt: skip
+    try:
+        data = stack_plan({"edge": edge, "ledger": edge})
+        data["stack"]["hops"] = data["stack"]["hops"][:1]
+        data["fault"]["target"] = "edge"
+        (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
+        dry = drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run")
+    finally:
+        stop_processes([edge.proc])
+    one_line(dry, 4, "the drill does not reach hop edge: it does not take tenant tenant-drill as drill traffic "
+             "(DRILL_FAULT_TENANTS), or it has a drill secret the calls do not carry (3 probe calls at ratio 0")
+
+
+def test_a_counter_that_went_down_was_reset_and_counts_from_zero():
+    from harness.drills.trials.reach import Hop, with_label
+
+    assert Hop("ledger", before=10.0, after=13.0).counted == 3.0
+    assert Hop("ledger", before=10.0, after=3.0).counted == 3.0  # restarted by a switch: 3 since its start
+    assert Hop("ledger", before=10.0, after=10.0).counted == 0.0
+    assert with_label('{job="ledger"}', 'traffic="drill"') == '{job="ledger",traffic="drill"}'
+    assert with_label("{}", 'traffic="drill"') == '{traffic="drill"}'
