@@ -22,7 +22,8 @@ goes on; the line says what will not work as the plan reads) or `fail`. Three st
    glob matches a file where a trial expects hits (asked now, not before the switch: a service may create
    its log as it starts). Last, the reach probe (`trials.reach`, `reach`): a few calls tagged as the load's
    drill calls at ratio 0 must be counted as drill traffic by every hop with readings up to the target, or
-   the first that did not is named (a hop before it carries neither the keys nor baggage), exit 4.
+   the first that did not is named (a hop before it carries neither the keys nor baggage), exit 4; so is a
+   target whose gates refused the probe's directive (another name, a delay over its bound).
    With `stack.proxy`, the edge is a proxy the run starts for each trial (the dry
    run, once for its checks): `stack.targets.RunningStack.start_proxy`, which both call, first asks the
    service behind it (`check_upstream`: refused, silent or not gRPC, exit 1, in at most a few seconds

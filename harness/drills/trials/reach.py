@@ -137,6 +137,30 @@ def read_selector(url: str, selector: str) -> tuple[float, float | None]:
     return (float(calls[0]["value"][1]) if calls else 0.0), (float(scraped[0]["value"][1]) if scraped else None)
 
 
+def selector_gates(url: str, selector: str) -> dict:
+    """`{selector: Gates}`: the hop's drill gates as Prometheus holds them now, by `service` and `reason` as a
+    `/metrics` read gives them (`analysis.landing.Gates.parse`)."""
+    from harness.drills.analysis.landing import REJECTED, SKIPPED, SWITCH, Gates
+    from harness.procs.prometheus import api_get
+
+    def ask(expr: str) -> list[dict]:
+        return api_get(url, "query", [("query", expr)], READ_TIMEOUT_S)["result"]
+
+    g = Gates()
+    for r in ask(f"max by (service) ({SWITCH}{selector})"):
+        g.switch[r["metric"].get("service", "")] = float(r["value"][1])
+    for name, into in ((SKIPPED, g.skipped), (REJECTED, g.rejected)):
+        for r in ask(f"sum by (service, reason) ({name}{selector})"):
+            into[(r["metric"].get("service", ""), r["metric"].get("reason", ""))] = float(r["value"][1])
+    return {selector: g}
+
+
+async def read_gates(hop: Hop, prometheus: str | None) -> dict:
+    from harness.drills.analysis.landing import read_gates as read
+
+    return await read(hop.urls) if hop.urls else await asyncio.to_thread(selector_gates, prometheus, hop.selector)
+
+
 def scrape_wait_s(url: str) -> float:
     """One scrape interval of the Prometheus at `url` (from its config) and a second for the scrape itself."""
     from harness.drills.readings.scrapes import DEFAULT_SCRAPE_S, config, scrape_interval_s
@@ -158,6 +182,9 @@ class Hop:
     after: float = 0.0
     #: read from Prometheus with no scrape after the probe within the bound: its count says nothing yet
     stale: bool = False
+    #: the target's drill gates (`analysis.landing.Gates`) by URL or selector, before and after the probe
+    gates_before: dict = dataclasses.field(default_factory=dict)
+    gates_after: dict = dataclasses.field(default_factory=dict)
 
     @property
     def counted(self) -> float:
@@ -215,10 +242,13 @@ async def check_reach(pf: Preflight, variant: Variant, *, edges: Sequence[str], 
         pf.warn(f"{where}the reach probe was not sent: no hop up to the target has readings of its own")
         return
     timeout_s = min(CALL_TIMEOUT_S, variant.traffic.timeout_s)
+    target = variant.fault.target or order[0]
     try:
         for hop in hops:
             hop.before = await read_urls(hop.urls) if hop.urls else \
                 (await asyncio.to_thread(read_selector, prometheus, hop.selector))[0]  # fmt: skip
+            if hop.name == target:
+                hop.gates_before = await read_gates(hop, prometheus)
         codes = await send(edges, call, probe_tags(variant, call), plan.name, timeout_s)
         sent_at = time.time()
         waits = [hop for hop in hops if not hop.urls]
@@ -239,6 +269,9 @@ async def check_reach(pf: Preflight, variant: Variant, *, edges: Sequence[str], 
                     hop.stale = True
                     break
                 await asyncio.sleep(0.5)
+        for hop in hops:
+            if hop.name == target:
+                hop.gates_after = await read_gates(hop, prometheus)
     except (OSError, asyncio.TimeoutError, TimeoutError, PrometheusError, ValueError) as exc:
         pf.fail(f"{where}reach probe: a hop's readings do not answer ({exc or 'timeout'}): the run cannot prove "
                 "the drill reaches its target; nothing was sent but the probe", 1)  # fmt: skip
@@ -263,6 +296,18 @@ def _verdict(pf: Preflight, variant: Variant, hops: list[Hop], codes: list[str],
     counts = ", ".join(f"{hop.name} {hop.counted:g}" for hop in hops)
     target = variant.fault.target or pf.plan.hop_names[0]
     reached = hops[-1].name
+    if reached == target and (cause := refusal(hops[-1], variant)):
+        pf.fail(f"{where}the drill reaches hop {target}, and it would not inject: {cause} ({n} probe calls at ratio "
+                "0); no fault was sent", 4)  # fmt: skip
     last = f"the target {target}" if reached == target else f"{reached} (the last hop up to {target} with readings)"
     pf.ok(f"{where}the drill reaches {last}: {n} probe calls at ratio 0 ({pf.plan.name}-probe-N, answered "
           f"{answered}) counted as drill traffic by {counts}")  # fmt: skip
+
+
+def refusal(hop: Hop, variant: Variant) -> str | None:
+    """Why the target's gates refused the probe's directive (its name, its switch, its allowlist, a token, the
+    directive itself: `analysis.landing`'s causes of a fault that did not land), or None when none did."""
+    from harness.drills.analysis import landing
+
+    during = landing.gates_during(hop.gates_before, hop.gates_after)
+    return landing._refusal(during, variant.fault, hop.name)

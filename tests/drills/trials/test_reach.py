@@ -26,12 +26,13 @@ from tests.stacks.test_own_service import one_line
 HOPS = ("edge", "ledger")
 
 
-def serve(name: str, tmp, downstream: str | None = None) -> ServeProcess:
-    args = ["--port", "0", "--metrics-port", "-1", "--service", name, "--instance-id", f"{name}-0", "--enable-faults",
-            "--seed", "7"]  # fmt: skip
+def serve(name: str, tmp, downstream: str | None = None, service: str | None = None, **env: str) -> ServeProcess:
+    """`drill serve` as hop `name` (calling itself `service`, by default its name), its log TMP/NAME.log."""
+    args = ["--port", "0", "--metrics-port", "-1", "--service", service or name, "--instance-id", f"{name}-0",
+            "--enable-faults", "--seed", "7"]  # fmt: skip
     if downstream:
         args += ["--downstream", downstream]
-    return start_serve(name, args, tmp, {"DRILL_FAULT_TENANTS": "tenant-drill"})
+    return start_serve(name, args, tmp, {"DRILL_FAULT_TENANTS": "tenant-drill", **env})
 
 
 def forwarder(tmp, upstream: str, keep: bool) -> ServeProcess:
@@ -254,3 +255,47 @@ def test_a_counter_that_went_down_was_reset_and_counts_from_zero():
     assert Hop("ledger", before=10.0, after=10.0).counted == 0.0
     assert with_label('{job="ledger"}', 'traffic="drill"') == '{job="ledger",traffic="drill"}'
     assert with_label("{}", 'traffic="drill"') == '{traffic="drill"}'
+
+
+def test_a_target_that_counts_the_probe_and_refuses_its_directive_fails_before_the_first_fault(tmp_path):
+    """The ledger's DRILL_FAULT_MAX_DELAY_MS is below the plan's delay: it counts the probe as drill traffic and
+    refuses the directive (`over_max`, checked before the ratio), so a run would inject nothing; said now."""
+    procs = []
+    try:
+        ledger = serve("ledger", tmp_path, DRILL_FAULT_MAX_DELAY_MS="100")
+        procs.append(ledger.proc)
+        edge = serve("edge", tmp_path, downstream=ledger.address)
+        procs.append(edge.proc)
+        (tmp_path / "plan.yaml").write_text(yaml.safe_dump(stack_plan({"edge": edge, "ledger": ledger},
+                                                                     directive="delay:500")))  # fmt: skip
+        dry = drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run")
+    finally:
+        stop_processes(procs)
+    one_line(dry, 4, "the drill reaches hop ledger, and it would not inject: 'ledger' at http://127.0.0.1:",
+             "refuses the directive 'delay:500' (drill_fault_rejected_total{reason=\"over_max\"}): its "
+             "DRILL_FAULT_MAX_DELAY_MS is below the delay (3 probe calls at ratio 0); no fault was sent")  # fmt: skip
+
+
+def test_a_target_read_from_prometheus_under_another_name_is_said_from_the_probe(tmp_path):
+    """The ledger calls itself 'drill' (DRILL_SERVICE unset) and is read by its selector alone, where the
+    preflight cannot see its name before a call: the probe's directive is skipped there as not its own."""
+    from harness.procs.prometheus import LocalPrometheus
+
+    procs = []
+    try:
+        ledger = serve("ledger", tmp_path, service="drill")
+        procs.append(ledger.proc)
+        edge = serve("edge", tmp_path, downstream=ledger.address)
+        procs.append(edge.proc)
+        with LocalPrometheus(tmp_path / "prom", targets={"ledger": [f"127.0.0.1:{ledger.metrics_port}"]}) as prom:
+            scraped(prom.url, '{job="ledger"}')
+            data = stack_plan({"edge": edge, "ledger": ledger})
+            data["stack"]["prometheus"] = prom.url
+            data["stack"]["hops"][1] = {"name": "ledger", "selector": '{job="ledger"}'}
+            (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
+            dry = drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run")
+    finally:
+        stop_processes(procs)
+    one_line(dry, 4, "the drill reaches hop ledger, and it would not inject: the service at {job=\"ledger\"} "
+             "calls itself 'drill', not 'ledger' (drill_fault_skipped_total{reason=\"target\"}): set "
+             "DRILL_SERVICE=ledger (3 probe calls at ratio 0); no fault was sent")  # fmt: skip
