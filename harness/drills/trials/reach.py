@@ -19,7 +19,10 @@ What it reads: each hop's `drill_server_calls_total{traffic="drill"}`, summed ov
 (its replicas) or over its Prometheus selector, before the probe and after it. A hop that counted at least one
 call as drill traffic was reached. In chain order up to the target, the first hop that counted none is named:
 a hop before it (one with no readings of its own, not listed in the plan, or a listed one) carried the call
-but not the drill. Hops behind the target are not asked: the target forwards no directive.
+but not the drill. Hops behind the target are not asked: the target forwards no directive. The target's gates
+(`drill_fault_skipped_total`, `drill_fault_rejected_total` by reason) must not have refused the probe's
+directive either: skipped as another hop's (the target calls itself another name) or refused (a delay over its
+bound, …), it would inject nothing; the cause is worded as `analysis.landing` words it after a trial.
 
 Bounds: each call at most `CALL_TIMEOUT_S` (or the plan's shorter timeout), so the calls take at most
 PROBE_CALLS × that; a `/metrics` read at most `READ_TIMEOUT_S`. A hop read from Prometheus shows the probe only
