@@ -159,11 +159,20 @@ def test_a_run_whose_drill_reaches_the_target_keeps_the_probe_out_of_its_hits(fo
     run = drill_process("run", str(tmp / "plan.yaml"), "--out", str(tmp / "out"), "--no-live")
     assert run.returncode in (0, 3), run.stdout + run.stderr
     assert "preflight ok  the drill reaches the target ledger" in run.stdout + run.stderr
+    from harness.core.faults import is_hit
+    from harness.drills.load.schedule import tagged_ids
+    from harness.drills.plan.files import load_plan
+
+    plan = load_plan(str(tmp / "plan.yaml"))
+    v = plan.variants[0]
+    expected = {r for r in tagged_ids(plan.name, plan.seed, v.name, 1, v.traffic, v.fault, plan.phases)
+                if is_hit(plan.seed, r, v.fault.directive, v.fault.ratio)}  # fmt: skip
     results = json.loads((tmp / "out" / "results.json").read_text())
-    hits = results["configs"]["only"]["trials"][0]["hits"]
+    assert results["configs"]["only"]["trials"][0]["hits"]["expected"] == len(expected)
+    # the ledger's own word: every id it hit is one the trial expected (a tagged call that ended before reaching
+    # it is the one way to miss one), and no probe id is among them
     audited = audited_hits(chain["ledger"])
-    assert audited and not any("-probe-" in rid for rid in audited)
-    assert hits["expected"] == len(audited), hits
+    assert audited and audited <= expected and not any("-probe-" in rid for rid in audited), audited - expected
 
 
 def scraped(url: str, selector: str) -> None:
