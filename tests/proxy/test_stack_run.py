@@ -94,8 +94,10 @@ def test_a_stack_proxy_is_started_by_the_runner_for_each_trial_and_its_dry_run_c
         (tmp_path / "probe.yaml").write_text(yaml.safe_dump(plan))
         dry = drill_process("run", str(tmp_path / "probe.yaml"), "--dry-run")
         assert dry.returncode == 0, dry.stdout + dry.stderr
-        assert dry.stdout.splitlines()[0] == ("drill run probe --dry-run: nothing was started (but the stack's drill "
-                                              "proxy, for the checks), switched or sent"), dry.stdout
+        assert dry.stdout.splitlines()[0] == (
+        "drill run probe --dry-run: nothing was started (but the stack's drill proxy, for the checks), switched or "
+        "sent, but the reach probe (calls at ratio 0: no hop faults them)"
+    ), dry.stdout
         assert f"starting drill proxy 127.0.0.1:{port} -> {upstream} (service probe)" in dry.stdout, dry.stdout
         assert "service probe, injection on" in dry.stdout, dry.stdout  # read from the proxy's /metrics
         run = drill_process("run", str(tmp_path / "probe.yaml"), "--out", str(tmp_path / "out"), "--no-live",

@@ -80,6 +80,7 @@ class Runner:
         #: the run's preflight: its stack checks are asked after each configuration's first switch, before its
         #: first load (trials.preflight; None: a caller that took its own)
         self.preflight = preflight
+        self._reached: set[str] = set()
         #: posts phase changes and each trial's fault window to Grafana (`drill run --grafana`)
         self.annotator = annotator
         self.out = out
@@ -203,6 +204,11 @@ class Runner:
             await self.preflight.stack(variant)
             if self.preflight.edge_call is not None:
                 self.target.use_call(self.preflight.edge_call)
+        elif self.preflight is not None and self.target.kind == "topology" and not tripped:
+            # the hops the runner started: the reach probe once per configuration, before its first fault
+            if variant.name not in self._reached:
+                self._reached.add(variant.name)
+                await self.preflight.reach(variant, self.target)
 
     def _window(self, wall0: float, start_unix: float) -> tuple[float, float]:
         """The fault's (on, off) in seconds after `wall0`: every load starts its phases on a whole unix second and
