@@ -49,8 +49,9 @@ def bin_dir() -> pathlib.Path:
 def _tool(name: str, package: str) -> str:
     path = shutil.which(name)
     if not path:
-        raise RunFailed(f"{name} is not installed: the fleet's services need it (scripts/system-deps installs "
-                        f"{package})")
+        raise RunFailed(
+            f"{name} is not installed: the fleet's services need it (scripts/system-deps installs {package})"
+        )
     return path
 
 
@@ -92,7 +93,8 @@ def gohop() -> pathlib.Path:
         if binary.exists() and stamp.exists() and stamp.read_text() == digest:
             return binary
         cache = os.environ.get("GOCACHE") or str(pathlib.Path(tempfile.gettempdir(), "drill-gocache"))
-        env = {**os.environ, "GOPATH": GOPATH, "GO111MODULE": "off", "GOFLAGS": "", "CGO_ENABLED": "0", "GOCACHE": cache}
+        env = {**os.environ, "GOPATH": GOPATH, "GO111MODULE": "off", "GOFLAGS": "", "CGO_ENABLED": "0"}
+        env["GOCACHE"] = cache
         partial = out / "gohop.partial"
         _run([go, "build", "-o", str(partial), "."], "go build of harness/fleet/gohop", cwd=GO_SOURCE, env=env)
         partial.replace(binary)  # only a whole binary is ever found
