@@ -125,6 +125,10 @@ def _first_values(md) -> dict[str, str]:
     return sent
 
 
+#: The longest value a server accepts per drill key (longer ones are refused as oversize), where not MAX_VALUE_LEN.
+_BAGGAGE_VALUE_MAX = {h.DRILL_TOKEN: token.MAX_TOKEN_LEN}
+
+
 def with_baggage(md: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """`md` with its drill keys also as W3C baggage entries (contracts "Baggage"), so they cross hops that forward
     only baggage (any OpenTelemetry-instrumented service).
@@ -143,6 +147,8 @@ def with_baggage(md: list[tuple[str, str]]) -> list[tuple[str, str]]:
     if drill:
         first = _first_values(md)
         entries = {name: first[key] for key, name in h.BAGGAGE_NAMES.items() if key in first}
+        if any(len(v) > _BAGGAGE_VALUE_MAX.get(k, h.MAX_VALUE_LEN) for k, v in first.items() if k in h.BAGGAGE_NAMES):
+            return md  # a value every server refuses as oversize: not copied (the call would pass grpc's limit)
     try:
         header = baggage.with_entries(existing, h.BAGGAGE_PREFIX, entries)
     except baggage.BaggageError:
