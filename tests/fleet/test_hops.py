@@ -13,15 +13,9 @@ import grpc
 import pytest
 
 from harness.core import headers as h
-from harness.fleet import build
 from tests.fleet import hops
 
 M = "/drill.v1.Demo/Call"
-
-
-@pytest.fixture(scope="module")
-def built():
-    return build.ensure()
 
 
 class Upstream(grpc.GenericRpcHandler):

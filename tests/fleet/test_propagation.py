@@ -21,7 +21,6 @@ from grpc import aio
 from harness.core import headers as h
 from harness.core.settings import FaultSettings
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
-from harness.fleet import build
 from harness.interceptors import Tagging
 from tests.conftest import ROOT, sample
 from tests.fleet import hops
@@ -32,11 +31,6 @@ SEED = 20261206
 DIRECTIVE = "abort:UNAVAILABLE"
 RATIO = 50
 CALLS = 40  # both outcomes certain enough: P(no hit or no miss among 40 at 50 %) = 2 × 2⁻⁴⁰
-
-
-@pytest.fixture(scope="module")
-def built():
-    return build.ensure()  # the one build step (go build, npm ci): what `make install` and the runner use
 
 
 class Target(drill_pb2_grpc.DemoServicer):
