@@ -231,13 +231,33 @@ def test_a_drill_call_sends_its_keys_also_as_baggage_merged_into_the_callers():
     assert read[h.REQUEST_ID] == rid and h.DRILL_TOKEN in read
 
 
-def test_call_tags_send_the_same_baggage_as_the_interceptor():
-    t = Tagging(tenant="tenant-drill", directive="delay:5", secret="s")
-    tags = CallTags(t, "drill.v1.Demo/Call")
-    fast = tags.metadata("r1", 2.0)
-    slow, _, _ = outgoing_metadata(((h.REQUEST_ID, "r1"),), t, 2.0, method="drill.v1.Demo/Call")
-    assert dict(fast)[h.BAGGAGE] == dict(slow)[h.BAGGAGE]
-    assert h.metadata_dict([(h.BAGGAGE, dict(fast)[h.BAGGAGE])])[h.TENANT] == "tenant-drill"
+@pytest.mark.parametrize(
+    "tagging",
+    [
+        Tagging(tenant="tenant-drill", directive="delay:5", secret="s"),
+        Tagging(
+            tenant="tenant-drill",
+            directive="abort:UNAVAILABLE",
+            ratio=50,
+            target="a b",
+            instances=40,
+            scope="attempt",
+            attempts=2,
+            method="drill.v1.Demo/Write",
+        ),
+        Tagging(tenant="tenant-drill"),
+        Tagging(tenant="tenant-drill", directive="delay:5", target="x" * 300),  # oversize: x-* keys alone
+    ],
+)
+@pytest.mark.parametrize("timeout", [2.0, None])
+@pytest.mark.parametrize("rid", ["r1", "id;with,odd chars", "y" * 300])
+def test_call_tags_send_the_same_metadata_as_the_interceptor(tagging, timeout, rid, monkeypatch):
+    from harness.interceptors import _client_core
+
+    monkeypatch.setattr(_client_core, "wall_clock", lambda: 1_796_500_000.0)  # the token's expiry: one clock
+    fast = CallTags(tagging, "drill.v1.Demo/Call").metadata(rid, timeout)
+    slow, _, _ = outgoing_metadata(((h.REQUEST_ID, rid),), tagging, timeout, method="drill.v1.Demo/Call")
+    assert list(fast) == slow  # key by key, value by value, in order: the baggage too
 
 
 def test_an_organic_call_sends_no_drill_baggage_and_strips_what_it_was_handed():
