@@ -50,11 +50,14 @@ def test_any_text_survives_encode_then_parse(value):
     assert m.value == value
 
 
-def test_drill_values_need_no_percent_encoding():
-    """What the drill sends (tenant, directive with options, method, uuid, token) goes as it is: it crosses
-    OpenTelemetry Go 1.1.0, which escapes a parsed value again (a '%' would arrive doubled), intact."""
+def test_drill_values_need_no_percent_encoding_and_are_decoded_once():
+    """What the drill sends (tenant, directive with options, method, uuid, token) goes as it is; what arrives is
+    decoded once, exactly (an id holding an escape keeps it: the hit decision hashes the id as sent)."""
     for value in ("tenant-drill", "delay:100-300@after=3", "drill.v1.Demo/Call", "1796524696.1d5b22d8", "50"):
         assert b.encode_value(value) == value
+    assert b.parse("k=abort%3AUNAVAILABLE")[0].value == "abort:UNAVAILABLE"  # as one OpenTelemetry Go hop sends it
+    assert b.parse("k=abort%253AUNAVAILABLE")[0].value == "abort%3AUNAVAILABLE"  # after two: refused downstream
+    assert b.parse(f"k={b.encode_value('t%9ArF')}")[0].value == "t%9ArF"
 
 
 @pytest.mark.parametrize(
