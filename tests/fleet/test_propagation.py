@@ -140,3 +140,21 @@ def test_the_health_service_answers_on_both_hops(built, tmp_path):
         with middle(tmp_path, kind, flag, "127.0.0.1:9") as port, grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING, kind
+
+
+def test_two_opentelemetry_go_1_1_hops_in_a_row_get_the_directive_refused_never_misread(built, tmp_path):
+    """Debian's OpenTelemetry Go 1.1.0 escapes a value it parsed again: after two Go hops `abort:UNAVAILABLE`
+    arrives as `abort%3AUNAVAILABLE` (contracts "Baggage"). The target refuses it (bad_chars), every call passes."""
+
+    async def main():
+        settings = FaultSettings(enabled=True, seed=SEED, service="fleet-go-go", instance_id="fleet-go-go-0")
+        async with aio_server(settings, servicer=Target()) as (target_port, _):
+            with hops.gohop(tmp_path, "g1", "-upstream", f"127.0.0.1:{target_port}") as g1:
+                with hops.gohop(tmp_path, "g2", "-upstream", f"127.0.0.1:{g1}") as g2:
+                    tagging = Tagging(tenant="tenant-drill", directive=DIRECTIVE, target="fleet-go-go")
+                    async with aio_stub(g2, tagging) as stub:
+                        return [(await stub.Call(drill_pb2.CallRequest(), timeout=10)).payload for _ in range(5)]
+
+    assert asyncio.run(main()) == ["target"] * 5
+    assert sample("drill_fault_rejected_total", service="fleet-go-go", grpc_method=M, reason="bad_chars") == 5
+    assert sample("drill_fault_hits_total", service="fleet-go-go", grpc_method=M, mode="abort") == 0
