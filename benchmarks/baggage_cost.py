@@ -1,6 +1,6 @@
 """What reading W3C baggage costs per call, in-process (contracts "Baggage"; issue 47 §6).
 
-    .venv/bin/python benchmarks/baggage_cost.py [--calls 20000 --repeats 7]
+    .venv/bin/python benchmarks/baggage_cost.py [--calls 20000 --repeats 7] [--before DIR]
 
 Pinned to one core, CPU µs per call (the minimum over `--repeats` runs: noise only ever adds time) of:
 - `parse_10`: harness.core.baggage.parse of a 10-member header (6 drill entries as our clients send them, a uuid
@@ -8,7 +8,9 @@ Pinned to one core, CPU µs per call (the minimum over `--repeats` runs: noise o
 - `read_10`: headers.metadata_dict of a call whose drill is in that header alone (what the target hop does);
 - `read_x`: metadata_dict of a drill call by x-* keys with no baggage (the drill read path as before);
 - `read_x_bag`: the same call with that baggage beside the x-* keys (precedence: the baggage is not parsed);
-- `send`: the client's with_baggage for a drill call (building and merging the header).
+- `send`: the client's with_baggage for a drill call (building and merging the header);
+- with `--before DIR` (a checkout before baggage, e.g. `git archive 8cb2bbd | tar -x -C DIR`): `read_x_before`,
+  `read_x` in that tree, in a process of its own.
 Last line: `baggage_us parse_10=… read_10=… read_x=… read_x_bag=… send=…`.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import subprocess
 import sys
 import time
 
@@ -49,10 +52,30 @@ def per_call_us(fn, calls: int, repeats: int) -> float:
     return best / calls * 1e6
 
 
+def before(tree: pathlib.Path, md, calls: int, repeats: int) -> float:
+    """`read_x` with `tree`'s headers.metadata_dict (this file's timing loop, run there)."""
+    code = (
+        f"import sys, time; sys.path.insert(0, {str(tree)!r})\n"
+        "from harness.core import headers as h\n"
+        f"md = {tuple(md)!r}\nbest = float('inf')\n"
+        f"for _ in range({repeats}):\n"
+        "    t0 = time.process_time()\n"
+        f"    for _ in range({calls}):\n"
+        "        h.metadata_dict(md)\n"
+        "    best = min(best, time.process_time() - t0)\n"
+        f"print(h.__file__, best / {calls} * 1e6)"
+    )  # per_call_us's loop, with that tree's headers
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tree)
+    path, us = out.stdout.split()
+    assert path.startswith(str(tree)), path  # that tree's code, not this one's
+    return float(us)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--before", help="a checkout before the baggage change: read_x there too")
     args = ap.parse_args()
     os.sched_setaffinity(0, {cores()[0]})
     print(header("baggage cost", pinned=False), flush=True)
@@ -71,6 +94,8 @@ def main() -> int:
     }
     print(f"# header ({len(HEADER)} bytes): {HEADER}")
     got = {name: per_call_us(fn, args.calls, args.repeats) for name, fn in cases.items()}
+    if args.before:
+        got["read_x_before"] = before(pathlib.Path(args.before).resolve(), by_x, args.calls, args.repeats)
     for name, us in got.items():
         print(f"{name}: {us:.2f} µs per call")
     print("baggage_us " + " ".join(f"{name}={us:.2f}" for name, us in got.items()))
