@@ -146,6 +146,14 @@ def test_a_malformed_drill_baggage_gives_no_key_and_says_why(header):
     assert md[h.BAGGAGE_ERROR] and h.TENANT not in md and h.FAULT not in md
 
 
+@given(st.text(max_size=300), st.text(alphabet='drill.=,;%t \\"abc\x00é\ud800', max_size=60))
+def test_reading_any_baggage_never_raises_and_yields_drill_keys_or_why_not(noise, shaped):
+    for header in (noise, "drill." + noise, "drill.tenant=" + shaped, shaped):
+        md = h.metadata_dict([(h.BAGGAGE, header)])
+        assert (h.BAGGAGE_ERROR in md) + (h.TENANT in md) <= 1
+        FaultGate(ON).decide(md)  # and the gate decides on it (it never raises either)
+
+
 def test_a_malformed_baggage_without_drill_entries_is_not_ours():
     md = h.metadata_dict([(h.BAGGAGE, "userId=a b")])
     assert h.BAGGAGE_ERROR not in md
