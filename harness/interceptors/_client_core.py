@@ -151,7 +151,7 @@ def with_baggage(md: list[tuple[str, str]]) -> list[tuple[str, str]]:
             return md  # a value every server refuses as oversize: not copied (the call would pass grpc's limit)
     try:
         header = baggage.with_entries(existing, h.BAGGAGE_PREFIX, entries)
-    except baggage.BaggageError:
+    except (baggage.BaggageError, UnicodeError):  # past the limits, or a value no header can carry: x-* keys alone
         return md
     out = [(k, v) for k, v in md if k != h.BAGGAGE]
     if header:
