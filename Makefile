@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/uv pip install --python $(PY) -q --compile-bytecode -e '.[dev]'
 	touch $(STAMP)
 
-# drill harness into .venv and nothing else (the first of the three commands in docs/proxy.md's fastest path)
+# drill harness into .venv, and the fleet's Go and Node hops (docs/fleet.md) when Go and Node are on the machine
+# (the first of the three commands in docs/proxy.md's fastest path needs neither)
 install: $(STAMP)
+	@if command -v go >/dev/null && command -v npm >/dev/null; then $(PY) -m harness.fleet.build; \
+	else echo "make install: no go or npm here: the fleet's hops (drill run retry-storm-go) are not built"; fi
 
 demo: $(STAMP)
 	$(VENV)/bin/drill demo --out drill-out

@@ -78,7 +78,7 @@ def _origin_deadline(md: dict[str, str], now: float) -> float | None:
 
 
 #: Keys whose presence sends a call through the gate (without them the gate passes it as organic).
-_GATE_KEYS = frozenset({h.TENANT, h.FAULT})
+_GATE_KEYS = h.GATE_KEYS
 _ORGANIC = Decision(Outcome.PASS, "organic", "", "")
 _NONE_MODE = Mode.NONE.value
 
