@@ -26,6 +26,11 @@ from grpc import aio
 from harness.interceptors._fault_steps import Step
 
 
+def _trailers(args: tuple, kwargs: dict) -> tuple:
+    """The trailing metadata an `abort(code, details, trailing_metadata)` call passes (empty: none)."""
+    return tuple((args[2] if len(args) >= 3 else kwargs.get("trailing_metadata")) or ())
+
+
 def _with_marker(args: tuple, kwargs: dict, pair: tuple[str, str] | None) -> tuple[tuple, dict]:
     """`abort(code, details, trailing_metadata)` arguments with the injected-fault marker added."""
     if pair is None:
@@ -44,9 +49,11 @@ class HeldAbortContext:
     grpc.aio's `context.abort` sends the status at once, before the handler's exception
     reaches the interceptor, so the hold has to happen inside `abort` itself: a delay
     waits, then the handler's abort goes out; an `@served` abort or drop ends the call
-    with its own status there, so the handler's never does. `pair()` is the marker once
-    the hold is over (None when the fault did not act): the call stays marked as injected
-    whatever trailing metadata the handler passes.
+    with its own status there, so the handler's never does, but the trailing metadata it
+    passes is set first and goes out, as what a handler sets with `set_trailing_metadata`
+    does: the fault replaces the status, never the service's trailers. `pair()` is the
+    marker once the hold is over (None when the fault did not act): the call stays marked
+    as injected whatever trailing metadata the handler passes.
     """
 
     def __init__(self, context, hold, pair: Callable[[], tuple[str, str] | None] = lambda: None) -> None:
@@ -58,6 +65,9 @@ class HeldAbortContext:
         return getattr(self._context, name)
 
     async def abort(self, *args, **kwargs):
+        trailers = _trailers(args, kwargs)
+        if trailers:
+            self._context.set_trailing_metadata(trailers)
         await self._hold()
         args, kwargs = _with_marker(args, kwargs, self._pair())
         return await self._context.abort(*args, **kwargs)
@@ -67,6 +77,9 @@ class HeldAbortSyncContext(HeldAbortContext):
     """The same for a sync handler on its executor thread (grpc's sync context adapter)."""
 
     def abort(self, *args, **kwargs):
+        trailers = _trailers(args, kwargs)
+        if trailers:
+            self._context.set_trailing_metadata(trailers)
         self._hold()
         args, kwargs = _with_marker(args, kwargs, self._pair())
         return self._context.abort(*args, **kwargs)
