@@ -177,9 +177,34 @@ class _Own:
             raise RuntimeError("own")
         return b"ok:" + request
 
+    def feed_sync(self, request, context):
+        """Server-streaming `Feed`: two messages, then the service fails on its own."""
+        yield b"one"
+        yield b"two"
+        self.done.append(b"feed")
+        context.set_trailing_metadata((("x-own", "fed"),))
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "own failure")
+
+    async def feed_aio(self, request, context):
+        yield b"one"
+        yield b"two"
+        self.done.append(b"feed")
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "own failure", (("x-own", "fed"),))
+
+    async def passing_aio(self, request, context):
+        """`Pass`: the service fails passing its trailers to abort itself (grpc.aio's third argument)."""
+        self.done.append(b"pass")
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "own failure", (("x-own", "passed"),))
+
     def handler(self, flavour: str) -> grpc.GenericRpcHandler:
-        fn = self.aio if flavour == "aio" else self.sync
-        return grpc.method_handlers_generic_handler("own.v1.Own", {"Do": grpc.unary_unary_rpc_method_handler(fn)})
+        on_loop = flavour == "aio"
+        methods = {
+            "Do": grpc.unary_unary_rpc_method_handler(self.aio if on_loop else self.sync),
+            "Feed": grpc.unary_stream_rpc_method_handler(self.feed_aio if on_loop else self.feed_sync),
+        }
+        if on_loop:
+            methods["Pass"] = grpc.unary_unary_rpc_method_handler(self.passing_aio)
+        return grpc.method_handlers_generic_handler("own.v1.Own", methods)
 
 
 def _do(port: int, request: bytes, directive: str, rid: str, timeout: float = 10) -> tuple[str, str, dict]:
@@ -207,6 +232,36 @@ def test_the_services_own_failure_is_an_answer_the_fault_replaces(flavour):
     assert raised[:2] == ("UNAVAILABLE", "injected drop") and raised[2]["x-drill-fault"] == "drop"
     assert alone[:2] == ("FAILED_PRECONDITION", "own failure") and "x-drill-fault" not in alone[2]
     assert own.done == [b"fail", b"raise", b"fail"]
+
+
+@pytest.mark.parametrize("flavour", ["aio", "aio-sync", "sync"])
+def test_a_stream_whose_service_fails_after_its_messages_gets_the_fault_with_its_trailers(flavour):
+    own = _Own(EmergencyStop())
+    with K.server(flavour, K.settings(f"own-feed-{flavour}"), handler=own.handler(flavour)) as (port, _):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            call = ch.unary_stream("/own.v1.Own/Feed")(b"", metadata=K.drill_md("abort:UNAVAILABLE@served", "feed"),
+                                                       timeout=10)  # fmt: skip
+            got = []
+            with pytest.raises(grpc.RpcError) as err:
+                for item in call:
+                    got.append(item)
+    trailers = dict(err.value.trailing_metadata() or ())
+    assert (got, err.value.code(), err.value.details()) == ([b"one", b"two"], grpc.StatusCode.UNAVAILABLE,
+                                                             "injected fault: UNAVAILABLE")  # fmt: skip
+    assert (trailers["x-drill-fault"], trailers.get("x-own")) == ("abort", "fed")
+    assert own.done == [b"feed"]
+
+
+def test_trailers_a_service_passes_to_its_own_abort_go_out_with_the_fault():
+    own = _Own(EmergencyStop())
+    with K.server("aio", K.settings("own-pass"), handler=own.handler("aio")) as (port, _):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            with pytest.raises(grpc.RpcError) as err:
+                ch.unary_unary("/own.v1.Own/Pass")(b"", metadata=K.drill_md("abort:INTERNAL@served", "p"), timeout=10)
+    trailers = dict(err.value.trailing_metadata() or ())
+    assert err.value.code() is grpc.StatusCode.INTERNAL
+    assert (trailers["x-drill-fault"], trailers.get("x-own")) == ("abort", "passed")
+    assert own.done == [b"pass"]
 
 
 @pytest.mark.parametrize("flavour", ["aio", "aio-sync", "sync"])
