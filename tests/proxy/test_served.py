@@ -81,14 +81,18 @@ def _calls(service, probe, calls, **settings) -> list[dict]:  # noqa: F811
     return behind_proxy(service, probe, body, enabled=True, seed=SEED, **settings)
 
 
+@pytest.mark.parametrize("table", ["descriptors", "none"])
 @pytest.mark.parametrize("method", list(KINDS))
-def test_at_served_the_service_handles_the_call_and_the_caller_gets_the_fault(service, probe, method):  # noqa: F811
+def test_at_served_the_service_handles_the_call_and_the_caller_gets_the_fault(service, probe, method,  # noqa: F811
+                                                                              table):  # fmt: skip
+    """With the methods' kinds, and without (every call forwarded as a stream: a single response then goes out
+    before the fault, and the caller's gRPC library still reports the fault's status, not the response)."""
     record, messages = KINDS[method]
     plain, served, drop = _calls(service, probe, [
-        (method, f"plain-{method}", _md("abort:UNAVAILABLE", f"plain-{method}")),
-        (method, f"served-{method}", _md("abort:UNAVAILABLE@served", f"served-{method}")),
-        (method, f"drop-{method}", _md("drop:200@served", f"drop-{method}")),
-    ])  # fmt: skip
+        (method, f"plain-{method}-{table}", _md("abort:UNAVAILABLE", f"plain-{method}-{table}")),
+        (method, f"served-{method}-{table}", _md("abort:UNAVAILABLE@served", f"served-{method}-{table}")),
+        (method, f"drop-{method}-{table}", _md("drop:200@served", f"drop-{method}-{table}")),
+    ], table=table)  # fmt: skip
     assert (plain["code"], plain["marker"], plain["record"]) == ("UNAVAILABLE", "abort", [])  # never forwarded
     assert (served["code"], served["details"], served["marker"]) == ("UNAVAILABLE", "injected fault: UNAVAILABLE",
                                                                      "abort")  # fmt: skip
