@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from grpc import aio
 
-from harness.interceptors._fault_steps import Step
+from harness.interceptors._fault_steps import Step, hold
 
 
 def _trailers(args: tuple, kwargs: dict) -> tuple:
@@ -116,7 +116,8 @@ class Requests:
 
 
 class FaultContext:
-    """The handler's context on a call with a fault inside the stream or headers sent by a fault."""
+    """The handler's context on a call with a fault inside the stream, headers sent by a fault, or headers held
+    while an `@served` fault may act."""
 
     def __init__(self, context, plan, act: Act | None) -> None:
         self._context = context
@@ -146,7 +147,7 @@ class FaultContext:
                 await self._act(steps)
 
     async def send_initial_metadata(self, metadata) -> None:
-        if not self._plan.headers_out:
+        if not self._plan.headers_out and not hold(self._plan, metadata):
             await self._context.send_initial_metadata(metadata)
 
 
