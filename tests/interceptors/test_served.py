@@ -139,7 +139,8 @@ def test_served_with_a_point_in_the_stream_is_refused_and_the_call_passes(server
 
 # --- a handler that fails, that trips the stop, that holds: servers of the test's own ----------------------------
 class _Own:
-    """A unary method `own.v1.Own/Do` whose behaviour the test picks per call by its request: `fail` (the service
+    """A unary method `own.v1.Own/Do` that sends its response headers first (`x-own-head`), then does what the test
+    picks per call by its request: `fail` (the service
     answers FAILED_PRECONDITION, with a trailer), `raise` (it raises), `trip` (it trips the stop meanwhile), `hold`
     (it waits for `release`, at most 10 s); anything else: it answers the request."""
 
@@ -150,6 +151,7 @@ class _Own:
         self.done: list[bytes] = []
 
     def sync(self, request, context):
+        context.send_initial_metadata((("x-own-head", request.decode()),))  # every answer has headers of its own
         if request == b"hold":
             self.holding.set()
             self.release.wait(10)
@@ -164,6 +166,7 @@ class _Own:
         return b"ok:" + request
 
     async def aio(self, request, context):
+        await context.send_initial_metadata((("x-own-head", request.decode()),))
         if request == b"hold":
             self.holding.set()
             await asyncio.to_thread(self.release.wait, 10)
@@ -207,15 +210,16 @@ class _Own:
         return grpc.method_handlers_generic_handler("own.v1.Own", methods)
 
 
-def _do(port: int, request: bytes, directive: str, rid: str, timeout: float = 10) -> tuple[str, str, dict]:
-    """(status, details or the answer, trailers) of one call."""
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+def _do(port: int, request: bytes, directive: str, rid: str, timeout: float = 10, options=()) -> tuple:
+    """(status, details or the answer, trailers, headers) of one call."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as ch:
         try:
             reply, call = ch.unary_unary("/own.v1.Own/Do").with_call(request, metadata=K.drill_md(directive, rid),
                                                                      timeout=timeout)  # fmt: skip
-            return "OK", reply.decode(), dict(call.trailing_metadata() or ())
+            return "OK", reply.decode(), dict(call.trailing_metadata() or ()), dict(call.initial_metadata() or ())
         except grpc.RpcError as err:
-            return err.code().name, err.details(), dict(err.trailing_metadata() or ())
+            return (err.code().name, err.details(), dict(err.trailing_metadata() or ()),
+                    dict(err.initial_metadata() or ()))  # fmt: skip
 
 
 @pytest.mark.parametrize("flavour", ["aio", "aio-sync", "sync"])
@@ -272,6 +276,7 @@ def test_a_stop_tripped_while_the_service_works_lets_its_answer_pass_unmarked(fl
     with K.server(flavour, K.settings(service), stop=stop, handler=own.handler(flavour)) as (port, _):
         got = _do(port, b"trip", "abort:UNAVAILABLE@served", "s1")
     assert got[:2] == ("OK", "ok:trip") and "x-drill-fault" not in got[2]
+    assert got[3].get("x-own-head") == "trip"  # the headers it held went out with the answer
     none = dict(service=service, grpc_method="own.v1.Own/Do", grpc_status="OK", traffic="drill", fault_mode="none")
     assert wait_for(lambda: sample("drill_server_calls_total", **none) == 1)
     # it was a hit when the call began (counted and audited there, as `drill hits` predicts), and never acted
@@ -298,3 +303,26 @@ def test_a_served_fault_holds_its_active_slot_while_the_service_works(flavour):
     assert box["first"][:2] == ("INTERNAL", "injected fault: INTERNAL")
     skipped = dict(service=service, grpc_method="own.v1.Own/Do", reason="max_active")
     assert sample("drill_fault_skipped_total", **skipped) == 1
+
+
+#: gRPC's own retry policy (gRFC A6): up to 4 attempts on UNAVAILABLE, quickly.
+RETRY = (("grpc.enable_retries", 1), ("grpc.service_config", json.dumps({"methodConfig": [{
+    "name": [{"service": "own.v1.Own"}], "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.01s",
+    "maxBackoff": "0.05s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})))  # fmt: skip
+
+
+@pytest.mark.parametrize("flavour", ["aio", "aio-sync", "sync"])
+def test_a_retry_policy_retries_a_served_abort_and_each_retry_is_work_the_service_does_again(flavour):
+    """A service that sends its headers before its answer: an `@served` fault holds them and drops them when it
+    ends the call, so the caller gets a trailers-only UNAVAILABLE, which gRPC retries (4 attempts, 4 times the
+    work); with `@headers=sent` they go out first, with the marker, and the call is not retried (gRFC A6); with a
+    plain abort every attempt is refused before the service sees it."""
+    own = _Own(EmergencyStop())
+    with K.server(flavour, K.settings(f"own-retry-{flavour}"), handler=own.handler(flavour)) as (port, _):
+        plain = _do(port, b"plain", "abort:UNAVAILABLE", "t1", options=RETRY)
+        served = _do(port, b"served", "abort:UNAVAILABLE@served", "t2", options=RETRY)
+        headers = _do(port, b"headers", "abort:UNAVAILABLE@served@headers=sent", "t3", options=RETRY)
+    assert [c[0] for c in (plain, served, headers)] == ["UNAVAILABLE"] * 3
+    assert (own.done.count(b"plain"), own.done.count(b"served"), own.done.count(b"headers")) == (0, 4, 1)
+    assert "x-own-head" not in served[3] and served[2]["x-drill-fault"] == "abort"
+    assert (headers[3]["x-own-head"], headers[3]["x-drill-fault"]) == ("headers", "abort")
