@@ -37,7 +37,8 @@ def _md(directive: str, rid: str, **extra: str) -> tuple:
             *((k.replace("_", "-"), v) for k, v in extra.items()))  # fmt: skip
 
 
-def _call(address: str, msg, method: str, rid: str, md: tuple, mode: str = "", timeout: float = 10) -> dict:
+def _call(address: str, msg, method: str, rid: str, md: tuple, mode: str = "", timeout: float = 10,
+          options=()) -> dict:  # fmt: skip
     """One call of `method` (N messages where it streams) from a sync client: its status, details, marker, trailers,
     message count, and the service's record of it. (Not grpc.aio's client: it reads a request-streaming call that
     the server ended before reading it as INTERNAL "Internal error from Core" most of the time, whatever status the
@@ -45,7 +46,7 @@ def _call(address: str, msg, method: str, rid: str, md: tuple, mode: str = "", t
     path = SERVICE + method
     out = {"code": "OK", "details": "", "count": 0, "start": time.monotonic()}
     requests = [msg(id=rid, count=N, mode=mode).SerializeToString() for _ in range(N)]
-    with grpc.insecure_channel(address) as channel:
+    with grpc.insecure_channel(address, options=options) as channel:
         trailers = ()
         try:
             if method == "Echo":
@@ -140,3 +141,22 @@ def test_served_hits_through_the_proxy_are_the_ids_drill_hits_predicts_and_all_d
 def test_a_served_drop_past_the_callers_deadline_is_its_deadline_after_the_work(service, probe):  # noqa: F811
     (got,) = _calls(service, probe, [("Echo", "dl-1", _md("drop:5000@served", "dl-1"), "", 0.5)])
     assert (got["code"], got["record"]) == ("DEADLINE_EXCEEDED", ["answered"])
+
+
+#: gRPC's own retry policy (gRFC A6): up to 4 attempts on UNAVAILABLE, quickly.
+RETRY = (("grpc.enable_retries", 1), ("grpc.service_config", json.dumps({"methodConfig": [{
+    "name": [{"service": "probe.v1.Probe"}], "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.01s",
+    "maxBackoff": "0.05s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})))  # fmt: skip
+
+
+def test_through_the_proxy_each_retry_of_a_served_abort_is_work_the_service_does_again(service, probe):  # noqa: F811
+    """The probe's Echo sends its headers before its answer, and the proxy relays them as they come: an `@served`
+    fault holds them and drops them when it ends the call, so a retry policy retries it (trailers-only) and the
+    service handles every attempt; `@headers=sent` commits the call (one attempt); a plain abort never reaches it."""
+    plain, served, headers = _calls(service, probe, [
+        ("Echo", "r-plain", _md("abort:UNAVAILABLE", "r-plain"), "", 10, RETRY),
+        ("Echo", "r-served", _md("abort:UNAVAILABLE@served", "r-served"), "", 10, RETRY),
+        ("Echo", "r-headers", _md("abort:UNAVAILABLE@served@headers=sent", "r-headers"), "", 10, RETRY),
+    ])  # fmt: skip
+    assert [c["code"] for c in (plain, served, headers)] == ["UNAVAILABLE"] * 3
+    assert (plain["record"], served["record"], headers["record"]) == ([], ["answered"] * 4, ["answered"])
