@@ -326,3 +326,27 @@ def test_a_retry_policy_retries_a_served_abort_and_each_retry_is_work_the_servic
     assert (own.done.count(b"plain"), own.done.count(b"served"), own.done.count(b"headers")) == (0, 4, 1)
     assert "x-own-head" not in served[3] and served[2]["x-drill-fault"] == "abort"
     assert (headers[3]["x-own-head"], headers[3]["x-drill-fault"]) == ("headers", "abort")
+
+
+@pytest.mark.parametrize("flavour", ["aio", "sync"])
+def test_a_served_call_has_the_span_of_any_fault(flavour):
+    """One SERVER span over the service's work and the fault: the hit, its mode, and the status the caller got."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from harness.core.tracing import HarnessTracer
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = HarnessTracer(provider.get_tracer("test"))
+    with K.server(flavour, K.settings(f"served-span-{flavour}"), tracer=tracer) as (port, log):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            seen = K.call(ch, Kind.UNARY, K.drill_md("abort:UNAVAILABLE@served", "span-1"))
+        assert wait_for(lambda: len(exporter.get_finished_spans()) == 1)
+    (span,) = exporter.get_finished_spans()
+    assert (seen.code, len(log.times("span-1", "end"))) == ("UNAVAILABLE", 1)
+    attrs = dict(span.attributes)
+    assert (attrs["drill.fault.mode"], attrs["drill.fault.hit"], attrs["drill.request_id"]) == ("abort", True, "span-1")
+    assert attrs["rpc.grpc.status_code"] == "UNAVAILABLE"
