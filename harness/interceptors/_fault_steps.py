@@ -7,8 +7,8 @@ late), with the response headers first for `@headers=sent`. `SERVED_STEPS` says
 the same for `@served`: the handler runs first, whatever the kind, and the fault
 acts on its answer (the one response, or the end of a response stream). A
 `Tripwire` is a fault that acts inside a stream (`@after=N`, `@read=N`): the
-flavours report the messages to it and perform what it answers. The flavours own only how to wait,
-abort and send headers (`server_aio`, `server_sync`).
+flavours report the messages to it and perform what it answers. The flavours own
+only how to wait, abort and send headers (`server_aio`, `server_sync`).
 """
 
 from __future__ import annotations

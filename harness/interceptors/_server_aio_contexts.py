@@ -4,8 +4,8 @@ messages on a stream, a bridge for sync handlers.
 grpc.aio's `context.abort` sends the status at once, before the handler's exception
 reaches the interceptor, so a delay that holds a handler's errors too (contracts §3),
 and an `@served` fault that replaces them, act inside `abort` itself (`HeldAbortContext`).
-A mid-stream fault (`Tripwire`) needs to see every message the handler reads and every one it sends, whichever way
-the handler does it: `async for` over its request iterator (`Requests`),
+A mid-stream fault (`Tripwire`) needs to see every message the handler reads and every
+one it sends, whichever way the handler does it: `async for` over its request iterator (`Requests`),
 `await context.read()` / `context.write()` (`FaultContext`), or yielding (the flavour
 counts those itself). grpc.aio gives a wrapped handler the async request iterator of a
 coroutine handler, so a sync handler (run on the executor, as grpc would) reads

@@ -166,9 +166,10 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             await self._perform(step, plan, context)
 
     async def _answered(self, after: tuple[Step, ...], plan: CallPlan, context) -> None:
-        """The handler answered: perform the steps after it, unless the fault may no longer act; then the
-        handler's headers an `@served` fault held go out with its answer (a fault that ended the call raised)."""
-        if self.core.answered(plan):
+        """The handler answered: perform the steps after it, unless the fault may no longer act or the caller left
+        while the handler worked (an `@served` fault then never acts); then the handler's headers an `@served` fault
+        held go out with its answer (a fault that ended the call raised)."""
+        if not context.done() and self.core.answered(plan):
             await self._act(after, plan, context)
         held = release(plan)
         if held and not plan.headers_out:

@@ -92,8 +92,10 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
 
     def _answered(self, after: tuple[Step, ...], plan: CallPlan, context) -> bool:
         """The handler answered: perform the steps after it (a delay's, an `@served` fault's) unless the fault may
-        no longer act; False when the caller left during a wait."""
-        going = self._act(after, plan, context) if self.core.answered(plan) else True
+        no longer act, or the caller left while the handler worked (a sync handler runs on: an `@served` fault
+        then never acts, as on grpc.aio, whose handler is cancelled); False when the caller left during a wait."""
+        acts = context.is_active() and self.core.answered(plan)
+        going = self._act(after, plan, context) if acts else True
         held = release(plan)  # the handler's headers an `@served` fault held: with its answer (an abort raised)
         if held and not plan.headers_out:
             try:

@@ -19,7 +19,7 @@ import pytest
 
 from harness.core.faults import Kind, is_hit
 from harness.core.safety import EmergencyStop
-from tests.conftest import drill_process, sample
+from tests.conftest import drill_process, sample, sample_sum
 from tests.interceptors import kinds as K
 from tests.interceptors.test_stream_faults import wait_for
 
@@ -142,7 +142,8 @@ class _Own:
     """A unary method `own.v1.Own/Do` that sends its response headers first (`x-own-head`), then does what the test
     picks per call by its request: `fail` (the service
     answers FAILED_PRECONDITION, with a trailer), `raise` (it raises), `trip` (it trips the stop meanwhile), `hold`
-    (it waits for `release`, at most 10 s); anything else: it answers the request."""
+    (it waits for `release`, at most 10 s), `gone` (it answers once the call has ended, at most 10 s); anything else:
+    it answers the request."""
 
     def __init__(self, stop: EmergencyStop) -> None:
         self.stop = stop
@@ -155,6 +156,10 @@ class _Own:
         if request == b"hold":
             self.holding.set()
             self.release.wait(10)
+        if request == b"gone":  # answers once its caller has left
+            ended = threading.Event()
+            context.add_callback(ended.set)
+            ended.wait(10)
         self.done.append(request)
         if request == b"trip":
             self.stop.trip("test")
@@ -170,6 +175,10 @@ class _Own:
         if request == b"hold":
             self.holding.set()
             await asyncio.to_thread(self.release.wait, 10)
+        if request == b"gone":
+            ended = asyncio.Event()
+            context.add_done_callback(lambda _: ended.set())
+            await asyncio.wait_for(ended.wait(), 10)
         self.done.append(request)
         if request == b"trip":
             self.stop.trip("test")
@@ -350,3 +359,19 @@ def test_a_served_call_has_the_span_of_any_fault(flavour):
     attrs = dict(span.attributes)
     assert (attrs["drill.fault.mode"], attrs["drill.fault.hit"], attrs["drill.request_id"]) == ("abort", True, "span-1")
     assert attrs["rpc.grpc.status_code"] == "UNAVAILABLE"
+
+
+@pytest.mark.parametrize("flavour", ["aio", "sync"])
+def test_a_caller_that_leaves_while_the_service_works_is_not_faulted(flavour):
+    """The fault acts once the service has answered; a caller gone by then (its deadline passed) gets nothing, and
+    the call is recorded with fault_mode none, as a stream that ends before its point. (The handler answers once
+    its call has ended: a sync handler runs on to its end; grpc.aio cancels its coroutine.)"""
+    own = _Own(EmergencyStop())
+    service = f"own-gone-{flavour}"
+    labels = dict(service=service, grpc_method="own.v1.Own/Do", traffic="drill")
+    with K.server(flavour, K.settings(service), handler=own.handler(flavour)) as (port, _):
+        got = _do(port, b"gone", "abort:UNAVAILABLE@served", "gone", timeout=0.3)
+        assert wait_for(lambda: sample_sum("drill_server_calls_total", **labels) == 1)
+    assert (got[0], own.done) == ("DEADLINE_EXCEEDED", [b"gone"] if flavour == "sync" else [])
+    assert sample_sum("drill_server_calls_total", fault_mode="none", **labels) == 1
+    assert sample_sum("drill_server_calls_total", fault_mode="abort", **labels) == 0
