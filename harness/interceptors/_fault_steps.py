@@ -3,10 +3,12 @@
 `START_STEPS` says, per mode, where a fault that acts at the start of a call sits
 around the handler (RUN): an abort or a drop instead of it, a delay after it
 (a single response is late) or before it (a response stream's first message is
-late), with the response headers first for `@headers=sent`. A `Tripwire` is a
-fault that acts inside a stream (`@after=N`, `@read=N`): the flavours report the
-messages to it and perform what it answers. The flavours own only how to wait,
-abort and send headers (`server_aio`, `server_sync`).
+late), with the response headers first for `@headers=sent`. `SERVED_STEPS` says
+the same for `@served`: the handler runs first, whatever the kind, and the fault
+acts on its answer (the one response, or the end of a response stream). A
+`Tripwire` is a fault that acts inside a stream (`@after=N`, `@read=N`): the
+flavours report the messages to it and perform what it answers. The flavours own
+only how to wait, abort and send headers (`server_aio`, `server_sync`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,16 @@ START_STEPS = {
 for (_mode, _headers, _), _steps in list(START_STEPS.items()):
     if _mode is not Mode.DELAY:
         START_STEPS[(_mode, _headers, True)] = _steps
+#: (mode, headers first) -> the steps of an `@served` fault: the service works and answers (RUN), then the fault
+#: replaces its answer: a single response is never sent, a response stream's status is; a delay holds either.
+SERVED_STEPS = {
+    (Mode.ABORT, False): (Step.RUN, Step.ABORT),
+    (Mode.ABORT, True): (Step.RUN, Step.HEADERS, Step.ABORT),
+    (Mode.DROP, False): (Step.RUN, Step.WAIT, Step.ABORT),
+    (Mode.DROP, True): (Step.RUN, Step.HEADERS, Step.WAIT, Step.ABORT),
+    (Mode.DELAY, False): (Step.RUN, Step.WAIT),
+    (Mode.DELAY, True): (Step.RUN, Step.HEADERS, Step.WAIT),
+}
 #: mode -> what a tripwire does when it fires (the same without a RUN: the handler is running).
 _TRIP_STEPS = {Mode.ABORT: (Step.ABORT,), Mode.DROP: (Step.WAIT, Step.ABORT), Mode.DELAY: (Step.WAIT,)}
 
@@ -101,9 +113,27 @@ class Tripwire:
         return self._steps
 
 
+def hold(plan: CallPlan, metadata) -> bool:
+    """The handler sends its response headers: True when they are held (`CallPlan.hold_headers`; the first
+    ones only, as grpc sends only the first), False when they go out now."""
+    if not plan.hold_headers:
+        return False
+    if plan.held is None:
+        plan.held = tuple(metadata or ())
+    return True
+
+
+def release(plan: CallPlan) -> tuple:
+    """Stop holding the handler's response headers; the ones held (empty: none), for the caller to send or drop."""
+    plan.hold_headers = False
+    held, plan.held = plan.held or (), None
+    return held
+
+
 class HeadersContext:
     """A sync handler's context on a call whose fault may send the response headers (`@headers=sent`): the
-    handler's own are skipped once they have gone (they cannot follow, and the call must not fail for it).
+    handler's own are skipped once they have gone (they cannot follow, and the call must not fail for it); or
+    whose `@served` fault holds them (`hold`).
     Both flavours use it: the sync server's context and grpc.aio's adapter for a sync handler."""
 
     def __init__(self, context, plan: CallPlan) -> None:
@@ -114,5 +144,5 @@ class HeadersContext:
         return getattr(self._context, name)
 
     def send_initial_metadata(self, metadata) -> None:
-        if not self._plan.headers_out:
+        if not self._plan.headers_out and not hold(self._plan, metadata):
             self._context.send_initial_metadata(metadata)
