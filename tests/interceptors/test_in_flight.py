@@ -39,6 +39,9 @@ class _Context:
     def code(self):
         return None
 
+    def done(self) -> bool:  # the caller is still there (an @served fault asks before it acts)
+        return False
+
     def trailing_metadata(self):
         return self.trailers
 
