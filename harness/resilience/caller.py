@@ -120,6 +120,7 @@ class ResilientCaller:
         self._tagging = tagging
         if channels is not None:
             channels.tagging = tagging
+            channels.add_options(config.channel_options())  # keepalive: before the first channel is made
         self._sleep = sleep
         self._rng = rng
         self._clock = clock

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness.resilience import backoff as _backoff
+from harness.resilience import keepalive as _keepalive
 from harness.resilience._schema import ConfigError
 from harness.resilience.balancer import Balancer, Ejection, PowerOfTwoChoices, RoundRobin
 from harness.resilience.breaker import BreakerSet, CircuitBreaker, CountWindow, TimeWindow, Transition
@@ -75,6 +76,17 @@ class ResilienceConfig:
     adaptive: dict[str, float] | None = None
     #: the outcome classifier: {relayed_give_ups: ignore | count}
     outcomes: dict[str, str] = dataclasses.field(default_factory=lambda: {"relayed_give_ups": "ignore"})
+    #: keepalive (gRFC A8, `keepalive.py`): {time_s, timeout_s, ping_timeout_s, permit_without_calls, server}
+    keepalive: dict[str, Any] | None = None
+
+    # -- channels and servers --------------------------------------------------------------
+    def channel_options(self) -> tuple[tuple[str, Any], ...]:
+        """The gRPC channel options this configuration's callers add (keepalive)."""
+        return _keepalive.channel_options(self.keepalive)
+
+    def server_options(self) -> tuple[tuple[str, Any], ...]:
+        """The gRPC server options a server running this configuration sets (its keepalive permit policy)."""
+        return _keepalive.server_options(self.keepalive)
 
     # -- per method ------------------------------------------------------------------------
     def for_method(self, method: str) -> MethodPlan:

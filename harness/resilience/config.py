@@ -7,7 +7,8 @@ Keys follow gRPC's service config where it has the concept: `retryPolicy`
 service config loads as is. Our extensions sit beside them as top-level keys:
 `backoff` (jitter kind), `pushback`, `retryBudget`, `breaker`,
 `adaptiveThrottling`, `outcomes`, `deadline`, `attemptTimeouts`, `balancer`,
-`nonIdempotentMethods`. Validation is strict: an unknown key, a wrong type or an
+`nonIdempotentMethods`, `keepalive` (gRFC A8, as channel and server options: `keepalive.py`).
+Validation is strict: an unknown key, a wrong type or an
 out-of-range value anywhere is a `ConfigError` naming its key path, so a typo
 never silently turns a mechanism off. What a configuration builds is
 `composition.py`'s job.
@@ -23,6 +24,7 @@ from typing import Any
 import yaml
 
 from harness.core.status import STATUS_NAMES
+from harness.resilience import keepalive as _keepalive
 from harness.resilience._schema import ConfigError, Reader
 from harness.resilience.composition import NO_RETRY, MethodConfig, ResilienceConfig
 from harness.resilience.deadline import DeadlinePolicy
@@ -39,7 +41,7 @@ NAMES: tuple[str, ...] = ("naive", "jitter", "budget", "resilient", "resilient-p
 _TOP = (
     "name", "description", "methodConfig", "retryPolicy", "retryThrottling", "nonIdempotentMethods",
     "backoff", "pushback", "retryBudget", "breaker", "adaptiveThrottling", "outcomes", "deadline",
-    "attemptTimeouts", "balancer",
+    "attemptTimeouts", "balancer", "keepalive",
 )  # fmt: skip
 _RETRY_POLICY = ("maxAttempts", "initialBackoff", "maxBackoff", "backoffMultiplier", "retryableStatusCodes")
 _JITTER = ("full", "none", "decorrelated")
@@ -328,6 +330,7 @@ def _parse(raw: Any, source: str, default_name: str | None) -> ResilienceConfig:
         throttling=throttling,
         adaptive=_adaptive(top.child("adaptiveThrottling", ("k", "window"))),
         outcomes=_outcomes(top.child("outcomes", ("relayedGiveUps",))),
+        keepalive=_keepalive.parse(top.child("keepalive", _keepalive.KEYS)),
     )
 
 
