@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 
 from harness.core import limits as lim
 from harness.drills.plan.guards import BurnRateGuard, ErrorRateGuard, Guard
-from harness.drills.plan.links import TopologyLink, check_links
+from harness.drills.plan.links import TopologyLink
 from harness.drills.plan.sections import Fault, HopSpec, Phases, Probe, Section, Slo, Topology, Traffic
 from harness.drills.plan.stack import Stack
 

@@ -70,6 +70,7 @@ class Topology(Section):
         check_links(self.links, {hop.name: hop.replicas for hop in self.hops}, self.hops[0].name)
         return self
 
+
 # --- what every plan sends, injects, runs for and holds -----------------------------------
 class Traffic(Section):
     organic_users: int = Field(4, ge=0, le=lim.MAX_USERS)

@@ -234,4 +234,3 @@ class Stack(Section):
         if len(set(ports)) != len(ports):
             raise ValueError(f"stack.links and stack.proxy need a port each: {sorted(ports)}")
         return self
-
