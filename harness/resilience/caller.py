@@ -112,7 +112,7 @@ class ResilientCaller:
             raise ValueError("a caller needs at least one target")
         if not invokers:
             raise ValueError("a caller needs at least one method to invoke")
-        self.addresses = list(targets)
+        self.addresses = config.targets(list(targets))
         self.config = config
         self.service = service
         self.drill_tenants = drill_tenants

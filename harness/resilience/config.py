@@ -26,7 +26,7 @@ import yaml
 from harness.core.status import STATUS_NAMES
 from harness.resilience import keepalive as _keepalive
 from harness.resilience._schema import ConfigError, Reader
-from harness.resilience.composition import NO_RETRY, MethodConfig, ResilienceConfig
+from harness.resilience.composition import GRPC_ROUND_ROBIN, NO_RETRY, MethodConfig, ResilienceConfig
 from harness.resilience.deadline import DeadlinePolicy
 from harness.resilience.outcome import RELAYED_GIVE_UPS
 from harness.resilience.retry import MAX_ATTEMPTS_CAP, RetryPolicy
@@ -241,7 +241,7 @@ def _balancer(r: Reader | None) -> dict[str, Any]:
     if r is None:
         return {"kind": "round_robin"}
     out: dict[str, Any] = {
-        "kind": r.string("kind", "round_robin", choices=("round_robin", "p2c")),
+        "kind": r.string("kind", "round_robin", choices=("round_robin", "p2c", GRPC_ROUND_ROBIN)),
         "decay_s": r.duration("decay", 10.0, lo_open=True),
     }
     allowed = (
