@@ -181,6 +181,7 @@ class Runner:
         self.extras.setdefault(label, []).append(trial_extras(
             self.plan, variant, load, target_kind=self.target.kind, scrape_errors=scrape_errors, wall0=wall0,
             probe_out=probe_out, observed=observed, series=series, gates=during,
+            link=self.target.links.summary() if getattr(self.target, "links", None) else None,
         ))  # fmt: skip
 
     def _workdir(self, label: str, trial: int) -> pathlib.Path:
