@@ -3,8 +3,9 @@
 Promises (each tested in tests/link/):
 - Bytes pass unchanged and in order in both directions while no toxic acts (pass-through exactness).
 - Nothing buffers without bound: a direction's reading pauses while its destination's write buffer is
-  past `WRITE_HIGH` or a toxic holds more than `HELD_HIGH` of its bytes, as TCP would, so a slow reader
-  slows the writer. The client is not read before the upstream connection is made.
+  past `WRITE_HIGH` or a toxic holds more than `HELD_HIGH` of its bytes, and held bytes wait while the
+  destination is full, as TCP would, so a slow reader slows the writer. The client is not read before
+  the upstream connection is made.
 - Each connection's HTTP/2 frames are read as they pass (`harness.link.h2`): its streams, and which
   carry the drill tenant. A connection that is not HTTP/2 is relayed all the same (frames never parsed
   past the first bytes that are not a client preface).
@@ -143,7 +144,7 @@ class Pipe:
         loop = self.conn.loop
         now = loop.time()
         queue = self.queue
-        while queue and queue[0][0] <= now + 0.0002:
+        while queue and queue[0][0] <= now + 0.0002 and not self._blocked_write:
             _due, item = queue.popleft()
             if item is _EOF:
                 self.ended = True
@@ -155,7 +156,7 @@ class Pipe:
             self.conn.link.metrics.held(-len(item))
             if not self.dst.closed:
                 self.dst.transport.write(item)
-        if queue:
+        if queue and not self._blocked_write:  # else the destination's resume_writing drains it
             self._timer = loop.call_at(queue[0][0], self._drain)
         if self._blocked_held and self.held < HELD_LOW:
             self.set_blocked(held=False)
@@ -173,6 +174,8 @@ class Pipe:
             self._blocked_write = write
         if held is not None:
             self._blocked_held = held
+        if write is False and self.queue and self._timer is None:
+            self._drain()
         pause = self._blocked_write or self._blocked_held
         if pause != self._paused and self.src.transport is not None and not self.src.closed:
             self._paused = pause
