@@ -25,15 +25,16 @@ DRILL = (("x-tenant-id", "tenant-drill"),)
 ORGANIC = (("x-tenant-id", "tenant-a"),)
 
 
-def through(body, **link_options):
+def through(body, server_options=(), channel_options=(), **link_options):
     """`body(link, channel)` with a channel to a link in front of an echo server; its result."""
 
     async def main():
-        async with echo_server() as port:
+        async with echo_server(server_options) as port:
             links = LinkSet(**link_options)
             link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
             try:
-                async with aio.insecure_channel(f"127.0.0.1:{link.port}", options=BIG) as channel:
+                options = [*BIG, *channel_options]
+                async with aio.insecure_channel(f"127.0.0.1:{link.port}", options=options) as channel:
                     return await body(link, channel)
             finally:
                 await links.close()
