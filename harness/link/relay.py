@@ -148,13 +148,17 @@ class Pipe:
             _due, item = queue.popleft()
             if item is _EOF:
                 self.ended = True
-                if self.dst.transport is not None and not self.dst.closed and self.dst.transport.can_write_eof():
-                    self.dst.transport.write_eof()
+                dst = self.dst.transport
+                if dst is not None and not self.dst.closed and not dst.is_closing() and dst.can_write_eof():
+                    try:
+                        dst.write_eof()
+                    except OSError:  # the peer is gone already: its own connection_lost ends the connection
+                        pass
                 self.conn.maybe_done()
                 continue
             self.held -= len(item)
             self.conn.link.metrics.held(-len(item))
-            if not self.dst.closed:
+            if not self.dst.closed and not self.dst.transport.is_closing():
                 self.dst.transport.write(item)
         if queue and not self._blocked_write:  # else the destination's resume_writing drains it
             self._timer = loop.call_at(queue[0][0], self._drain)

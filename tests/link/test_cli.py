@@ -43,13 +43,13 @@ def service(probe):
 def drill_link(tmp, *args: str, env: dict | None = None):
     """`drill link ARGS --ready-file …` as a process; yields (process, its ready file's JSON)."""
     ready = tmp / f"link-{time.monotonic_ns()}.json"
+    log = open(tmp / f"{ready.stem}.stderr", "w")  # what the link said, kept beside its ready file
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "link", *args, "--ready-file", str(ready)], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, stderr=log)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while not ready.exists():
-            assert proc.poll() is None, proc.stderr.read()
+            assert proc.poll() is None, (tmp / f"{ready.stem}.stderr").read_text()
             assert time.monotonic() < deadline, "drill link did not start in 60 s"
             time.sleep(0.02)
         yield proc, json.loads(ready.read_text())
@@ -61,6 +61,7 @@ def drill_link(tmp, *args: str, env: dict | None = None):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        log.close()
 
 
 def echo(address: str, msg, body: bytes, timeout: float = 5, metadata=()) -> bytes:
