@@ -56,6 +56,10 @@ class _Side(asyncio.Protocol):
             self.conn.client_made()
 
     def data_received(self, data: bytes) -> None:
+        if self.client and self.conn.early is not None:  # before the upstream is there (uvloop reads at once)
+            self.conn.early.append(data)
+            self.transport.pause_reading()
+            return
         (self.conn.up if self.client else self.conn.down).receive(data)
 
     def eof_received(self) -> bool:
@@ -113,7 +117,9 @@ class Pipe:
 
     def push(self, data: bytes) -> None:
         if not self.stages and not self.queue:
-            self.dst.transport.write(data)
+            dst = self.dst.transport
+            if not dst.is_closing():
+                dst.write(data)
             return
         items = [(self.conn.loop.time(), data)]
         for stage in self.stages:
@@ -181,9 +187,10 @@ class Pipe:
         if write is False and self.queue and self._timer is None:
             self._drain()
         pause = self._blocked_write or self._blocked_held
-        if pause != self._paused and self.src.transport is not None and not self.src.closed:
+        src = self.src.transport
+        if pause != self._paused and src is not None and not self.src.closed and not src.is_closing():
             self._paused = pause
-            (self.src.transport.pause_reading if pause else self.src.transport.resume_reading)()
+            (src.pause_reading if pause else src.resume_reading)()
 
     def close(self) -> None:
         if self._timer is not None:
@@ -220,6 +227,8 @@ class Connection:
         self.down = Pipe(self, self.server, self.client, self.h2.down)
         self.acting: dict[str, _Acting] = {}
         self.faulted = False  # holds one of the link set's faulted-connection slots
+        #: what the client sent before the upstream connection was made (None once it is)
+        self.early: list[bytes] | None = []
         self.done = False
         self.hung = False
 
@@ -249,6 +258,9 @@ class Connection:
             return
         for toxic in self.link.toxics.values():
             self.toxic_set(toxic)
+        early, self.early = self.early, None
+        for data in early:
+            self.up.receive(data)
         self.client.transport.resume_reading()
 
     def lost(self, side: _Side, exc) -> None:
