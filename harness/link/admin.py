@@ -51,6 +51,9 @@ class AdminApi:
             return await self._route(method, parts, body, urllib.parse.parse_qs(url.query))
         except ToxicError as err:
             return err.status, {"error": str(err), "status": err.status}
+        except Exception as exc:  # noqa: BLE001 - a bug answers 500 with its line, as Toxiproxy does; never a hang-up
+            log.exception("admin API: %s %s failed", method, target)
+            return 500, {"error": f"{type(exc).__name__}: {exc}", "status": 500}
 
     @staticmethod
     def _json(body: bytes) -> Any:

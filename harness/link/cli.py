@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-faulted", type=cliargs.integer(1, MAX_FAULTED, "connections"), default=DEFAULT_MAX_FAULTED,
                    help="connections toxics act on at once; past it a connection passes untouched "
                    f"(default {DEFAULT_MAX_FAULTED})")  # fmt: skip
+    p.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
+                   help="the event loop: uvloop (about half the CPU per call: docs/link.md) or asyncio's own; "
+                   "auto: uvloop where installed")  # fmt: skip
     p.add_argument("--port-file", type=cliargs.new_file, default=None,
                    help="write the first link's port (else the admin port) here once serving")  # fmt: skip
     p.add_argument("--ready-file", type=cliargs.new_file, default=None,
@@ -75,7 +78,21 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("link: --toxic applies to the first link: give --upstream and --port")
     toxics = _toxics(args)
     settings = FaultSettings.from_env(seed=args.seed)
-    return asyncio.run(_link(args, settings, toxics))
+    return _run_loop(args.event_loop, _link(args, settings, toxics))
+
+
+def _run_loop(choice: str, main) -> int:
+    """Run `main` on uvloop (`auto`: where it is installed) or on asyncio's own loop."""
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                main.close()
+                raise BadInput("link: --event-loop uvloop: uvloop is not installed (pip install uvloop)") from None
+        else:
+            return uvloop.run(main)
+    return asyncio.run(main)
 
 
 async def _link(args: argparse.Namespace, settings: FaultSettings, toxics: list) -> int:

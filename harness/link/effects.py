@@ -2,8 +2,10 @@
 
 A byte toxic is a timing stage (`harness.link.schedule`); an HTTP/2 toxic acts on frames, through the
 connection's `H2Conn` and its two readers (`harness.link.h2`):
-- `goaway`: one GOAWAY to the client when it begins (the client drains the streams up to its last
-  stream id and opens a new connection for new calls); the server is not told.
+- `goaway`: one GOAWAY to the client, once the connection has opened `after_streams` streams (at once on
+  a connection that has; default 1, so a new connection serves one stream first, as under a maximum age);
+  the client drains the streams up to its last stream id and opens a new connection for new calls; the
+  server is not told.
 - `rst_stream`: each drill-tagged stream, past the first `after_streams`, reset at `at` (its headers,
   its first DATA, its end): RST_STREAM `code` to the client and CANCEL to the server. Organic streams
   on the same connection pass untouched.
@@ -44,9 +46,22 @@ class Effect:
 
 
 class GoAway(Effect):
+    sent = False
+
     def begin(self) -> None:
-        last = self.conn.last_stream(self.toxic.attr("last_stream"))
-        self.conn.down.inject(h2.goaway(last, H2_CODES[self.toxic.attr("code")], self.toxic.attr("debug").encode()))
+        self._maybe()
+
+    def on_stream(self, stream: h2.Stream, point: str) -> None:
+        if point == "headers":
+            self._maybe()
+
+    def _maybe(self) -> None:
+        conn = self.conn
+        if self.sent or conn.drill_count + conn.organic_count < self.toxic.attr("after_streams"):
+            return
+        self.sent = True
+        last = conn.last_stream(self.toxic.attr("last_stream"))
+        conn.down.inject(h2.goaway(last, H2_CODES[self.toxic.attr("code")], self.toxic.attr("debug").encode()))
 
 
 class RstStream(Effect):

@@ -2,8 +2,9 @@
 
 `H2Conn` holds one connection's view; its two `FrameReader`s walk the bytes of each direction as
 they pass (9-byte frame headers read by hand, RFC 9113 §4.1). Only the client's HEADERS (and
-CONTINUATION) blocks are decoded, all of them in order, with `hpack` (the dynamic table needs every
-block); from the server only frame headers are read, and its SETTINGS. A reader hands back the bytes
+CONTINUATION) blocks are read, all of them in order (the dynamic table needs every block), for the
+keys that tag a drill's stream (`harness.link.hscan`); from the server only frame headers are read,
+and its SETTINGS. A reader hands back the bytes
 to forward: the same chunk when nothing changed (the common case: no copy), else the chunk with
 frames dropped (`drop`), withheld (`hold`) or frames inserted at a frame boundary (`inject`). A
 header cut by the end of a chunk is held back until its 9 bytes are in, so a frame is always
@@ -18,9 +19,8 @@ import struct
 from collections import deque
 from collections.abc import Callable
 
-import hpack
-
 from harness.core import headers as h
+from harness.link.hscan import HeaderScanner
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -48,14 +48,15 @@ def settings(pairs: dict[int, int]) -> bytes:
     return frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in pairs.items()))
 
 
-def tenant_of(fields: list[tuple[bytes, bytes]]) -> str | None:
-    """The drill tenant a stream's headers carry: `x-tenant-id`. (Hook: the drill's W3C baggage,
-    `harness.core.baggage` on branch `baggage`, is read here too once it lands.)"""
-    key = h.TENANT.encode()
-    for name, value in fields:
-        if name == key:
-            return value.decode("utf-8", "replace")
-    return None
+#: The header keys read from a client's blocks. (Hook: the drill's W3C `baggage`, read by `harness.core.baggage`
+#: on branch `baggage`, joins them once it lands, and `tenant_of` asks it.)
+KEYS = frozenset({h.TENANT.encode()})
+
+
+def tenant_of(found: dict[bytes, bytes]) -> str | None:
+    """The drill tenant a stream's headers carry: `x-tenant-id`."""
+    value = found.get(b"x-tenant-id")
+    return None if value is None else value.decode("utf-8", "replace")
 
 
 @dataclasses.dataclass(slots=True)
@@ -225,10 +226,8 @@ class H2Conn:
 
     def __init__(self, drill_tenants: frozenset[str]) -> None:
         self.drill_tenants = drill_tenants
-        self.decoder = hpack.Decoder()
-        # a passive reader: the client encodes for the server's table size and list size, not ours
-        self.decoder.max_allowed_table_size = 1 << 24
-        self.decoder.max_header_list_size = 1 << 24
+        # a passive reader: the client encodes for the server's table size, not ours
+        self.scanner = HeaderScanner(KEYS)
         self.blind = False
         self.streams: dict[int, Stream] = {}
         self.highest = 0
@@ -265,11 +264,11 @@ class H2Conn:
         if not flags & END_HEADERS:
             return
         block, self._block = bytes(self._block), bytearray()
-        fields: list = []
+        found: dict[bytes, bytes] = {}
         if not self.blind:
             try:
-                fields = self.decoder.decode(block, raw=True)
-            except Exception:  # noqa: BLE001 - hpack's errors, or a block it cannot read: blind from now on
+                found = self.scanner.scan(block)
+            except Exception:  # noqa: BLE001 - a block it cannot read (HpackError, or worse): blind from now on
                 self.blind = True
         sid = self._block_stream
         if sid in self.streams or sid <= self.highest:  # trailers of a client stream
@@ -278,7 +277,7 @@ class H2Conn:
                 self._end(st)
             return
         self.highest = sid
-        drill = not self.blind and tenant_of(fields) in self.drill_tenants
+        drill = not self.blind and tenant_of(found) in self.drill_tenants
         st = Stream(sid, drill)
         self.streams[sid] = st
         if drill:

@@ -61,6 +61,8 @@ class Link:
         self.metrics = LinkMetrics(name)
         self._server: asyncio.AbstractServer | None = None
         self._order = itertools.count()
+        #: connections accepted so far (the next one's order in the draw)
+        self.accepted = 0
 
     # read by the connections
     @property
@@ -100,6 +102,7 @@ class Link:
 
     def _accept(self):
         conn = Connection(self, next(self._order))
+        self.accepted += 1
         self.connections.add(conn)
         self.metrics.connections.inc()
         return conn.client

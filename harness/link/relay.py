@@ -3,8 +3,9 @@
 Promises (each tested in tests/link/):
 - Bytes pass unchanged and in order in both directions while no toxic acts (pass-through exactness).
 - Nothing buffers without bound: a direction's reading pauses while its destination's write buffer is
-  past `WRITE_HIGH` or a toxic holds more than `HELD_HIGH` of its bytes, as TCP would, so a slow reader
-  slows the writer. The client is not read before the upstream connection is made.
+  past `WRITE_HIGH` or a toxic holds more than `HELD_HIGH` of its bytes, and held bytes wait while the
+  destination is full, as TCP would, so a slow reader slows the writer. The client is not read before
+  the upstream connection is made.
 - Each connection's HTTP/2 frames are read as they pass (`harness.link.h2`): its streams, and which
   carry the drill tenant. A connection that is not HTTP/2 is relayed all the same (frames never parsed
   past the first bytes that are not a client preface).
@@ -55,6 +56,10 @@ class _Side(asyncio.Protocol):
             self.conn.client_made()
 
     def data_received(self, data: bytes) -> None:
+        if self.client and self.conn.early is not None:  # before the upstream is there (uvloop reads at once)
+            self.conn.early.append(data)
+            self.transport.pause_reading()
+            return
         (self.conn.up if self.client else self.conn.down).receive(data)
 
     def eof_received(self) -> bool:
@@ -112,7 +117,9 @@ class Pipe:
 
     def push(self, data: bytes) -> None:
         if not self.stages and not self.queue:
-            self.dst.transport.write(data)
+            dst = self.dst.transport
+            if not dst.is_closing():
+                dst.write(data)
             return
         items = [(self.conn.loop.time(), data)]
         for stage in self.stages:
@@ -143,19 +150,23 @@ class Pipe:
         loop = self.conn.loop
         now = loop.time()
         queue = self.queue
-        while queue and queue[0][0] <= now + 0.0002:
+        while queue and queue[0][0] <= now + 0.0002 and not self._blocked_write:
             _due, item = queue.popleft()
             if item is _EOF:
                 self.ended = True
-                if self.dst.transport is not None and not self.dst.closed and self.dst.transport.can_write_eof():
-                    self.dst.transport.write_eof()
+                dst = self.dst.transport
+                if dst is not None and not self.dst.closed and not dst.is_closing() and dst.can_write_eof():
+                    try:
+                        dst.write_eof()
+                    except OSError:  # the peer is gone already: its own connection_lost ends the connection
+                        pass
                 self.conn.maybe_done()
                 continue
             self.held -= len(item)
             self.conn.link.metrics.held(-len(item))
-            if not self.dst.closed:
+            if not self.dst.closed and not self.dst.transport.is_closing():
                 self.dst.transport.write(item)
-        if queue:
+        if queue and not self._blocked_write:  # else the destination's resume_writing drains it
             self._timer = loop.call_at(queue[0][0], self._drain)
         if self._blocked_held and self.held < HELD_LOW:
             self.set_blocked(held=False)
@@ -173,10 +184,13 @@ class Pipe:
             self._blocked_write = write
         if held is not None:
             self._blocked_held = held
+        if write is False and self.queue and self._timer is None:
+            self._drain()
         pause = self._blocked_write or self._blocked_held
-        if pause != self._paused and self.src.transport is not None and not self.src.closed:
+        src = self.src.transport
+        if pause != self._paused and src is not None and not self.src.closed and not src.is_closing():
             self._paused = pause
-            (self.src.transport.pause_reading if pause else self.src.transport.resume_reading)()
+            (src.pause_reading if pause else src.resume_reading)()
 
     def close(self) -> None:
         if self._timer is not None:
@@ -213,6 +227,8 @@ class Connection:
         self.down = Pipe(self, self.server, self.client, self.h2.down)
         self.acting: dict[str, _Acting] = {}
         self.faulted = False  # holds one of the link set's faulted-connection slots
+        #: what the client sent before the upstream connection was made (None once it is)
+        self.early: list[bytes] | None = []
         self.done = False
         self.hung = False
 
@@ -242,6 +258,9 @@ class Connection:
             return
         for toxic in self.link.toxics.values():
             self.toxic_set(toxic)
+        early, self.early = self.early, None
+        for data in early:
+            self.up.receive(data)
         self.client.transport.resume_reading()
 
     def lost(self, side: _Side, exc) -> None:

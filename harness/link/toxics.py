@@ -82,8 +82,9 @@ TYPES: dict[str, dict[str, _Attr]] = {
     "limit_data": {"bytes": _Attr(0, 0, _BIG)},
     # HTTP/2 (a relay that reads the frames): last_stream all = 2^31-1, current = the highest stream the client
     # opened, before_in_flight = below the lowest stream in flight (those are then not processed: retryable)
+    # after_streams: sent once the connection opened that many streams (0: at once, so new connections serve none)
     "goaway": {"code": _code("NO_ERROR"), "last_stream": _Attr("current", choices=("all", "current",
-               "before_in_flight")), "debug": _Attr("")},  # fmt: skip
+               "before_in_flight")), "debug": _Attr(""), "after_streams": _Attr(1, 0, _BIG)},  # fmt: skip
     # on drill-tagged streams only: at their headers, at their first DATA (mid-message), or after their end;
     # after_streams: the first N drill streams of each connection pass
     "rst_stream": {"code": _code("CANCEL"), "at": _Attr("headers", choices=("headers", "data", "end")),

@@ -52,9 +52,9 @@ BIG = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length",
 
 
 @contextlib.asynccontextmanager
-async def echo_server():
-    """An echo server on 127.0.0.1; yields its port."""
-    server = aio.server(options=BIG)
+async def echo_server(options=()):
+    """An echo server on 127.0.0.1 (grpc `options` beside BIG's); yields its port."""
+    server = aio.server(options=[*BIG, *options])
     server.add_generic_rpc_handlers((HANDLERS,))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
