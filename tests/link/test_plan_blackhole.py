@@ -49,9 +49,10 @@ def test_blackhole_quick_detects_with_the_ping_timeout_and_only_balancing_routes
     assert naive["detected_s"] is None and naive["expect"]["met"] is False
     assert detects["detected_s"] <= DETECT_S and detects["expect"]["met"]
     assert balanced["detected_s"] <= DETECT_S and balanced["expect"]["met"]
-    # every call on the faulted connection was touched: ~25 calls/s at account, half of them to ledger-1, for
-    # the 8-s fault = ~100 for naive, which never detects; at least half of that however late the load runs
-    assert sum(naive["calls_touched"].values()) >= 50
+    # every call on the faulted connection was touched: ~25 calls/s at account, half of them to ledger-1 (round
+    # robin alternates exactly), for the 7-s fault = ~87 for naive, which never detects; at least half of that
+    # however late a busy box runs the load
+    assert sum(naive["calls_touched"].values()) >= 43
     # only balancing routes around: balanced's success beats both, which lose about half of the fault's calls
     success = {name: t["success_rate"] for name, t in trial.items()}
     assert success["balanced"] > max(success["naive"], success["keepalive-detects"]), success
