@@ -23,11 +23,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import pathlib
 import time
 from collections.abc import Callable
 
 from harness.drills.plan.links import LinkFault, StackLink, TopologyLink
+from harness.drills.stack.topology import Topology
 from harness.link import Link, LinkSet, ToxicError, parse_toxic
 from harness.link.relay import Connection
 
@@ -63,25 +63,27 @@ class TrialLinks:
         self.stopped: str | None = None
 
     # -- starting ------------------------------------------------------------------------------
-    async def start_topology(self, replicas: dict[tuple[str, int], tuple[pathlib.Path, Callable[[], bool]]],
-                             files: dict[str, pathlib.Path], timeout_s: float = 30.0) -> None:  # fmt: skip
-        """Each link once its replica serves: `replicas[(hop, i)]` is the replica's ready file and whether it
-        still runs; the link's own ready file goes to `files[name]`, where the hop above waits for it."""
+    async def start_topology(self, topology: Topology, timeout_s: float = 30.0) -> None:
+        """Spawn `topology` with each linked replica's callers pointed at its link's ready file, then start each
+        link once its replica serves and write that file (the caller of `topology.wait()` then waits for all)."""
+        files = {spec.name: topology.workdir / f"link-{spec.name}.ready.json" for spec in self.specs}
+        topology.link_files = {(spec.hop, spec.replica): files[spec.name] for spec in self.specs}
+        topology.spawn()
         deadline = time.monotonic() + timeout_s
         for spec in self.specs:
-            ready, alive = replicas[(spec.hop, spec.replica)]
-            while not ready.exists():
-                if not alive():
-                    raise LinkStartError(f"link {spec.name}: {spec.hop}-{spec.replica} exited before it served")
+            replica = topology.replicas[spec.hop][spec.replica]
+            while not replica.ready_file.exists():
+                if replica.proc.poll() is not None:
+                    raise LinkStartError(f"link {spec.name}: {replica.name} exited before it served: {replica.why()}")
                 if time.monotonic() > deadline:
-                    raise LinkStartError(f"link {spec.name}: {spec.hop}-{spec.replica} not ready after {timeout_s:g} s")
+                    raise LinkStartError(f"link {spec.name}: {replica.name} not ready after {timeout_s:g} s")
                 await asyncio.sleep(0.02)
-            port = int(json.loads(ready.read_text())["port"])  # written whole (os.replace)
+            port = int(json.loads(replica.ready_file.read_text())["port"])  # written whole (os.replace)
             link = await self._add(spec.name, "127.0.0.1:0", f"127.0.0.1:{port}")
             tmp = files[spec.name].with_suffix(".tmp")
             tmp.write_text(json.dumps({"host": "127.0.0.1", "port": link.port, "pid": os.getpid(), "link": spec.name}))
             os.replace(tmp, files[spec.name])
-            self.log(f"link {spec.name} 127.0.0.1:{link.port} -> {spec.hop}-{spec.replica} (127.0.0.1:{port})")
+            self.log(f"link {spec.name} 127.0.0.1:{link.port} -> {replica.name} (127.0.0.1:{port})")
 
     async def start_stack(self) -> None:
         """Each `stack.links` entry on its port, relaying to its upstream."""

@@ -101,15 +101,10 @@ class LocalTopology:
         if not plan.links:
             self.topology.start()  # in the main thread: PR_SET_PDEATHSIG is tied to the forking thread
         else:  # each link once its replica serves, before the hop above (waiting for the link's file) can
-            files = {link.name: workdir / f"link-{link.name}.ready.json" for link in plan.links}
-            self.topology.link_files = {(link.hop, link.replica): files[link.name] for link in plan.links}
-            self.topology.spawn()
             self.links = TrialLinks(plan.links, variant.fault.link, seed=plan.seed, tenant=variant.fault.tenant,
                                     log=lambda text: self.log(f"[{variant.name}] {text}"))  # fmt: skip
-            replicas = {(hop, i): (r.ready_file, lambda r=r: r.proc.poll() is None)
-                        for hop, rs in self.topology.replicas.items() for i, r in enumerate(rs)}  # fmt: skip
             try:
-                await self.links.start_topology(replicas, files)
+                await self.links.start_topology(self.topology)
             except LinkStartError as exc:
                 await self.down()
                 raise StackError(str(exc)) from None
