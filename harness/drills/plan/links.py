@@ -32,7 +32,7 @@ class TopologyLink(Section):
     name: str = Field(pattern=LINK_NAME, max_length=64)
     hop: str = Field(pattern=HOP_NAME)
     #: which replica (0-based, as its instance id `HOP-N` says)
-    replica: int = Field(0, ge=0, lt=lim.MAX_REPLICAS)
+    replica: int = Field(0, ge=0, le=lim.MAX_REPLICAS - 1)
 
 
 class StackLink(Section):
@@ -42,7 +42,7 @@ class StackLink(Section):
 
     name: str = Field(pattern=LINK_NAME, max_length=64)
     hop: str = Field(pattern=HOP_NAME)
-    replica: int = Field(0, ge=0, lt=lim.MAX_REPLICAS)
+    replica: int = Field(0, ge=0, le=lim.MAX_REPLICAS - 1)
     upstream: str = Field(pattern=r"^[^\s:]+:\d+$")
     port: int = Field(ge=1, le=lim.MAX_PORT)
 
