@@ -174,6 +174,8 @@ class TrialLinks:
             "set": self.on_at is not None, "connections_faulted": len(self.touched),
             "connections_held_at_start": self.held_at_start, "calls_touched": {"organic": organic, "drill": drill},
             "closed_s": sorted(self.closed_s), "detected_s": detected, "resolution_s": POLL_S,
+            "acted_s": round(self.off_at - self.on_at, 3) if self.on_at is not None and self.off_at else None,
+            "stopped": self.stopped,
         }  # fmt: skip
         expect = self.fault.expect
         if expect is not None:
