@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "serve": ("harness.demo.serve", "serve one demo hop with the fault interceptor"),
     "proxy": ("harness.proxy.cli", "forward every call to a service in any language, with the fault interceptor"),
+    "link": ("harness.link.cli", "relay connections to a service with network and HTTP/2 faults (Toxiproxy's API)"),
     "hits": ("harness.drills.cli.hits", "preview which request ids (stdin) a directive would hit"),
     "client": ("harness.demo.client_cli", "send tagged and untagged calls to a service and summarise"),
     "probe": ("harness.demo.probe", "socket-level probes (half-open connections)"),

@@ -112,7 +112,7 @@ class ResilientCaller:
             raise ValueError("a caller needs at least one target")
         if not invokers:
             raise ValueError("a caller needs at least one method to invoke")
-        self.addresses = list(targets)
+        self.addresses = config.targets(list(targets))
         self.config = config
         self.service = service
         self.drill_tenants = drill_tenants
@@ -120,6 +120,7 @@ class ResilientCaller:
         self._tagging = tagging
         if channels is not None:
             channels.tagging = tagging
+            channels.add_options(config.channel_options())  # keepalive: before the first channel is made
         self._sleep = sleep
         self._rng = rng
         self._clock = clock

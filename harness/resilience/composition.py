@@ -11,11 +11,14 @@ share a breaker or a budget. Reading YAML/JSON into this form is `config.py`'s j
 from __future__ import annotations
 
 import dataclasses
+import json
 import random as _random
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness.resilience import backoff as _backoff
+from harness.resilience import keepalive as _keepalive
 from harness.resilience._schema import ConfigError
 from harness.resilience.balancer import Balancer, Ejection, PowerOfTwoChoices, RoundRobin
 from harness.resilience.breaker import BreakerSet, CircuitBreaker, CountWindow, TimeWindow, Transition
@@ -27,6 +30,10 @@ from harness.resilience.throttle import AdaptiveThrottle
 from harness.resilience.timeouts import MethodTimeouts
 
 __all__ = ["NO_RETRY", "MethodConfig", "MethodPlan", "ResilienceConfig"]
+
+#: `balancer.kind` for gRPC's own round_robin over every target in one channel (`ResilienceConfig.targets`)
+GRPC_ROUND_ROBIN = "grpc_round_robin"
+_IPV4_PORT = re.compile(r"^\d{1,3}(\.\d{1,3}){3}:\d{1,5}$")
 
 #: Backoff without retries: a method whose config has no retryPolicy makes one attempt.
 NO_RETRY = RetryPolicy(max_attempts=1)
@@ -75,6 +82,30 @@ class ResilienceConfig:
     adaptive: dict[str, float] | None = None
     #: the outcome classifier: {relayed_give_ups: ignore | count}
     outcomes: dict[str, str] = dataclasses.field(default_factory=lambda: {"relayed_give_ups": "ignore"})
+    #: keepalive (gRFC A8, `keepalive.py`): {time_s, timeout_s, ping_timeout_s, permit_without_calls, server}
+    keepalive: dict[str, Any] | None = None
+
+    # -- channels and servers --------------------------------------------------------------
+    def channel_options(self) -> tuple[tuple[str, Any], ...]:
+        """The gRPC channel options this configuration's callers add (keepalive; gRPC's round robin)."""
+        lb = (("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),)
+        return _keepalive.channel_options(self.keepalive) + (lb if self.balancer.get("kind") == GRPC_ROUND_ROBIN
+                                                             else ())  # fmt: skip
+
+    def targets(self, addresses: Sequence[str]) -> list[str]:
+        """The targets a caller's balancer picks among: `addresses`, or with `balancer.kind: grpc_round_robin`
+        one target naming them all (`ipv4:A,B`), whose channel's own round robin picks only connections that
+        are READY, so a connection keepalive found dead is left out until it reconnects."""
+        if self.balancer.get("kind") != GRPC_ROUND_ROBIN or len(addresses) < 2:
+            return list(addresses)
+        bad = [a for a in addresses if not _IPV4_PORT.match(a)]
+        if bad:
+            raise ConfigError(f"balancer.kind {GRPC_ROUND_ROBIN}: every target must be an IPv4 HOST:PORT, not {bad}")
+        return ["ipv4:" + ",".join(addresses)]
+
+    def server_options(self) -> tuple[tuple[str, Any], ...]:
+        """The gRPC server options a server running this configuration sets (its keepalive permit policy)."""
+        return _keepalive.server_options(self.keepalive)
 
     # -- per method ------------------------------------------------------------------------
     def for_method(self, method: str) -> MethodPlan:
@@ -169,7 +200,7 @@ class ResilienceConfig:
     ) -> Balancer:
         spec = self.balancer
         kind = str(spec.get("kind", "round_robin")).lower().replace("-", "_")
-        if kind == "round_robin":
+        if kind in ("round_robin", GRPC_ROUND_ROBIN):
             picker: Any = RoundRobin()
         elif kind in ("p2c", "power_of_two"):
             picker = PowerOfTwoChoices(rng)

@@ -7,7 +7,8 @@ Keys follow gRPC's service config where it has the concept: `retryPolicy`
 service config loads as is. Our extensions sit beside them as top-level keys:
 `backoff` (jitter kind), `pushback`, `retryBudget`, `breaker`,
 `adaptiveThrottling`, `outcomes`, `deadline`, `attemptTimeouts`, `balancer`,
-`nonIdempotentMethods`. Validation is strict: an unknown key, a wrong type or an
+`nonIdempotentMethods`, `keepalive` (gRFC A8, as channel and server options: `keepalive.py`).
+Validation is strict: an unknown key, a wrong type or an
 out-of-range value anywhere is a `ConfigError` naming its key path, so a typo
 never silently turns a mechanism off. What a configuration builds is
 `composition.py`'s job.
@@ -23,8 +24,9 @@ from typing import Any
 import yaml
 
 from harness.core.status import STATUS_NAMES
+from harness.resilience import keepalive as _keepalive
 from harness.resilience._schema import ConfigError, Reader
-from harness.resilience.composition import NO_RETRY, MethodConfig, ResilienceConfig
+from harness.resilience.composition import GRPC_ROUND_ROBIN, NO_RETRY, MethodConfig, ResilienceConfig
 from harness.resilience.deadline import DeadlinePolicy
 from harness.resilience.outcome import RELAYED_GIVE_UPS
 from harness.resilience.retry import MAX_ATTEMPTS_CAP, RetryPolicy
@@ -39,7 +41,7 @@ NAMES: tuple[str, ...] = ("naive", "jitter", "budget", "resilient", "resilient-p
 _TOP = (
     "name", "description", "methodConfig", "retryPolicy", "retryThrottling", "nonIdempotentMethods",
     "backoff", "pushback", "retryBudget", "breaker", "adaptiveThrottling", "outcomes", "deadline",
-    "attemptTimeouts", "balancer",
+    "attemptTimeouts", "balancer", "keepalive",
 )  # fmt: skip
 _RETRY_POLICY = ("maxAttempts", "initialBackoff", "maxBackoff", "backoffMultiplier", "retryableStatusCodes")
 _JITTER = ("full", "none", "decorrelated")
@@ -239,7 +241,7 @@ def _balancer(r: Reader | None) -> dict[str, Any]:
     if r is None:
         return {"kind": "round_robin"}
     out: dict[str, Any] = {
-        "kind": r.string("kind", "round_robin", choices=("round_robin", "p2c")),
+        "kind": r.string("kind", "round_robin", choices=("round_robin", "p2c", GRPC_ROUND_ROBIN)),
         "decay_s": r.duration("decay", 10.0, lo_open=True),
     }
     allowed = (
@@ -328,6 +330,7 @@ def _parse(raw: Any, source: str, default_name: str | None) -> ResilienceConfig:
         throttling=throttling,
         adaptive=_adaptive(top.child("adaptiveThrottling", ("k", "window"))),
         outcomes=_outcomes(top.child("outcomes", ("relayedGiveUps",))),
+        keepalive=_keepalive.parse(top.child("keepalive", _keepalive.KEYS)),
     )
 
 

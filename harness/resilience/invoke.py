@@ -102,6 +102,14 @@ class ChannelPool:
             self._interceptors[target], self._channels[target] = ic, channel
         return channel
 
+    def add_options(self, options: Sequence[tuple[str, Any]]) -> None:
+        """More channel options (a configuration's keepalive), for every channel made from now on; a key given
+        again replaces the earlier value."""
+        if self._channels and options:
+            raise RuntimeError("channel options are set before the first channel is made")
+        keys = {k for k, _ in options}
+        self.options = tuple((k, v) for k, v in self.options if k not in keys) + tuple(options)
+
     @property
     def tagging(self) -> Tagging:
         return self._tagging

@@ -5,7 +5,8 @@ seconds outside the SLO), the fault window's traffic (`traffic`: offered load, a
 trial's every number as a `TrialResult` (`trial.analyze_run`: TTD, TTM, TTR, MTTR, the rest; the one rule
 for "never restored"), whether the fault landed as planned (`landing`), trials summarised
 and compared (`stats`), the ranking and its sentence (`verdict`), results.json assembled once (`results`),
-and the `--fail-on` gates over it (`gate`). Pure functions over series and dicts, but for `landing`'s
+and the `--fail-on` gates over it (`gate`); a link fault's trials in words and its
+expectation's gate (`links`). Pure functions over series and dicts, but for `landing`'s
 read of the hops' gates.
 
 May import: `harness.drills.readings` (`RunSeries`), `harness.drills.plan`, `harness.core`. Never how the

@@ -7,6 +7,8 @@
   read back from Prometheus counts less its ± (`uncertainty_s`): the median
   over the trials of MTTR − ± must exceed SECONDS, so the gate trips only on
   what the read-back is sure of;
+- `expect`: some configuration missed its link fault's `expect` in some trial (`fault.link.expect`:
+  `detect_within_s`, see `links`);
 - `budget>X`: some configuration's median error budget burn (1 = the SLO's
   allowance) exceeds X;
 - `regression:BASELINE.json`: some configuration present in both is
@@ -31,6 +33,7 @@ from collections.abc import Iterable
 
 from harness.core.errors import BadInput, ConditionFailed
 from harness.drills.analysis import stats
+from harness.drills.analysis.links import expect_reasons
 from harness.drills.analysis.trial import never_restored_of
 
 
@@ -50,8 +53,8 @@ def parse_conditions(specs: Iterable[str]) -> list[Condition]:
     out = []
     for spec in specs:
         text = spec.strip()
-        if text == "breach":
-            out.append(Condition("breach", source=text))
+        if text in ("breach", "expect"):
+            out.append(Condition(text, source=text))
         elif text.startswith("mttr>"):
             try:
                 seconds = float(text[5:])
@@ -80,7 +83,8 @@ def parse_conditions(specs: Iterable[str]) -> list[Condition]:
                 raise BadInput(f"--fail-on {text!r}: the baseline is not a results.json (no configs)")
             out.append(Condition("regression", baseline=baseline, source=text))
         else:
-            raise BadInput(f"--fail-on {text!r}: expected breach, mttr>SECONDS, budget>X or regression:BASELINE.json")
+            raise BadInput(f"--fail-on {text!r}: expected breach, expect, mttr>SECONDS, budget>X or "
+                           "regression:BASELINE.json")  # fmt: skip
     return out
 
 
@@ -90,6 +94,8 @@ def _trials(config: dict) -> list[dict]:
 
 def reasons(condition: Condition, results: dict) -> list[str]:
     """Why the condition holds (empty when it does not)."""
+    if condition.kind == "expect":
+        return expect_reasons(results)
     out = []
     for name in results.get("ranking") or list(results["configs"]):
         trials = [t for t in _trials(results["configs"][name]) if not t.get("insufficient_data")]

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from harness.drills.analysis import landing, stats, verdict
+from harness.drills.analysis.links import link_notes
 from harness.drills.analysis.slo import quantile_from_buckets, samples_in
 from harness.drills.analysis.traffic import refused_by_hop
 from harness.drills.analysis.trial import analyze_run
@@ -116,7 +117,7 @@ def assemble(
         configs=configs,
         ranking=ranking,
         verdict=judged,
-        notes=landing.summary(configs) + refusal_notes(trials),
+        notes=landing.summary(configs) + refusal_notes(trials) + link_notes(configs),
         started_at=_stamp(started) if started else None,
         finished_at=_stamp(),
         duration_s=round(time.time() - started, 1) if started else None,

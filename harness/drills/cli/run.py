@@ -77,7 +77,8 @@ def add_fail_on(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fail-on", action="append", default=[], metavar="COND",
         help="exit 3 when a condition holds: 'breach' (any configuration breached the SLO in any trial, "
-        "post-fault breaches included), 'mttr>SECONDS' (a configuration's median MTTR above SECONDS, or never "
+        "post-fault breaches included), 'expect' (a configuration missed its link fault's expect: "
+        "fault.link.expect.detect_within_s), 'mttr>SECONDS' (a configuration's median MTTR above SECONDS, or never "
         "restored; a time read from Prometheus counts less its ±), 'budget>X' (a configuration's median error "
         "budget burn above X, 1 = the SLO's allowance), 'regression:BASELINE.json' (breach probability, median "
         "outage beyond the read-back ± or budget burn significantly worse than the baseline's); repeatable",

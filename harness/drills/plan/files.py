@@ -39,6 +39,7 @@ import yaml
 
 from harness.core.errors import BadInput
 from harness.core.ids import check_plan_name
+from harness.drills.plan.links import check_links
 from harness.drills.plan.model import Plan, PlanFile, Variant
 from harness.drills.plan.sections import Fault, HopSpec, Probe, Traffic
 from harness.drills.plan.stack import EDGE_FORMS
@@ -249,6 +250,7 @@ def from_dict(data: dict, source: str = "") -> Plan:
         probe = _validate(Probe, probe_raw, where, f"{key}.probe") if probe_raw else None
         if fault.target and fault.target not in [hop.name for hop in hops]:
             raise PlanError(f"{at}.fault.target: {fault.target!r} is not a hop")
+        _check_variant_links(spec, fault, v_hops, at)
         if traffic.driver == "locust":
             _check_locust_profile(traffic.profile, f"{at}.traffic.profile")
         variants.append(Variant(name=name, config=config, fault=fault, traffic=traffic, hops=v_hops, probe=probe))
@@ -270,7 +272,19 @@ def from_dict(data: dict, source: str = "") -> Plan:
         probe=spec.probe,
         source=source,
         guard=spec.guard,
+        topology_links=spec.topology.links,
     )
+
+
+def _check_variant_links(spec: PlanFile, fault: Fault, hops: tuple[HopSpec, ...], at: str) -> None:
+    """A variant's own fault names one of the topology's links, and its hops still have each link's replica."""
+    links = spec.topology.links
+    if fault.link is not None and fault.link.link not in [link.name for link in links]:
+        raise PlanError(f"{at}.fault.link.link: {fault.link.link!r} is not a link ({[k.name for k in links]})")
+    try:
+        check_links(links, {hop.name: hop.replicas for hop in hops}, hops[0].name)
+    except ValueError as exc:
+        raise PlanError(f"{at}.hops: {exc}") from None
 
 
 def _plan_name(spec: PlanFile, source: str, where: str) -> str:

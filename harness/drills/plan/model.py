@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from harness.core import limits as lim
 from harness.drills.plan.guards import BurnRateGuard, ErrorRateGuard, Guard
+from harness.drills.plan.links import TopologyLink
 from harness.drills.plan.sections import Fault, HopSpec, Phases, Probe, Section, Slo, Topology, Traffic
 from harness.drills.plan.stack import Stack
 
@@ -86,6 +87,10 @@ class PlanFile(Section):
         names = [hop.name for hop in (self.topology or self.stack).hops]
         if self.fault.target and self.fault.target not in names:
             raise ValueError(f"fault.target {self.fault.target!r} is not a hop ({names})")
+        links = [link.name for link in (self.topology or self.stack).links]
+        if self.fault.link is not None and self.fault.link.link not in links:
+            where = "topology.links" if self.topology else "stack.links"
+            raise ValueError(f"fault.link.link {self.fault.link.link!r} is not a link ({where}: {links})")
         return self
 
 
@@ -121,10 +126,17 @@ class Plan(Section):
     stack: Stack | None = None
     #: stop conditions watched while each trial runs (None: none)
     guard: Guard | None = None
+    #: the links the runner starts in front of replicas of its topology (a stack's are `stack.links`)
+    topology_links: tuple[TopologyLink, ...] = ()
 
     @property
     def hop_names(self) -> list[str]:
         return [hop.name for hop in self.stack.hops] if self.stack else [hop.name for hop in self.hops]
+
+    @property
+    def links(self) -> tuple:
+        """Every link a trial starts: the topology's, or the stack's (`StackLink`s)."""
+        return self.stack.links if self.stack else self.topology_links
 
     def to_dict(self) -> dict:
         """The plan as results.json's `plan_spec` carries it."""
@@ -143,4 +155,5 @@ class Plan(Section):
             "probe": self.probe.model_dump() if self.probe else None,
             "stack": self.stack.model_dump() if self.stack else None,
             "guard": self.guard.model_dump() if self.guard else None,
+            "links": [link.model_dump() for link in self.links],
         }

@@ -9,25 +9,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from harness.core import headers as h
 from harness.core import limits as lim
 from harness.core.faults import MAX_ATTEMPTS, DirectiveError, parse_directive
 from harness.core.reasons import explain
 from harness.core.status import STATUS_NAMES
+from harness.drills.plan.base import HOP_NAME, Section
+from harness.drills.plan.links import LinkFault, TopologyLink, check_links
 from harness.interceptors import Tagging
 
 DEFAULT_HOPS = ("gateway", "order", "account", "ledger")
-#: a hop's name: the `service` label of its series and the `x-fault-target` that names it
-HOP_NAME = r"^[a-z][a-z0-9-]*$"
-
-
-class Section(BaseModel):
-    """A part of a plan: unknown keys refused, frozen once validated."""
-
-    # every number finite (no .inf or .nan) and within a bound of harness.core.limits, which says why
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --- the chain the runner starts ---------------------------------------------------------
@@ -59,6 +52,8 @@ class Topology(Section):
     hops: tuple[HopSpec, ...] = tuple(HopSpec(name=n) for n in DEFAULT_HOPS)
     #: downstream timeout when no resilience configuration is named
     timeout_s: float | None = Field(None, gt=0, le=lim.MAX_DEADLINE_S)
+    #: links the runner starts in front of replicas, each trial (plan.links; the hop above dials the link)
+    links: tuple[TopologyLink, ...] = ()
 
     @field_validator("hops")
     @classmethod
@@ -69,6 +64,12 @@ class Topology(Section):
         if len(set(names)) != len(names):
             raise ValueError(f"hop names must be unique: {names}")
         return v
+
+    @model_validator(mode="after")
+    def _links_name_replicas(self) -> Topology:
+        check_links(self.links, {hop.name: hop.replicas for hop in self.hops}, self.hops[0].name)
+        return self
+
 
 # --- what every plan sends, injects, runs for and holds -----------------------------------
 class Traffic(Section):
@@ -109,6 +110,14 @@ class Fault(Section):
     tenant: str = h.DEFAULT_DRILL_TENANT
     scope: Literal["request", "attempt"] = "request"
     attempts: int | None = Field(None, ge=1, le=MAX_ATTEMPTS)
+    #: a fault below the call: a toxic on one of the plan's links (plan.links), instead of a directive
+    link: LinkFault | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Fault:
+        if self.link is not None and self.directive:
+            raise ValueError("a fault is a directive (on calls) or a link toxic (on connections), not both")
+        return self
 
     @field_validator("directive")
     @classmethod

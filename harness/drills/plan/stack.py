@@ -7,7 +7,8 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from harness.core import limits as lim
-from harness.drills.plan.sections import HOP_NAME, Section
+from harness.drills.plan.base import HOP_NAME, Section
+from harness.drills.plan.links import StackLink, check_links
 
 #: What an edge field that does not match its pattern should look like, in words (for error lines)
 EDGE_FORMS = {"address": "expected HOST:PORT", "method": "expected a full method name, package.Service/Method"}
@@ -172,6 +173,8 @@ class Stack(Section):
     emergency_stop: str | None = None
     #: a `drill proxy` the runner starts in front of the service (a service in any language, unchanged)
     proxy: ProxyFront | None = None
+    #: `drill link`s the runner starts for each trial in front of replicas (the stack's callers dial their ports)
+    links: tuple[StackLink, ...] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -226,5 +229,8 @@ class Stack(Section):
                 raise ValueError("proxy: give descriptor_set or proto, not both (neither = the service's reflection)")
             if px.proto_path and not px.proto:
                 raise ValueError("proxy.proto_path applies to proxy.proto: give proto too")
+        check_links(self.links, dict.fromkeys(names), None)  # a stack's replica counts are its own
+        ports = [link.port for link in self.links] + ([self.proxy.port, self.proxy.metrics_port] if self.proxy else [])
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"stack.links and stack.proxy need a port each: {sorted(ports)}")
         return self
-

@@ -43,6 +43,7 @@ from harness.core.headers import DEFAULT_DRILL_TENANT
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.plan.stack import ProxyFront, Stack, StackConfig
 from harness.drills.stack.edge import EdgeCall, Reach, demo_edge, reach, resolve_edge
+from harness.drills.stack.links import LinkStartError, TrialLinks
 from harness.drills.stack.topology import Topology, audit_hit_ids
 from harness.procs.spawn import ServeError, ServeProcess, kill_group, last_line, start_serve
 
@@ -87,14 +88,30 @@ class LocalTopology:
         self.plan = plan
         self.log = log
         self.topology: Topology | None = None
+        #: the trial's links in front of replicas (`topology.links`; None when the plan has none)
+        self.links: TrialLinks | None = None
 
     async def up(self, variant: Variant, trial: int, workdir: pathlib.Path) -> None:
         plan = self.plan
+        self.links = None
         self.topology = Topology(
             variant.hops, config=variant.config, seed=plan.seed, workdir=workdir, tenants=variant.fault.tenant,
             timeout_s=plan.timeout_s,
         )  # fmt: skip
-        self.topology.start()  # in the main thread: PR_SET_PDEATHSIG is tied to the forking thread
+        if not plan.links:
+            self.topology.start()  # in the main thread: PR_SET_PDEATHSIG is tied to the forking thread
+        else:  # each link once its replica serves, before the hop above (waiting for the link's file) can
+            self.links = TrialLinks(plan.links, variant.fault.link, seed=plan.seed, tenant=variant.fault.tenant,
+                                    log=lambda text: self.log(f"[{variant.name}] {text}"))  # fmt: skip
+            try:
+                await self.links.start_topology(self.topology)
+            except LinkStartError as exc:
+                await self.down()
+                raise StackError(str(exc)) from None
+            except BaseException:
+                await self.down()
+                raise
+            self.topology.wait()
         self.log(f"[{variant.name}] topology up: {' → '.join(f'{h.name}×{h.replicas}' for h in variant.hops)}")
 
     def edge(self) -> list[str]:
@@ -121,17 +138,20 @@ class LocalTopology:
         from harness.demo.stop import catches
 
         replicas = [r for rs in (self.topology.replicas if self.topology else {}).values() for r in rs]
+        links = f"; {self.links.stop('guard')}" if self.links is not None else ""  # first: no wait
         sent = []
         for r in replicas:
             if r.proc.poll() is None and catches(r.proc.pid):
                 os.kill(r.proc.pid, signal.SIGUSR1)
                 sent.append(r.name)
-        return f"SIGUSR1 to {len(sent)} of {len(replicas)} replicas ({', '.join(sent)})"
+        return f"SIGUSR1 to {len(sent)} of {len(replicas)} replicas ({', '.join(sent)}){links}"
 
     async def down(self) -> None:
         if self.topology is not None:
             await asyncio.to_thread(self.topology.stop)
         self.topology = None
+        if self.links is not None:
+            await self.links.close()  # after the callers: their connections end with them
 
 
 def proxy_args(px: ProxyFront, seed: int) -> list[str]:
@@ -159,6 +179,8 @@ class RunningStack:
         #: the `drill proxy` this trial runs in front of the service (`stack.proxy`), and its log
         self._proxy: ServeProcess | None = None
         self._proxy_log: pathlib.Path | None = None
+        #: the trial's links (`stack.links`; None when the stack has none)
+        self.links: TrialLinks | None = None
 
     def _config(self, name: str) -> StackConfig:
         return next(c for c in self.stack.configs if c.name == name)
@@ -166,6 +188,15 @@ class RunningStack:
     async def up(self, variant: Variant, trial: int, workdir: pathlib.Path) -> None:
         config = self._config(variant.name)
         workdir.mkdir(parents=True, exist_ok=True)
+        self.links = None
+        if self.stack.links:  # before the switch: the services it starts dial them
+            self.links = TrialLinks(self.stack.links, variant.fault.link, seed=self.seed, tenant=self.tenant,
+                                    log=lambda text: self.log(f"[{config.name}] {text}"))  # fmt: skip
+            try:
+                await self.links.start_stack()
+            except LinkStartError as exc:
+                await self.links.close()
+                raise StackError(f"stack.links: {exc}") from None
         if config.switch:
             self.log(f"[{config.name}] switching the stack (at most {config.switch_timeout_s:g} s): {config.switch}")
             await run_switch(config, trial, workdir / "switch.log")
@@ -259,8 +290,9 @@ class RunningStack:
     async def emergency_stop(self, workdir: pathlib.Path, trial: int) -> str | None:
         """A guard tripped: run `stack.emergency_stop` (bounded, in its own process group); None without one."""
         command = self.stack.emergency_stop
+        links = self.links.stop("guard") if self.links is not None else None  # first: no wait
         if not command:
-            return None
+            return links
         workdir.mkdir(parents=True, exist_ok=True)
         log_path = workdir / "emergency-stop.log"
         env = dict(os.environ, DRILL_TRIAL=str(trial))
@@ -278,7 +310,7 @@ class RunningStack:
                 kill_group(proc.pid)
                 raise
         said = "ran" if code == 0 else f"failed (exit {code}: {last_line(log_path)})"
-        return f"emergency stop command {said}: {command} (log: {log_path})"
+        return f"emergency stop command {said}: {command} (log: {log_path})" + (f"; {links}" if links else "")
 
     async def down(self) -> None:
         # the stack stays as the last switch left it (the next trial switches it again); a proxy the runner
@@ -286,6 +318,8 @@ class RunningStack:
         if self._proxy is not None:
             proxy, self._proxy = self._proxy, None
             await asyncio.to_thread(proxy.stop)
+        if self.links is not None:
+            await self.links.close()  # kept for the trial's summary
 
 
 #: How long the upstream check waits for a TCP connection, then for the server's first HTTP/2 frame on it (a

@@ -45,16 +45,31 @@ class Topology:
         self.tenants = tenants
         self.timeout_s = timeout_s
         self.replicas: dict[str, list[ServeProcess]] = {}
+        #: (hop, replica index) → the ready file of the link in front of it (its callers dial the link)
+        self.link_files: dict[tuple[str, int], pathlib.Path] = {}
 
     def start(self, ready_timeout_s: float = 30.0) -> None:
         """Start every replica at once (each binds its own ports), then wait until all serve."""
+        self.spawn()
+        self.wait(ready_timeout_s)
+
+    def spawn(self) -> None:
+        """Start every replica at once; a hop finds the one below through its ready file, or its link's."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             for depth in range(len(self.hops) - 1, -1, -1):
                 hop = self.hops[depth]
-                below = self.replicas[self.hops[depth + 1].name] if depth + 1 < len(self.hops) else []
-                downstream = [f"@{r.ready_file}" for r in below]
+                below = self.hops[depth + 1].name if depth + 1 < len(self.hops) else None
+                downstream = [f"@{self.link_files.get((below, i), r.ready_file)}"
+                              for i, r in enumerate(self.replicas.get(below, []))]  # fmt: skip
                 self.replicas[hop.name] = [self._spawn(hop, i, downstream) for i in range(hop.replicas)]
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait(self, ready_timeout_s: float = 30.0) -> None:
+        """Wait until every replica serves (stopping them all if one does not)."""
+        try:
             wait_serving([r for rs in self.replicas.values() for r in rs], ready_timeout_s)
         except ServeError as exc:
             self.stop()

@@ -30,6 +30,7 @@ from harness.core.faults import is_hit
 from harness.drills.load.schedule import calls_of, ids_digest, planned_rps, tagged_ids, users
 from harness.drills.plan.guards import PrometheusGuard, WallClockGuard
 from harness.drills.plan.model import Plan, Variant
+from harness.drills.trials import link_fault
 from harness.drills.trials.guard import describe, name_of, prometheus_guards
 from harness.drills.trials.preflight import Preflight, prometheus_binary
 
@@ -96,8 +97,11 @@ def head(plan: Plan, *, command: str | None = None, asks_prometheus: bool = Fals
         lines.append(f"target    the running stack at {plan.stack.edge.address} ({plan.stack.edge.method}); hops "
                      + " → ".join(h.name for h in plan.stack.hops))  # fmt: skip
     target = f", target {f.target}" if f.target else " (the first hop)"
-    lines.append(f"fault     {f.directive or '(none: a probe)'}, ratio {f.ratio} %{target}, tenant {f.tenant}, "
-                 f"scope {f.scope}" + (f", first {f.attempts} attempts" if f.attempts else ""))  # fmt: skip
+    if f.link is not None:
+        lines.append(f"fault     {link_fault.describe(plan)}")
+    else:
+        lines.append(f"fault     {f.directive or '(none: a probe)'}, ratio {f.ratio} %{target}, tenant {f.tenant}, "
+                     f"scope {f.scope}" + (f", first {f.attempts} attempts" if f.attempts else ""))  # fmt: skip
     rps = planned_rps(tr)
     load = "a command per trial: " + plan.stack.load.command if plan.stack and plan.stack.load else tr.driver
     lines.append(f"load      {load}: organic {tr.organic_users} × {tr.organic_rate:g}/s = {rps['organic']:g} req/s, "

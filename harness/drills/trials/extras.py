@@ -1,5 +1,6 @@
 """What results.json keeps of a trial beside its analysis: where it ran, which ids were hit, whether the fault
-landed as planned (`analysis.landing`: `hits.as_planned`, `hits.note`), a streaming edge's messages, the probe.
+landed as planned (`analysis.landing`: `hits.as_planned`, `hits.note`), a streaming edge's messages, the probe,
+a link fault's summary (`stack.links`).
 
 The hits come from every witness the trial had, each asked of the one that knows it: the ids the load tagged
 that the hit function picks (`expected`), the services' own audit lines (`observed`), the ids the load saw
@@ -21,7 +22,7 @@ from harness.drills.trials.probe import probe_summary
 def trial_extras(
     plan: Plan, variant: Variant, load: LoadDriver, *, target_kind: str, scrape_errors, wall0: float,
     probe_out: pathlib.Path | None, observed: set[str] | None, series: RunSeries | None = None,
-    gates: dict | None = None,
+    gates: dict | None = None, link: dict | None = None,
 ) -> dict:  # fmt: skip
     """The trial's extras; `probe_out` is the probe's output when one ran, `observed` the audited ids (None
     where there are no audit lines), `gates` the target hop's drill gates over the trial (None: not read)."""
@@ -62,4 +63,6 @@ def trial_extras(
         extras["hits"].update({"as_planned": ok, "note": note})
     if probe_out is not None:
         extras["probe"] = probe_summary(probe_out)
+    if link is not None:  # a link fault: what it touched, and whether the configuration met its expectation
+        extras["link"] = link
     return extras

@@ -173,7 +173,9 @@ class Runner:
         label = variant.name
         on, off = self._window(wall0, start_unix)
         self.windows[label] = (wall0 + on, wall0 + off)
-        self._annotate("region", wall0 + on, wall0 + off, f"{label} trial {trial}: fault {variant.fault.directive}",
+        link = variant.fault.link
+        what = f"link {link.link}: {link.describe()}" if link is not None else variant.fault.directive
+        self._annotate("region", wall0 + on, wall0 + off, f"{label} trial {trial}: fault {what}",
                        phase="fault", tags=(f"config:{label}",))  # fmt: skip
         self.trial_windows.setdefault(label, []).append((wall0, time.time(), wall0 + on, wall0 + off))
         observed = await self.target.audit_hits(workdir, start_unix, time.time())
@@ -182,6 +184,7 @@ class Runner:
         self.extras.setdefault(label, []).append(trial_extras(
             self.plan, variant, load, target_kind=self.target.kind, scrape_errors=scrape_errors, wall0=wall0,
             probe_out=probe_out, observed=observed, series=series, gates=during,
+            link=self.target.links.summary() if getattr(self.target, "links", None) else None,
         ))  # fmt: skip
 
     def _workdir(self, label: str, trial: int) -> pathlib.Path:

@@ -2,9 +2,9 @@
 
 In order: stop at once if the run was interrupted or a service crashed; let the guards look (first: a
 trip's stop does not wait for the live view); at each phase boundary, post its annotation (also for a
-boundary a late tick stepped over), start the probe when the fault starts, and set the phase gauges
-(`drill_phase`, `drill_fault_active`: the dashboards' annotation source); then hand the live view its
-sample.
+boundary a late tick stepped over), set or remove a link fault (`link_fault`), start the probe when the
+fault starts, and set the phase gauges (`drill_phase`, `drill_fault_active`: the dashboards' annotation
+source); then hand the live view its sample.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from harness.drills.load.schedule import LoadDriver
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.readings.scraper import Scraper
 from harness.drills.stack.targets import DrillTarget
+from harness.drills.trials.link_fault import link_fault
 from harness.drills.trials.probe import start_probe
 from harness.drills.trials.trip import TrialGuard
 
@@ -62,6 +63,7 @@ class TrialTick:
         self.guard, self.gauges, self.workdir = guard, gauges, workdir
         self.interrupted, self.annotate, self.on_sample, self.log = interrupted, annotate, on_sample, log
         self.phase: str | None = None
+        self.phase_before: str | None = None
         self.probe: subprocess.Popen | None = None
 
     def __call__(self) -> None:
@@ -84,10 +86,12 @@ class TrialTick:
         ph, label, v = self.plan.phases, self.variant.name, self.variant
         # each boundary at its own time, also those a late tick stepped over (once in CI, a trial's first tick
         # came after its 2-s warm-up: the warm-up's annotation was never posted)
+        self.phase_before = self.phase
         for entered in ph.entered(self.phase, phase):
             self.annotate("event", f"{label} trial {self.trial}: {entered}", phase=entered,
                           at_s=self.start_unix + ph.start_of(entered), tags=(f"config:{label}",))  # fmt: skip
         self.phase = phase
+        link_fault(self.target, ph.entered(self.phase_before, phase), tripped=bool(self.guard and self.guard.tripped))
         if phase == "fault" and v.probe and self.probe is None:
             self.probe = start_probe(v.probe, self.target.edge()[0], self.workdir, self.log)
         self.gauges.enter(phase, fault_on=phase == "fault" and not (self.guard and self.guard.tripped))

@@ -1,0 +1,188 @@
+"""A trial's links: `drill link`'s relays (harness.link, in the runner's process) in front of replicas.
+
+Owns what a plan's links do in one trial: each starts before its callers dial it (a topology's hop above
+finds it by a ready file of the form `drill serve` writes, so the chain still starts at once; a stack's caller
+dials `stack.links[].port`), the plan's link fault (`fault.link`) is set when the fault phase starts and
+removed when it ends (`fault_on`/`fault_off`, from the runner's tick), the one-way stop removes it at once
+(a guard's trip), and what the fault touched is counted from the relay itself:
+
+- the connections the toxic acted on, and the calls (HTTP/2 streams the caller opened) on them while it did,
+  organic and drill apart (the relay reads each stream's tenant): a connection fault touches every call on
+  its connection, organic ones too;
+- detection: for each connection the toxic held at the fault's start, when its caller closed it (keepalive
+  found it dead, or the caller gave up on it). `detected_s` is the last of them, in seconds after the toxic
+  was set; None when one was still open when the fault ended. Read by polling the relay every `POLL_S`
+  on the runner's loop: the resolution is POLL_S plus that loop's lateness.
+
+The relay runs in user space: a blackhole (`timeout`) still ACKs at the TCP level, so it exercises HTTP/2
+keepalive, not TCP_USER_TIMEOUT or `tcp_retries2` (issue 48's kernel mode is not built).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable
+
+from harness.drills.plan.links import LinkFault, StackLink, TopologyLink
+from harness.drills.stack.topology import Topology
+from harness.link import Link, LinkSet, ToxicError, parse_toxic
+from harness.link.relay import Connection
+
+#: How often the relay's connections are looked at while a link fault is on (the detection's resolution)
+POLL_S = 0.02
+#: What `mode` the report names: the relay acts in user space (the kernel mode is not built)
+MODE = "user space"
+
+
+class LinkStartError(RuntimeError):
+    """A link could not start (its replica never served, or its port is taken); the target words it."""
+
+
+class TrialLinks:
+    """The links of one trial, the fault on one of them, and what it touched."""
+
+    def __init__(self, specs: tuple[TopologyLink, ...] | tuple[StackLink, ...], fault: LinkFault | None, *,
+                 seed: int, tenant: str, log: Callable[[str], None] = print) -> None:  # fmt: skip
+        self.specs, self.fault, self.log = specs, fault, log
+        self.set = LinkSet(seed=seed, drill_tenants=(tenant,))
+        self.links: dict[str, Link] = {}
+        self.on_at: float | None = None  # unix seconds the toxic was set
+        self.off_at: float | None = None
+        #: every connection the toxic acted on → (organic, drill) streams it had opened when it began to
+        self.touched: dict[Connection, tuple[int, int]] = {}
+        #: the connections the toxic held at its start that are still open
+        self.held: set[Connection] = set()
+        self.held_at_start = 0
+        #: seconds after the toxic was set at which each connection it held at its start closed
+        self.closed_s: list[float] = []
+        self._watch: asyncio.Task | None = None
+        self._counts: tuple[int, int] | None = None  # (organic, drill) when the toxic was removed
+        self.stopped: str | None = None
+
+    # -- starting ------------------------------------------------------------------------------
+    async def start_topology(self, topology: Topology, timeout_s: float = 30.0) -> None:
+        """Spawn `topology` with each linked replica's callers pointed at its link's ready file, then start each
+        link once its replica serves and write that file (the caller of `topology.wait()` then waits for all)."""
+        files = {spec.name: topology.workdir / f"link-{spec.name}.ready.json" for spec in self.specs}
+        topology.link_files = {(spec.hop, spec.replica): files[spec.name] for spec in self.specs}
+        topology.spawn()
+        deadline = time.monotonic() + timeout_s
+        for spec in self.specs:
+            replica = topology.replicas[spec.hop][spec.replica]
+            while not replica.ready_file.exists():
+                if replica.proc.poll() is not None:
+                    raise LinkStartError(f"link {spec.name}: {replica.name} exited before it served: {replica.why()}")
+                if time.monotonic() > deadline:
+                    raise LinkStartError(f"link {spec.name}: {replica.name} not ready after {timeout_s:g} s")
+                await asyncio.sleep(0.02)
+            port = int(json.loads(replica.ready_file.read_text())["port"])  # written whole (os.replace)
+            link = await self._add(spec.name, "127.0.0.1:0", f"127.0.0.1:{port}")
+            tmp = files[spec.name].with_suffix(".tmp")
+            tmp.write_text(json.dumps({"host": "127.0.0.1", "port": link.port, "pid": os.getpid(), "link": spec.name}))
+            os.replace(tmp, files[spec.name])
+            self.log(f"link {spec.name} 127.0.0.1:{link.port} -> {replica.name} (127.0.0.1:{port})")
+
+    async def start_stack(self) -> None:
+        """Each `stack.links` entry on its port, relaying to its upstream."""
+        for spec in self.specs:
+            await self._add(spec.name, f"127.0.0.1:{spec.port}", spec.upstream)
+            self.log(f"link {spec.name} 127.0.0.1:{spec.port} -> {spec.upstream} ({spec.hop}-{spec.replica})")
+
+    async def _add(self, name: str, listen: str, upstream: str) -> Link:
+        try:
+            link = await self.set.add(name, listen, upstream)
+        except ToxicError as exc:
+            raise LinkStartError(f"link {name}: {exc}") from None
+        self.links[name] = link
+        return link
+
+    # -- the fault -------------------------------------------------------------------------------
+    @property
+    def link(self) -> Link | None:
+        return self.links.get(self.fault.link) if self.fault is not None else None
+
+    def fault_on(self) -> None:
+        """Set the plan's toxic on its link (once per trial; not after the one-way stop)."""
+        link = self.link
+        if link is None or self.on_at is not None or self.set.stopped:
+            return
+        toxic = link.add_toxic(parse_toxic(self.fault.toxic_json()))
+        self.on_at = time.time()
+        self._look(toxic.name)
+        self.held = set(self.touched)
+        self.held_at_start = len(self.held)
+        self._watch = asyncio.get_running_loop().create_task(self._watching(toxic.name))
+        self.log(f"link {link.name}: {self.fault.describe()} set on {len(self.held)} of "
+                 f"{len(link.connections)} connection(s)")  # fmt: skip
+
+    def _look(self, name: str) -> None:
+        """Note each connection the toxic acts on now (with the streams it had), and the held ones that closed."""
+        now = time.time()
+        for conn in list(self.link.connections):
+            if conn not in self.touched and name in conn.acting:
+                self.touched[conn] = (conn.h2.organic_count, conn.h2.drill_count)
+        for conn in [c for c in self.held if c.done]:
+            self.held.discard(conn)
+            self.closed_s.append(round(now - self.on_at, 3))
+
+    async def _watching(self, name: str) -> None:
+        while True:
+            await asyncio.sleep(POLL_S)
+            self._look(name)
+
+    def fault_off(self) -> None:
+        """Remove the toxic (at the fault's end, or a guard's trip); what it touched is counted up to now."""
+        link = self.link
+        if link is None or self.on_at is None or self.off_at is not None:
+            return
+        name = self.fault.toxic_json()["name"]
+        self._look(name)
+        self._stop_watching()
+        self.off_at = time.time()
+        if name in link.toxics:
+            link.remove_toxic(name)
+        self._counts = self._count()
+
+    def _stop_watching(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+
+    def stop(self, reason: str) -> str:
+        """The one-way stop (a guard tripped): every toxic removed at once, none set again this trial."""
+        self.fault_off()
+        self.set.stop(reason)
+        self.stopped = reason
+        return f"every link toxic removed ({len(self.links)} link(s))"
+
+    def _count(self) -> tuple[int, int]:
+        organic = sum(c.h2.organic_count - o for c, (o, _) in self.touched.items())
+        drill = sum(c.h2.drill_count - d for c, (_, d) in self.touched.items())
+        return organic, drill
+
+    def summary(self) -> dict | None:
+        """What results.json says of the trial's link fault (None without one)."""
+        if self.fault is None:
+            return None
+        organic, drill = self._counts or self._count()
+        detected = max(self.closed_s) if self.held_at_start and not self.held else None
+        out = {
+            "link": self.fault.link, "toxic": self.fault.describe(), "mode": MODE,
+            "set": self.on_at is not None, "connections_faulted": len(self.touched),
+            "connections_held_at_start": self.held_at_start, "calls_touched": {"organic": organic, "drill": drill},
+            "closed_s": sorted(self.closed_s), "detected_s": detected, "resolution_s": POLL_S,
+            "acted_s": round(self.off_at - self.on_at, 3) if self.on_at is not None and self.off_at else None,
+            "stopped": self.stopped,
+        }  # fmt: skip
+        expect = self.fault.expect
+        if expect is not None:
+            out["expect"] = {"detect_within_s": expect.detect_within_s,
+                             "met": detected is not None and detected <= expect.detect_within_s}  # fmt: skip
+        return out
+
+    async def close(self) -> None:
+        self._stop_watching()
+        await self.set.close()

@@ -1,0 +1,321 @@
+"""HTTP/2 as a relay sees it: frame boundaries, streams, which streams carry the drill tenant.
+
+`H2Conn` holds one connection's view; its two `FrameReader`s walk the bytes of each direction as
+they pass (9-byte frame headers read by hand, RFC 9113 §4.1). Only the client's HEADERS (and
+CONTINUATION) blocks are read, all of them in order (the dynamic table needs every block), for the
+keys that tag a drill's stream (`harness.link.hscan`); from the server only frame headers are read,
+and its SETTINGS. A reader hands back the bytes
+to forward: the same chunk when nothing changed (the common case: no copy), else the chunk with
+frames dropped (`drop`), withheld (`hold`) or frames inserted at a frame boundary (`inject`). A
+header cut by the end of a chunk is held back until its 9 bytes are in, so a frame is always
+judged whole. A block that fails to decode makes the connection blind: its streams count as organic
+from then on (a fault never acts on a stream it cannot tell is a drill's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections import deque
+from collections.abc import Callable
+
+from harness.core import headers as h
+from harness.link.hscan import HeaderScanner
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+SETTINGS_HEADER_TABLE_SIZE, SETTINGS_MAX_CONCURRENT_STREAMS = 0x1, 0x3
+MAX_STREAM_ID = (1 << 31) - 1
+_HEAD = struct.Struct(">BHBBI")  # 24-bit length as a byte and a short, type, flags, stream id
+
+
+def frame(ftype: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    """One frame, header and payload."""
+    size = len(payload)
+    return _HEAD.pack(size >> 16, size & 0xFFFF, ftype, flags, stream & MAX_STREAM_ID) + payload
+
+
+def goaway(last_stream: int, code: int, debug: bytes = b"") -> bytes:
+    return frame(GOAWAY, 0, 0, struct.pack(">II", last_stream & MAX_STREAM_ID, code) + debug)
+
+
+def rst_stream(stream: int, code: int) -> bytes:
+    return frame(RST_STREAM, 0, stream, struct.pack(">I", code))
+
+
+def settings(pairs: dict[int, int]) -> bytes:
+    return frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in pairs.items()))
+
+
+#: The header keys read from a client's blocks. (Hook: the drill's W3C `baggage`, read by `harness.core.baggage`
+#: on branch `baggage`, joins them once it lands, and `tenant_of` asks it.)
+KEYS = frozenset({h.TENANT.encode()})
+
+
+def tenant_of(found: dict[bytes, bytes]) -> str | None:
+    """The drill tenant a stream's headers carry: `x-tenant-id`."""
+    value = found.get(b"x-tenant-id")
+    return None if value is None else value.decode("utf-8", "replace")
+
+
+@dataclasses.dataclass(slots=True)
+class Stream:
+    """A stream the client opened: whether it carries the drill tenant, and how far it got."""
+
+    id: int
+    drill: bool
+    #: the client's first DATA frame passed / its END_STREAM passed
+    data: bool = False
+    ended: bool = False
+
+
+class FrameReader:
+    """The frames of one direction: walks them, tells `H2Conn` what passes, edits the bytes when asked."""
+
+    def __init__(self, conn: H2Conn, to_server: bool) -> None:
+        self.conn = conn
+        self.to_server = to_server
+        self.preface = len(PREFACE) if to_server else 0
+        #: whether frames may be inserted yet: after the client preface / the server's first frame
+        self.started = False
+        self.send: Callable[[bytes], None] | None = None  # writes at once (the relay sets it)
+        self.drop: frozenset[int] = frozenset()  # frame types dropped
+        self.hold: frozenset[int] = frozenset()  # frame types withheld, kept in `held`
+        self.held: list[bytes] = []
+        self._pending: list[tuple[bytes, Callable[[], None] | None]] = []
+        self._carry = b""
+        self._left = 0  # payload bytes of the current frame still to come
+        self._in_frame = False
+        self._ftype = self._flags = self._stream = 0
+        self._mode = 0  # 0 pass, 1 drop, 2 hold
+        self._collect: bytearray | None = None
+        self._hold_buf: bytearray | None = None
+        self._feeding = False
+
+    @property
+    def at_boundary(self) -> bool:
+        return not self._in_frame and not self._carry and self.preface == 0
+
+    def inject(self, data: bytes, emitted: Callable[[], None] | None = None) -> None:
+        """Insert a frame at the next frame boundary (now, if the direction is at one and idle)."""
+        if not self._feeding and self.started and self.at_boundary and self.send is not None:
+            self.send(data)
+            if emitted:
+                emitted()
+        else:
+            self._pending.append((data, emitted))
+
+    def release_held(self) -> None:
+        held, self.held = self.held, []
+        for data in held:
+            self.inject(data)
+
+    def feed(self, data: bytes) -> bytes:
+        """The bytes to forward for this chunk."""
+        self._feeding = True
+        try:
+            return self._feed(data)
+        finally:
+            self._feeding = False
+
+    def _feed(self, data: bytes) -> bytes:
+        if self._carry:
+            data, self._carry = self._carry + data, b""
+        n, pos, keep = len(data), 0, 0
+        out: list[bytes] | None = None
+        if self.preface:
+            take = min(self.preface, n)
+            pos = take
+            self.preface -= take
+        while True:
+            if self._in_frame:
+                take = min(self._left, n - pos)
+                if take:
+                    piece = data[pos : pos + take]
+                    if self._collect is not None:
+                        self._collect += piece
+                    if self._mode:
+                        if self._mode == 2:
+                            self._hold_buf += piece
+                        if out is None:
+                            out = []
+                        out.append(data[keep:pos])
+                        keep = pos + take
+                    pos += take
+                    self._left -= take
+                if self._left:
+                    break
+                self._in_frame = False
+                self._frame_done()
+            if self._pending and self.started and self.preface == 0:
+                if out is None:
+                    out = []
+                out.append(data[keep:pos])
+                keep = pos
+                pending, self._pending = self._pending, []
+                for frame_bytes, emitted in pending:
+                    out.append(frame_bytes)
+                    if emitted:
+                        emitted()
+            if pos >= n:
+                break
+            if n - pos < 9:
+                self._carry = data[pos:]
+                n = pos
+                break
+            hi, lo, ftype, flags, stream = _HEAD.unpack_from(data, pos)
+            self._left, self._ftype, self._flags, self._stream = (hi << 16) | lo, ftype, flags, stream & MAX_STREAM_ID
+            self._in_frame = True
+            self._mode = self._frame_start()
+            if self._mode:
+                if out is None:
+                    out = []
+                out.append(data[keep:pos])
+                if self._mode == 2:
+                    self._hold_buf = bytearray(data[pos : pos + 9])
+                keep = pos + 9
+            pos += 9
+        if out is None:
+            return data if n == len(data) else data[:n]
+        out.append(data[keep:n])
+        return b"".join(out)
+
+    def _frame_start(self) -> int:
+        """A frame header was read: 0 pass it, 1 drop it, 2 withhold it."""
+        ftype, conn = self._ftype, self.conn
+        self._collect = None
+        if self.to_server:
+            if ftype in (HEADERS, CONTINUATION):
+                self._collect = bytearray()
+            elif ftype == SETTINGS and self._flags & ACK and conn.settings_fifo:
+                if conn.settings_fifo.popleft():  # the ACK of a SETTINGS frame the relay sent: not the server's
+                    return 1
+            elif ftype == DATA:
+                conn.client_data(self._stream, self._flags)
+        else:
+            if ftype == SETTINGS and not self._flags & ACK:
+                self._collect = bytearray()
+                conn.settings_fifo.append(False)
+            elif ftype in (HEADERS, DATA) and self._flags & END_STREAM:
+                conn.streams.pop(self._stream, None)
+        if ftype == RST_STREAM:
+            conn.streams.pop(self._stream, None)
+        if ftype in self.drop:
+            return 1
+        if ftype in self.hold:
+            return 2
+        return 0
+
+    def _frame_done(self) -> None:
+        if self._mode == 2:
+            self.held.append(bytes(self._hold_buf))
+            self._hold_buf = None
+        self._mode = 0
+        if self._collect is not None:
+            payload, self._collect = bytes(self._collect), None
+            if self.to_server:
+                self.conn.client_headers(self._ftype, self._flags, self._stream, payload)
+            else:
+                self.conn.server_settings(payload)
+        self.started = True
+
+
+class H2Conn:
+    """One connection's HTTP/2 state: its open streams (by the client), the drill's among them."""
+
+    def __init__(self, drill_tenants: frozenset[str]) -> None:
+        self.drill_tenants = drill_tenants
+        # a passive reader: the client encodes for the server's table size, not ours
+        self.scanner = HeaderScanner(KEYS)
+        self.blind = False
+        self.streams: dict[int, Stream] = {}
+        self.highest = 0
+        self.drill_count = 0
+        self.organic_count = 0
+        self.server_max_streams: int | None = None
+        #: SETTINGS frames the client has yet to acknowledge, in order: True where the relay sent it
+        self.settings_fifo: deque[bool] = deque()
+        self._block = bytearray()
+        self._block_stream = 0
+        self._block_flags = 0
+        self.up = FrameReader(self, to_server=True)
+        self.down = FrameReader(self, to_server=False)
+        #: called as a client's stream reaches a point: (stream, "headers" | "data" | "end")
+        self.on_stream: Callable[[Stream, str], None] | None = None
+
+    @property
+    def only_drill(self) -> bool:
+        """Every stream so far carried the drill tenant (and there was one)."""
+        return self.drill_count > 0 and self.organic_count == 0
+
+    def client_headers(self, ftype: int, flags: int, stream: int, payload: bytes) -> None:
+        if ftype == HEADERS:
+            start, end = 0, len(payload)
+            if flags & PADDED and payload:
+                start, end = 1, len(payload) - payload[0]
+            if flags & PRIORITY_FLAG:
+                start += 5
+            self._block = bytearray(payload[start:end])
+            self._block_stream, self._block_flags = stream, flags
+        else:
+            self._block += payload
+            flags = self._block_flags | (flags & END_HEADERS)
+        if not flags & END_HEADERS:
+            return
+        block, self._block = bytes(self._block), bytearray()
+        found: dict[bytes, bytes] = {}
+        if not self.blind:
+            try:
+                found = self.scanner.scan(block)
+            except Exception:  # noqa: BLE001 - a block it cannot read (HpackError, or worse): blind from now on
+                self.blind = True
+        sid = self._block_stream
+        if sid in self.streams or sid <= self.highest:  # trailers of a client stream
+            st = self.streams.get(sid)
+            if st is not None and self._block_flags & END_STREAM:
+                self._end(st)
+            return
+        self.highest = sid
+        drill = not self.blind and tenant_of(found) in self.drill_tenants
+        st = Stream(sid, drill)
+        self.streams[sid] = st
+        if drill:
+            self.drill_count += 1
+        else:
+            self.organic_count += 1
+        if self.on_stream:
+            self.on_stream(st, "headers")
+        if self._block_flags & END_STREAM:
+            self._end(st)
+
+    def client_data(self, stream: int, flags: int) -> None:
+        st = self.streams.get(stream)
+        if st is None:
+            return
+        if not st.data:
+            st.data = True
+            if self.on_stream:
+                self.on_stream(st, "data")
+        if flags & END_STREAM:
+            self._end(st)
+
+    def _end(self, st: Stream) -> None:
+        if not st.ended:
+            st.ended = True
+            if self.on_stream:
+                self.on_stream(st, "end")
+
+    def server_settings(self, payload: bytes) -> None:
+        for i in range(0, len(payload) - 5, 6):
+            key, value = struct.unpack_from(">HI", payload, i)
+            if key == SETTINGS_MAX_CONCURRENT_STREAMS:
+                self.server_max_streams = value
+
+    def last_stream(self, which: str) -> int:
+        """GOAWAY's last stream id: `all`, `current` (the highest the client opened) or `before_in_flight`."""
+        if which == "all":
+            return MAX_STREAM_ID
+        if which == "before_in_flight" and self.streams:
+            return max(0, min(self.streams) - 2)
+        return self.highest

@@ -1,0 +1,375 @@
+"""The data plane: one link relays each accepted connection to its upstream, byte for byte.
+
+Promises (each tested in tests/link/):
+- Bytes pass unchanged and in order in both directions while no toxic acts (pass-through exactness).
+- Nothing buffers without bound: a direction's reading pauses while its destination's write buffer is
+  past `WRITE_HIGH` or a toxic holds more than `HELD_HIGH` of its bytes, and held bytes wait while the
+  destination is full, as TCP would, so a slow reader slows the writer. The client is not read before
+  the upstream connection is made.
+- Each connection's HTTP/2 frames are read as they pass (`harness.link.h2`): its streams, and which
+  carry the drill tenant. A connection that is not HTTP/2 is relayed all the same (frames never parsed
+  past the first bytes that are not a client preface).
+- A toxic acts on a connection when the link's seeded draw picks it (`harness.link.draw`, by the
+  connection's order on the link) and the link set's cap on faulted connections has room; it acts from
+  when it is set (on open connections too) until it is removed. Removing it lets held bytes go at once
+  (as Toxiproxy does); bytes a `timeout` dropped stay dropped.
+- End of stream is passed on as a half-close (the other direction goes on); a reset is passed on as one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+import struct
+from collections import deque
+from collections.abc import Callable
+
+from harness.link import draw, effects, h2, schedule
+from harness.link.toxics import CONNECT_TYPES, H2_TYPES, Toxic
+
+log = logging.getLogger("drill.link")
+
+#: A destination's write buffer past which its source stops being read (bytes)
+WRITE_HIGH = 256 * 1024
+#: Bytes a toxic may hold in one direction before its source stops being read, and where reading resumes
+HELD_HIGH = 1024 * 1024
+HELD_LOW = HELD_HIGH // 2
+_EOF = object()
+_LINGER0 = struct.pack("ii", 1, 0)
+
+
+class _Side(asyncio.Protocol):
+    """One socket of a connection (the client's or the upstream's)."""
+
+    def __init__(self, conn: Connection, client: bool) -> None:
+        self.conn = conn
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH)
+        if self.client:
+            self.conn.client_made()
+
+    def data_received(self, data: bytes) -> None:
+        if self.client and self.conn.early is not None:  # before the upstream is there (uvloop reads at once)
+            self.conn.early.append(data)
+            self.transport.pause_reading()
+            return
+        (self.conn.up if self.client else self.conn.down).receive(data)
+
+    def eof_received(self) -> bool:
+        (self.conn.up if self.client else self.conn.down).eof()
+        return True  # half-close: the other direction goes on
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.conn.lost(self, exc)
+
+    def pause_writing(self) -> None:
+        (self.conn.down if self.client else self.conn.up).set_blocked(write=True)
+
+    def resume_writing(self) -> None:
+        (self.conn.down if self.client else self.conn.up).set_blocked(write=False)
+
+    def reset(self) -> None:
+        if self.transport is not None and not self.closed:
+            sock = self.transport.get_extra_info("socket")
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER0)
+            except OSError:
+                pass
+            self.transport.abort()
+
+
+class Pipe:
+    """One direction of a connection: source side → byte stages → destination side."""
+
+    def __init__(self, conn: Connection, src: _Side, dst: _Side, reader: h2.FrameReader) -> None:
+        self.conn = conn
+        self.src = src
+        self.dst = dst
+        self.reader: h2.FrameReader | None = reader
+        reader.send = self.push
+        self.stages: list[schedule.Stage] = []
+        self.queue: deque = deque()
+        self.held = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._blocked_write = False
+        self._blocked_held = False
+        self._paused = False
+        self.ended = False
+
+    def receive(self, data: bytes) -> None:
+        reader = self.reader
+        if reader is not None:
+            left = reader.preface
+            if left and bytes(data[:left]) != h2.PREFACE[len(h2.PREFACE) - left :][: len(data)]:
+                self.conn.not_h2()
+            else:
+                data = reader.feed(data)
+        if data:
+            self.push(data)
+
+    def push(self, data: bytes) -> None:
+        if not self.stages and not self.queue:
+            dst = self.dst.transport
+            if not dst.is_closing():
+                dst.write(data)
+            return
+        items = [(self.conn.loop.time(), data)]
+        for stage in self.stages:
+            items = stage.feed(items)
+        for due, chunk in items:
+            self._enqueue(due, chunk)
+
+    def eof(self) -> None:
+        t = self.conn.loop.time()
+        for stage in self.stages:
+            t = stage.eof(t)
+        self._enqueue(t, _EOF)
+
+    def _enqueue(self, due: float, item) -> None:
+        if self.queue:
+            due = max(due, self.queue[-1][0])
+        self.queue.append((due, item))
+        if item is not _EOF:
+            self.held += len(item)
+            self.conn.link.metrics.held(len(item))
+            if self.held > HELD_HIGH and not self._blocked_held:
+                self.set_blocked(held=True)
+        if len(self.queue) == 1:
+            self._drain()
+
+    def _drain(self) -> None:
+        self._timer = None
+        loop = self.conn.loop
+        now = loop.time()
+        queue = self.queue
+        while queue and queue[0][0] <= now + 0.0002 and not self._blocked_write:
+            _due, item = queue.popleft()
+            if item is _EOF:
+                self.ended = True
+                dst = self.dst.transport
+                if dst is not None and not self.dst.closed and not dst.is_closing() and dst.can_write_eof():
+                    try:
+                        dst.write_eof()
+                    except OSError:  # the peer is gone already: its own connection_lost ends the connection
+                        pass
+                self.conn.maybe_done()
+                continue
+            self.held -= len(item)
+            self.conn.link.metrics.held(-len(item))
+            if not self.dst.closed and not self.dst.transport.is_closing():
+                self.dst.transport.write(item)
+        if queue and not self._blocked_write:  # else the destination's resume_writing drains it
+            self._timer = loop.call_at(queue[0][0], self._drain)
+        if self._blocked_held and self.held < HELD_LOW:
+            self.set_blocked(held=False)
+
+    def flush(self) -> None:
+        """Everything held goes now, in order (a toxic was removed)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self.queue = deque((0.0, item) for _due, item in self.queue)
+        if self.queue:
+            self._drain()
+
+    def set_blocked(self, write: bool | None = None, held: bool | None = None) -> None:
+        if write is not None:
+            self._blocked_write = write
+        if held is not None:
+            self._blocked_held = held
+        if write is False and self.queue and self._timer is None:
+            self._drain()
+        pause = self._blocked_write or self._blocked_held
+        src = self.src.transport
+        if pause != self._paused and src is not None and not self.src.closed and not src.is_closing():
+            self._paused = pause
+            (src.pause_reading if pause else src.resume_reading)()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.held:
+            self.conn.link.metrics.held(-self.held)
+            self.held = 0
+        self.queue.clear()
+
+
+class _Acting:
+    """A toxic acting on one connection: its byte stage or its HTTP/2 effect, and its pending actions."""
+
+    def __init__(self, toxic: Toxic) -> None:
+        self.toxic = toxic
+        self.stage: schedule.Stage | None = None
+        self.effect: effects.Effect | None = None
+        self.handles: list[asyncio.TimerHandle] = []
+
+
+class Connection:
+    """One accepted connection and its upstream connection."""
+
+    def __init__(self, link, index: int) -> None:
+        self.link = link
+        self.index = index
+        self.loop = link.loop
+        self.client = _Side(self, client=True)
+        self.server = _Side(self, client=False)
+        self.h2 = h2.H2Conn(link.drill_tenants)
+        self.h2.on_stream = self._on_stream
+        self.up = Pipe(self, self.client, self.server, self.h2.up)
+        self.down = Pipe(self, self.server, self.client, self.h2.down)
+        self.acting: dict[str, _Acting] = {}
+        self.faulted = False  # holds one of the link set's faulted-connection slots
+        #: what the client sent before the upstream connection was made (None once it is)
+        self.early: list[bytes] | None = []
+        self.done = False
+        self.hung = False
+
+    # --- lifecycle ---
+    def client_made(self) -> None:
+        self.client.transport.pause_reading()  # not read before the upstream is there
+        for toxic in self.link.toxics.values():
+            if toxic.type in CONNECT_TYPES and self._drawn(toxic):
+                self.link.metrics.faulted(toxic.type)
+                if toxic.attr("mode") == "refuse":
+                    self.client.reset()
+                    return
+                self.hung = True  # accepted, never answered: not read, no upstream
+                return
+        self.loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        host, port = self.link.upstream_addr
+        try:
+            await self.loop.create_connection(lambda: self.server, host, port)
+        except OSError as exc:
+            log.info("link %s: upstream %s:%s refused a connection (%s)", self.link.name, host, port, exc)
+            self.client.reset()  # as the upstream did: the caller sees the connection fail
+            return
+        if self.client.closed:
+            self.server.transport.close()
+            return
+        for toxic in self.link.toxics.values():
+            self.toxic_set(toxic)
+        early, self.early = self.early, None
+        for data in early:
+            self.up.receive(data)
+        self.client.transport.resume_reading()
+
+    def lost(self, side: _Side, exc) -> None:
+        other = self.server if side is self.client else self.client
+        if not other.closed and other.transport is not None:
+            if exc is not None:  # reset on one side: reset on the other
+                other.reset()
+            else:
+                # what was already handed to the other side's transport goes first
+                pipe = self.up if side is self.client else self.down
+                pipe.flush()
+                other.transport.close()
+        if self.client.closed and (self.server.closed or self.server.transport is None):
+            self._finish()
+
+    def maybe_done(self) -> None:
+        if self.up.ended and self.down.ended:
+            for side in (self.client, self.server):
+                if side.transport is not None and not side.closed:
+                    side.transport.close()
+
+    def not_h2(self) -> None:
+        """The client did not start with HTTP/2's preface: relay bytes, read no frames."""
+        self.up.reader = self.down.reader = None
+
+    def _finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        for name in list(self.acting):
+            self._stop_acting(name, flush=False)
+        self.up.close()
+        self.down.close()
+        self._release_slot()
+        self.link.forget(self)
+
+    def close(self) -> None:
+        for side in (self.client, self.server):
+            if side.transport is not None and not side.closed:
+                side.transport.close()
+
+    def reset(self) -> None:
+        self.client.reset()
+        self.server.reset()
+
+    # --- toxics ---
+    def _drawn(self, toxic: Toxic) -> bool:
+        if not draw.connection_hit(self.link.seed, toxic.name, self.index, toxic.toxicity):
+            return False
+        if not self.faulted:
+            if not self.link.slots.acquire():
+                return False
+            self.faulted = True
+        return True
+
+    def _release_slot(self) -> None:
+        if self.faulted:
+            self.faulted = False
+            self.link.slots.release()
+
+    def toxic_set(self, toxic: Toxic) -> None:
+        """`toxic` was set on the link (or this connection just opened): act if drawn."""
+        if self.done or self.hung or toxic.type in CONNECT_TYPES or self.server.transport is None:
+            return
+        if toxic.name in self.acting:  # an update: the new attributes from now on
+            self._stop_acting(toxic.name, flush=True)
+        elif not self._drawn(toxic):
+            return
+        acting = _Acting(toxic)
+        self.acting[toxic.name] = acting
+        self.link.metrics.faulted(toxic.type)
+        if toxic.type in H2_TYPES:
+            if self.up.reader is None:
+                return  # not HTTP/2: nothing to act on
+            acting.effect = effects.EFFECTS[toxic.type](toxic, self.h2, self.link.metrics.count)
+            acting.effect.begin()
+            return
+        seed = f"{self.link.seed}/{toxic.name}/{self.index}"
+        stage = schedule.STAGES[toxic.type](toxic, lambda when, action: self._act(acting, when, action),
+                                            random.Random(seed))  # fmt: skip
+        acting.stage = stage
+        pipe = self.up if toxic.upstream else self.down
+        pipe.flush()
+        pipe.stages = [*pipe.stages, stage]
+        stage.attach(self.loop.time())
+
+    def toxic_removed(self, name: str) -> None:
+        if name in self.acting:
+            self._stop_acting(name, flush=True)
+            if not self.acting:
+                self._release_slot()
+
+    def _stop_acting(self, name: str, flush: bool) -> None:
+        acting = self.acting.pop(name)
+        for handle in acting.handles:
+            handle.cancel()
+        if acting.effect is not None:
+            acting.effect.end()
+        if acting.stage is not None:
+            pipe = self.up if acting.toxic.upstream else self.down
+            pipe.stages = [s for s in pipe.stages if s is not acting.stage]
+            if flush:
+                pipe.flush()
+
+    def _act(self, acting: _Acting, when: float, action: str) -> None:
+        fn: Callable[[], None] = self.reset if action == schedule.RESET else self.close
+        acting.handles.append(self.loop.call_at(when, fn))
+
+    def _on_stream(self, stream: h2.Stream, point: str) -> None:
+        for acting in list(self.acting.values()):
+            if acting.effect is not None:
+                acting.effect.on_stream(stream, point)

@@ -1,0 +1,260 @@
+"""`drill link` as a process, as a user starts it: in front of the Go service (grpc-go, a second language), driven by
+Toxiproxy's own Python client (`toxiproxy-python`) through the admin API; the one-way stop; the seeded draw replayed
+by a second process; the one error style."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import pytest
+import requests
+import toxiproxy
+from toxiproxy.api import APIConsumer
+
+from harness.link import draw
+from tests.conftest import ROOT, drill_process
+from tests.proxy.probe import SERVICE, build, descriptor_set, go_service, message_class
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("goprobe")
+    return build(tmp), message_class(descriptor_set(tmp / "probe.pb")), tmp
+
+
+@pytest.fixture(scope="module")
+def service(probe):
+    binary, _, tmp = probe
+    with go_service(binary, tmp) as address:
+        yield address
+
+
+@contextlib.contextmanager
+def drill_link(tmp, *args: str, env: dict | None = None):
+    """`drill link ARGS --ready-file …` as a process; yields (process, its ready file's JSON)."""
+    ready = tmp / f"link-{time.monotonic_ns()}.json"
+    log = open(tmp / f"{ready.stem}.stderr", "w")  # what the link said, kept beside its ready file
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "link", *args, "--ready-file", str(ready)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, stderr=log)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None, (tmp / f"{ready.stem}.stderr").read_text()
+            assert time.monotonic() < deadline, "drill link did not start in 60 s"
+            time.sleep(0.02)
+        yield proc, json.loads(ready.read_text())
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+
+
+def echo(address: str, msg, body: bytes, timeout: float = 5, metadata=()) -> bytes:
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_unary(SERVICE + "Echo", request_serializer=msg.SerializeToString,
+                                   response_deserializer=msg.FromString)  # fmt: skip
+        return call(msg(id="e", body=body), timeout=timeout, metadata=metadata).body
+
+
+def test_calls_to_the_go_service_pass_exactly_every_kind(service, probe):
+    _, msg, tmp = probe
+    with drill_link(tmp, "--upstream", service, "--port", "0") as (_, ready):
+        address = f"127.0.0.1:{ready['port']}"
+        with grpc.insecure_channel(address) as channel:
+            def method(name, kind):
+                return getattr(channel, kind)(SERVICE + name, request_serializer=msg.SerializeToString,
+                                              response_deserializer=msg.FromString)  # fmt: skip
+
+            big = os.urandom(3 << 20)
+            assert method("Echo", "unary_unary")(msg(id="u", body=big), timeout=10).body == big
+            got = list(method("Repeat", "unary_stream")(msg(id="r", body=b"abc", count=5), timeout=10))
+            assert [(m.body, m.count) for m in got] == [(b"abc", i) for i in range(1, 6)]
+            assert method("Count", "stream_unary")(iter([msg(id="c")] * 7), timeout=10).count == 7
+            parts = [msg(id="b", body=os.urandom(100 * i)) for i in range(1, 9)]
+            replies = list(method("Chat", "stream_stream")(iter(parts), timeout=10))
+            assert [m.body for m in replies[:-1]] == [p.body for p in parts] and replies[-1].mode == "after-end"
+
+
+def test_toxiproxy_python_drives_the_link_unchanged(service, probe):
+    _, msg, tmp = probe
+    with drill_link(tmp, "--admin-port", "0") as (_, ready):
+        server = toxiproxy.Toxiproxy()
+        server.update_api_consumer("127.0.0.1", ready["admin_port"])
+        assert server.running() and b"drill-link" in server.version()
+        proxy = server.create(upstream=service, name="ledger-1")
+        assert proxy.listen.startswith("127.0.0.1:") and not proxy.listen.endswith(":0")
+        t0 = time.monotonic()
+        assert echo(proxy.listen, msg, b"hello") == b"hello"
+        bare = time.monotonic() - t0
+        proxy.add_toxic(type="latency", attributes={"latency": 300})
+        assert proxy.get_toxic("latency_downstream").attributes == {"latency": 300, "jitter": 0}
+        t0 = time.monotonic()
+        assert echo(proxy.listen, msg, b"slow") == b"slow"
+        assert time.monotonic() - t0 >= 0.3  # the answer waited 300 ms on the way back
+        proxy.destroy_toxic("latency_downstream")
+        assert proxy.toxics() == {}
+        with proxy.down():  # Toxiproxy's enabled: false: not listening, connections closed
+            with pytest.raises(grpc.RpcError) as err:
+                echo(proxy.listen, msg, b"x", timeout=2)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        t0 = time.monotonic()
+        assert echo(proxy.listen, msg, b"back") == b"back"
+        assert time.monotonic() - t0 < 0.3 + bare
+        made = server.populate([{"name": "ledger-2", "upstream": service, "listen": "127.0.0.1:0"}])
+        assert [p.name for p in made] == ["ledger-2"] and set(server.proxies()) == {"ledger-1", "ledger-2"}
+        proxy.add_toxic(type="timeout", attributes={"timeout": 0})
+        assert server.reset() and server.get_proxy("ledger-1").enabled
+        assert proxy.toxics() == {}
+        server.destroy_all()
+        assert server.proxies() == {}
+
+
+def test_bad_input_gets_toxiproxys_status_and_changes_nothing(service, probe):
+    _, _, tmp = probe
+    with drill_link(tmp, "--admin-port", "0") as (_, ready):
+        base = f"http://127.0.0.1:{ready['admin_port']}"
+        APIConsumer.host, APIConsumer.port = "127.0.0.1", ready["admin_port"]
+        server = toxiproxy.Toxiproxy()
+        proxy = server.create(upstream=service, name="p")
+        proxy.add_toxic(type="latency", name="lat", attributes={"latency": 5})
+        before = requests.get(base + "/proxies").json()
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        cases = [
+            ("post", "/proxies", {"name": "p", "upstream": service}, 409, "proxy already exists"),
+            ("post", "/proxies", {"upstream": service}, 400, "missing required field: name"),
+            ("post", "/proxies", {"name": "q", "upstream": service,
+                                  "listen": f"127.0.0.1:{taken.getsockname()[1]}"}, 500, "listen tcp"),
+            ("post", "/proxies/p/toxics", {"type": "nope"}, 400, "invalid toxic type"),
+            ("post", "/proxies/p/toxics", {"type": "latency", "name": "lat"}, 409, "toxic already exists"),
+            ("post", "/proxies/p/toxics", {"type": "latency", "attributes": {"latency": -5}}, 400, "bad attribute"),
+            ("post", "/proxies/p/toxics", {"type": "latency", "stream": "both"}, 400, "stream was invalid"),
+            ("post", "/proxies/p/toxics/lat", {"attributes": {"jitter": "lots"}}, 400, "bad attribute jitter"),
+            ("post", "/proxies/nope/toxics", {"type": "latency"}, 404, "proxy not found"),
+            ("delete", "/proxies/p/toxics/nope", None, 404, "toxic not found"),
+        ]  # fmt: skip
+        for method, path, body, status, words in cases:
+            reply = getattr(requests, method)(base + path, json=body)
+            assert (reply.status_code, reply.json()["status"]) == (status, status), (path, body, reply.text)
+            assert words in reply.json()["error"], reply.text
+            assert requests.get(base + "/proxies").json() == before, (path, body)
+        taken.close()
+        # through the client library: its own exceptions, from these codes
+        with pytest.raises(toxiproxy.exceptions.InvalidToxic):
+            proxy.add_toxic(type="nope")
+        # a browser is refused (no web page sets a fault on a loopback link)
+        assert requests.get(base + "/proxies", headers={"User-Agent": "Mozilla/5.0"}).status_code == 403
+
+
+def test_the_one_way_stop_removes_every_toxic_within_1_s(service, probe):
+    _, msg, tmp = probe
+    toxic = json.dumps({"type": "latency", "attributes": {"latency": 30_000}})
+    with drill_link(tmp, "--upstream", service, "--port", "0", "--admin-port", "0", "--toxic", toxic) as (proc, ready):
+        address, base = f"127.0.0.1:{ready['port']}", f"http://127.0.0.1:{ready['admin_port']}"
+        result = {}
+
+        def call():
+            result["body"] = echo(address, msg, b"held", timeout=20)
+            result["at"] = time.monotonic()
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        time.sleep(1.0)  # the answer is held (30 s)
+        assert "body" not in result
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGUSR1)
+        caller.join(5)
+        # the held answer goes at once: the call ends within 1 s of the signal (a handler thread, the loop's turn)
+        assert result["body"] == b"held" and result["at"] - signalled < 1.0
+        assert requests.get(base + "/proxies/link/toxics").json() == []
+        refused = requests.post(base + "/proxies/link/toxics", json={"type": "latency"})
+        assert refused.status_code == 403  # one way: no toxic for the life of the process
+
+
+def test_the_stop_file_removes_every_toxic(service, probe, tmp_path):
+    _, _, tmp = probe
+    stop = tmp_path / "stop"
+    toxic = json.dumps({"type": "timeout", "attributes": {"timeout": 0}})
+    with drill_link(tmp, "--upstream", service, "--port", "0", "--admin-port", "0", "--toxic", toxic,
+                    env={"DRILL_FAULT_STOP_FILE": str(stop)}) as (_, ready):  # fmt: skip
+        base = f"http://127.0.0.1:{ready['admin_port']}"
+        assert len(requests.get(base + "/proxies/link/toxics").json()) == 1
+        stop.touch()
+        seen = time.monotonic()
+        # the file is looked at once a second (harness.core.safety): seen within 1 s, removed at the loop's next turn
+        while requests.get(base + "/proxies/link/toxics").json():
+            assert time.monotonic() - seen < 2.0
+            time.sleep(0.05)
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+def hit_string(port: int, count: int) -> str:
+    """Which of `count` connections, opened one after another, had their echo delayed (> 150 ms)."""
+    out = []
+    for _ in range(count):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            t0 = time.monotonic()
+            s.sendall(b"x")
+            assert s.recv(1) == b"x"
+            out.append("x" if time.monotonic() - t0 > 0.15 else ".")
+    return "".join(out)
+
+
+def test_the_seeded_draw_hits_the_same_connections_in_two_runs(tmp_path):
+    upstream = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    upstream.daemon_threads = True
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    toxic = json.dumps({"type": "latency", "toxicity": 0.5, "attributes": {"latency": 300}})
+    args = ("--upstream", f"127.0.0.1:{upstream.server_address[1]}", "--port", "0", "--seed", "7", "--toxic", toxic)
+    runs = []
+    try:
+        for _ in range(2):
+            with drill_link(tmp_path, *args) as (_, ready):
+                runs.append(hit_string(ready["port"], 16))
+    finally:
+        upstream.shutdown()
+    # 300 ms against a bare echo of well under 150 ms: a delayed connection is told apart without doubt
+    assert runs[0] == runs[1] == draw.preview(7, "latency_downstream", 0.5, 16)
+    assert "x" in runs[0] and "." in runs[0]
+
+
+@pytest.mark.parametrize("args, code, words", [
+    ((), 2, "give --upstream HOST:PORT --port P, or --admin-port A"),
+    (("--upstream", "127.0.0.1:1"), 2, "--upstream and --port go together"),
+    (("--upstream", "127.0.0.1:1", "--port", "0", "--toxic", '{"type": "nope"}'), 2, "invalid toxic type"),
+    (("--upstream", "127.0.0.1:1", "--port", "0", "--toxic", "{"), 2, "--toxic {"),
+])  # fmt: skip
+def test_bad_input_is_one_line_exit_2(args, code, words):
+    proc = drill_process("link", *args, timeout=60)
+    assert proc.returncode == code and words in proc.stderr
+    assert proc.stderr.startswith("drill: ") and proc.stderr.count("\n") == 1
+
+
+def test_a_port_in_use_is_one_line_exit_1():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = drill_process("link", "--upstream", "127.0.0.1:1", "--port", str(taken.getsockname()[1]), timeout=60)
+    assert proc.returncode == 1 and proc.stderr.startswith("drill: link: cannot listen on")
+    assert proc.stderr.count("\n") == 1

@@ -1,0 +1,162 @@
+"""A trial's links (harness.drills.stack.links) against real grpc-python channels and servers on 127.0.0.1.
+
+What the blackhole plan rests on, each measured through the relay: a `timeout` toxic (timeout 0) makes a
+replica silent without closing the connection; keepalive as usually written (time + timeout) does not notice
+it within seconds on grpc-python 1.8x, keepalive with the ping timeout does within time + ping timeout;
+gRPC's round robin over both replicas (`balancer.kind: grpc_round_robin`) then sends every call to the one
+that answers; the trial counts the calls the toxic touched, organic and drill apart; the one-way stop
+removes the toxic and it is not set again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import socket
+import time
+
+import grpc
+from grpc import aio
+
+from harness.drills.plan.links import Expect, LinkFault, StackLink
+from harness.drills.stack.links import POLL_S, TrialLinks
+from harness.resilience import load
+from tests.link.echo import echo_server, unary
+
+BLACKHOLE = LinkFault(link="b", toxic="timeout", attributes={"timeout": 0}, expect=Expect(detect_within_s=2.5))
+#: keepalive time 1 s: a PING at most 1 s after the connection's last read; the ping timeout (1 s) closes it
+#: 1 s later: 2 s. The relay is looked at every POLL_S; the rest is scheduling lateness of grpc's timer thread
+#: and our loop, each one of at most 3 runnable tasks per core beside two CPU hogs (CFS: within its 24 ms
+#: latency period, a few periods at most): 0.25 s.
+DETECT_BOUND_S = 1.0 + 1.0 + POLL_S + 0.25
+
+
+def run(test):
+    """An async test run to its end on a fresh event loop (as tests/link's other live tests do)."""
+
+    @functools.wraps(test)
+    def sync() -> None:
+        asyncio.run(test())
+
+    return sync
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _links(upstream_port: int, fault: LinkFault = BLACKHOLE) -> TrialLinks:
+    spec = StackLink(name="b", hop="ledger", replica=1, upstream=f"127.0.0.1:{upstream_port}", port=free_port())
+    links = TrialLinks((spec,), fault, seed=7, tenant="tenant-drill", log=lambda _: None)
+    await links.start_stack()
+    return links
+
+
+async def _flow(channel: aio.Channel, until: asyncio.Event, every_s: float = 0.1) -> None:
+    """A call every `every_s` (the drill's steady load), each bounded by its deadline; failures ignored."""
+    call = unary(channel)
+    while not until.is_set():
+        try:
+            await call(b"x", timeout=2.0)
+        except grpc.RpcError:
+            pass
+        await asyncio.sleep(every_s)
+
+
+async def _detected(config: str, watch_s: float) -> dict:
+    """A channel with `config`'s options through the link, calls flowing; the blackhole set for `watch_s`."""
+    async with echo_server() as port:
+        links = await _links(port)
+        options = load(config).channel_options()
+        channel = aio.insecure_channel(f"127.0.0.1:{links.links['b'].port}", options=options)
+        await unary(channel)(b"x", timeout=5.0)  # connected through the link
+        stop = asyncio.Event()
+        flow = asyncio.ensure_future(_flow(channel, stop))
+        try:
+            links.fault_on()
+            deadline = time.monotonic() + watch_s
+            while time.monotonic() < deadline and not links.closed_s:
+                await asyncio.sleep(POLL_S)
+            links.fault_off()
+            return links.summary()
+        finally:
+            stop.set()
+            await asyncio.wait_for(flow, 5.0)
+            await channel.close()
+            await links.close()
+
+
+@run
+async def test_keepalive_with_the_ping_timeout_closes_a_silent_connection_within_time_plus_ping_timeout():
+    summary = await _detected("harness/configs/keepalive-detect.yaml", watch_s=DETECT_BOUND_S + 1.0)
+    assert summary["connections_held_at_start"] == 1
+    assert summary["detected_s"] is not None and summary["detected_s"] <= DETECT_BOUND_S, summary
+    assert summary["expect"] == {"detect_within_s": 2.5, "met": True}
+    assert summary["mode"] == "user space"
+
+
+@run
+async def test_keepalive_as_usually_written_does_not_notice_within_three_times_time_plus_timeout():
+    # grpc-python 1.8x: the keepalive PING's ACK is awaited for the transport's ping timeout (60 s by default),
+    # not keepalive_timeout_ms (1 s): after 3 × (1 + 1) s the silent connection is still open. If a grpc
+    # release makes keepalive_timeout_ms govern again, this fails and keepalive-usual.yaml's comment is wrong.
+    summary = await _detected("harness/configs/keepalive-usual.yaml", watch_s=6.0)
+    assert summary["detected_s"] is None and summary["closed_s"] == []
+    assert summary["expect"]["met"] is False
+
+
+@run
+async def test_grpc_round_robin_sends_every_call_to_the_replica_that_answers_once_keepalive_closed_the_other():
+    async with echo_server() as port_a, echo_server() as port_b:
+        links = await _links(port_b)
+        config = load("harness/configs/keepalive-balanced.yaml")
+        (target,) = config.targets([f"127.0.0.1:{port_a}", f"127.0.0.1:{links.links['b'].port}"])
+        assert target.startswith("ipv4:")
+        channel = aio.insecure_channel(target, options=config.channel_options())
+        call = unary(channel)
+        try:
+            for _ in range(10):  # both replicas READY: round robin reaches the link's too
+                await call(b"x", timeout=5.0)
+            assert len(links.links["b"].connections) == 1
+            links.fault_on()
+            await asyncio.sleep(DETECT_BOUND_S)
+            assert links.closed_s, "keepalive did not close the silent connection"
+            # every call now goes to the replica that answers: none waits out its deadline (1 s, which a call
+            # sent into the silence would) — with the configuration's own round robin over two channels, every
+            # other call would go to the silent replica's channel
+            started = time.monotonic()
+            await asyncio.gather(*(call(b"x", timeout=1.0) for _ in range(20)))
+            assert time.monotonic() - started < 1.0
+        finally:
+            links.fault_off()
+            await channel.close()
+            await links.close()
+
+
+@run
+async def test_the_trial_counts_the_calls_the_toxic_touched_and_the_one_way_stop_removes_it_for_good():
+    async with echo_server() as port:
+        links = await _links(port)
+        channel = aio.insecure_channel(f"127.0.0.1:{links.links['b'].port}")
+        call = unary(channel)
+        try:
+            await call(b"x", timeout=5.0)  # before the fault: not counted
+            links.fault_on()
+            assert links.links["b"].toxics
+            drill = (("x-tenant-id", "tenant-drill"),)
+            calls = [call(b"x", timeout=0.5) for _ in range(3)] + [call(b"x", timeout=0.5, metadata=drill)
+                                                                  for _ in range(2)]  # fmt: skip
+            codes = [exc.code() for exc in await asyncio.gather(*calls, return_exceptions=True)]
+            assert codes == [grpc.StatusCode.DEADLINE_EXCEEDED] * 5  # silent: every answer dropped
+            said = links.stop("guard")
+            assert "removed" in said and not links.links["b"].toxics
+            links.fault_on()  # a later phase boundary: never set again after the stop
+            assert not links.links["b"].toxics
+            summary = links.summary()
+            assert summary["calls_touched"] == {"organic": 3, "drill": 2}
+            assert summary["connections_faulted"] == 1
+        finally:
+            await channel.close()
+            await links.close()
