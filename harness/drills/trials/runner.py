@@ -209,7 +209,7 @@ class Runner:
                 self.target.use_call(self.preflight.edge_call)
         elif self.preflight is not None and self.target.kind == "topology" and not tripped:
             # the hops the runner started: the reach probe once per configuration, before its first fault
-            if variant.name not in self._reached:
+            if variant.fault.directive and variant.name not in self._reached:  # a link fault sends no directive
                 self._reached.add(variant.name)
                 await self.preflight.reach(variant, self.target)
 
