@@ -49,8 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="connections toxics act on at once; past it a connection passes untouched "
                    f"(default {DEFAULT_MAX_FAULTED})")  # fmt: skip
     p.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
-                   help="the event loop: uvloop (about half the CPU per call: docs/link.md) or asyncio's own; "
-                   "auto: uvloop where installed")  # fmt: skip
+                   help="the event loop: uvloop (less CPU per call, docs/link.md) or asyncio's own; "
+                   "auto (the default): uvloop where installed")  # fmt: skip
     p.add_argument("--port-file", type=cliargs.new_file, default=None,
                    help="write the first link's port (else the admin port) here once serving")  # fmt: skip
     p.add_argument("--ready-file", type=cliargs.new_file, default=None,
