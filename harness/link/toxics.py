@@ -86,9 +86,10 @@ TYPES: dict[str, dict[str, _Attr]] = {
     "goaway": {"code": _code("NO_ERROR"), "last_stream": _Attr("current", choices=("all", "current",
                "before_in_flight")), "debug": _Attr(""), "after_streams": _Attr(1, 0, _BIG)},  # fmt: skip
     # on drill-tagged streams only: at their headers, at their first DATA (mid-message), or after their end;
-    # after_streams: the first N drill streams of each connection pass
+    # after_streams: the first N drill streams of each connection pass; limit: at most N reset per connection
+    # (0: no limit), so a client that retries a REFUSED_STREAM transparently is seen to
     "rst_stream": {"code": _code("CANCEL"), "at": _Attr("headers", choices=("headers", "data", "end")),
-                   "after_streams": _Attr(0, 0, _BIG)},  # fmt: skip
+                   "after_streams": _Attr(0, 0, _BIG), "limit": _Attr(0, 0, _BIG)},  # fmt: skip
     "ping_blackhole": {},
     "max_streams": {"streams": _Attr(0, 0, (1 << 31) - 1)},
     "window_stall": {},

@@ -212,3 +212,37 @@ def test_a_slow_reader_slows_the_writer_nothing_buffers_without_bound():
     assert buffered <= WRITE_HIGH + (256 << 10)
     # the rest waits in the kernel's socket buffers (a few MB on loopback), not in the link: the writer was held
     assert sent < total / 4
+
+
+@pytest.mark.parametrize("at", ["data", "end"])
+def test_rst_stream_mid_message_or_after_the_data_resets_the_drill_stream(at):
+    async def body(link, channel):
+        link.add_toxic(toxic("rst_stream", code="CANCEL", at=at))
+        call = channel.stream_unary(SERVICE + "ClientStream")
+
+        async def parts():
+            yield b"one"
+            await asyncio.sleep(0.2)
+            yield b"two"
+
+        with pytest.raises(aio.AioRpcError) as err:
+            await call(parts(), metadata=DRILL, timeout=5)
+        organic = await call(parts(), metadata=ORGANIC, timeout=5)
+        return err.value.code(), organic
+
+    assert through(body) == (grpc.StatusCode.CANCELLED, b"onetwo")
+
+
+def test_a_refused_stream_reaches_grpc_python_as_unavailable_and_limit_counts_the_resets():
+    async def body(link, channel):
+        await unary(channel)(b"ok", timeout=5)
+        before = link.metrics.streams_reset._value.get()
+        link.add_toxic(toxic("rst_stream", code="REFUSED_STREAM", limit=1))
+        with pytest.raises(aio.AioRpcError) as err:
+            await unary(channel)(b"first", metadata=DRILL, timeout=5)
+        reply = await unary(channel)(b"again", metadata=DRILL, timeout=5)
+        return err.value.code(), reply, link.metrics.streams_reset._value.get() - before
+
+    # grpc-python (1.85) does not retry a REFUSED_STREAM sent after its whole request left (no retry policy):
+    # UNAVAILABLE, the status a retry policy retries on; the second drill call passes (limit 1), one reset counted
+    assert through(body) == (grpc.StatusCode.UNAVAILABLE, b"again", 1)
