@@ -258,3 +258,20 @@ def test_a_port_in_use_is_one_line_exit_1():
         proc = drill_process("link", "--upstream", "127.0.0.1:1", "--port", str(taken.getsockname()[1]), timeout=60)
     assert proc.returncode == 1 and proc.stderr.startswith("drill: link: cannot listen on")
     assert proc.stderr.count("\n") == 1
+
+
+def test_metrics_count_connections_faults_and_resets(service, probe):
+    _, msg, tmp = probe
+    toxic = json.dumps({"type": "rst_stream", "attributes": {"code": "INTERNAL_ERROR"}})
+    with drill_link(tmp, "--upstream", service, "--port", "0", "--metrics-port", "-1", "--name", "ledger-1",
+                    "--toxic", toxic) as (_, ready):  # fmt: skip
+        address = f"127.0.0.1:{ready['port']}"
+        assert echo(address, msg, b"organic") == b"organic"
+        with pytest.raises(grpc.RpcError) as err:
+            echo(address, msg, b"drill", metadata=(("x-tenant-id", "tenant-drill"),))
+        assert err.value.code() == grpc.StatusCode.INTERNAL
+        text = requests.get(f"http://127.0.0.1:{ready['metrics_port']}/metrics").text
+    assert 'drill_link_connections_total{link="ledger-1"} 2.0' in text  # a channel each call
+    assert 'drill_link_connections_faulted_total{link="ledger-1",toxic="rst_stream"} 2.0' in text
+    assert 'drill_link_streams_reset_total{link="ledger-1"} 1.0' in text
+    assert 'drill_link_bytes_held{link="ledger-1"} 0.0' in text
