@@ -271,7 +271,13 @@ def test_metrics_count_connections_faults_and_resets(service, probe):
             echo(address, msg, b"drill", metadata=(("x-tenant-id", "tenant-drill"),))
         assert err.value.code() == grpc.StatusCode.INTERNAL
         text = requests.get(f"http://127.0.0.1:{ready['metrics_port']}/metrics").text
-    assert 'drill_link_connections_total{link="ledger-1"} 2.0' in text  # a channel each call
-    assert 'drill_link_connections_faulted_total{link="ledger-1",toxic="rst_stream"} 2.0' in text
-    assert 'drill_link_streams_reset_total{link="ledger-1"} 1.0' in text
-    assert 'drill_link_bytes_held{link="ledger-1"} 0.0' in text
+    def value(series: str) -> float:
+        (line,) = [x for x in text.splitlines() if x.startswith(series + " ")]
+        return float(line.split()[-1])
+
+    # how many connections grpc opened for the two channels is its business (it may share one); each was faulted
+    connections = value('drill_link_connections_total{link="ledger-1"}')
+    assert connections >= 1
+    assert value('drill_link_connections_faulted_total{link="ledger-1",toxic="rst_stream"}') == connections
+    assert value('drill_link_streams_reset_total{link="ledger-1"}') == 1
+    assert value('drill_link_bytes_held{link="ledger-1"}') == 0
