@@ -148,6 +148,8 @@ def test_bad_input_gets_toxiproxys_status_and_changes_nothing(service, probe):
             ("post", "/proxies/p/toxics/lat", {"attributes": {"jitter": "lots"}}, 400, "bad attribute jitter"),
             ("post", "/proxies/nope/toxics", {"type": "latency"}, 404, "proxy not found"),
             ("delete", "/proxies/p/toxics/nope", None, 404, "toxic not found"),
+            ("patch", "/proxies/p", {"listen": f"127.0.0.1:{taken.getsockname()[1]}"}, 500, "listen tcp"),
+            ("patch", "/proxies/p", {"enabled": "no"}, 400, "enabled must be true or false"),
         ]  # fmt: skip
         for method, path, body, status, words in cases:
             reply = getattr(requests, method)(base + path, json=body)
