@@ -32,7 +32,7 @@ class HpackError(ValueError):
 class HeaderScanner:
     """One direction's HPACK decoding context (the client's blocks, in order)."""
 
-    def __init__(self, keys: frozenset[bytes], max_table_size: int = 1 << 24) -> None:
+    def __init__(self, keys: frozenset[bytes], max_table_size: int = 1 << 20) -> None:
         self.keys = keys
         self.max_allowed = max_table_size
         self.max_size = 4096  # SETTINGS_HEADER_TABLE_SIZE's default, until the encoder says otherwise
