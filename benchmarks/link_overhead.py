@@ -105,7 +105,9 @@ def main() -> None:
             print(f"{rate:>6.0f}/s {name:14s} OK {med(name, rate, 'ok_share'):.2%} p50 {med(name, rate, 'p50'):.3f} ms "
                   f"p99 {med(name, rate, 'p99'):.3f} ms CPU/call {med(name, rate, 'cpu_us'):.0f} µs")  # fmt: skip
         added = med("drill link", rate, "p50") - med("direct", rate, "p50")
-        print(f"{rate:>6.0f}/s drill link adds p50 {added:+.3f} ms")
+        link_cpu, bare_cpu = med("drill link", rate, "cpu_us"), med("bare grpc.aio", rate, "cpu_us")
+        print(f"{rate:>6.0f}/s drill link adds p50 {added:+.3f} ms; CPU per call {link_cpu / bare_cpu:.2f}x the bare "
+              f"server's; its core {link_cpu * rate / 1e4:.1f} % busy")  # fmt: skip
     low, high = rates[0], rates[-1]
     # CPU per call compared where both carry the load: the lowest rate's and every rate's the bare server kept up at
     link_cpu = statistics.median(med("drill link", r, "cpu_us") for r in rates)

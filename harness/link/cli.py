@@ -2,10 +2,11 @@
 
 `drill link --upstream HOST:PORT --port P` starts with one link (named `--name`, toxics from `--toxic JSON`);
 `drill link --admin-port A` serves Toxiproxy's API (`harness.link.admin`), alone like `toxiproxy-server` or
-beside the first link. 127.0.0.1 unless `--host`; `--port 0` takes any free port, `--port-file` and
-`--ready-file` say which as `drill proxy` does. `--seed` (else DRILL_FAULT_SEED / DRILL_FAULT_DRILL_ID) seeds
-the draws of `toxicity`; the drill tenants are DRILL_FAULT_TENANTS' (default `tenant-drill`); `--max-faulted`
-caps the connections toxics act on at once. The one-way stop (SIGUSR1, `drill stop PID`, the file named by
+beside the first link. Both bind 127.0.0.1 unless `--host` (the link) or `--admin-host` (the API, which has
+no authentication) say otherwise; `--port 0` takes any free port, `--port-file` and `--ready-file` say which
+as `drill proxy` does. `--seed` (else DRILL_FAULT_SEED / DRILL_FAULT_DRILL_ID) seeds the draws of
+`toxicity`; the drill tenants are DRILL_FAULT_TENANTS' (default `tenant-drill`); `--max-faulted` caps the
+connections toxics act on at once. The one-way stop (SIGUSR1, `drill stop PID`, the file named by
 DRILL_FAULT_STOP_FILE) removes every toxic at once and refuses new ones for the life of the process.
 Runs until SIGINT or SIGTERM.
 """
@@ -40,7 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a toxic on the first link, Toxiproxy's JSON (repeatable)")  # fmt: skip
     p.add_argument("--admin-port", type=cliargs.port(0), default=None,
                    help="serve Toxiproxy's admin API here (0 = any free port; Toxiproxy's is 8474)")  # fmt: skip
-    p.add_argument("--host", default="127.0.0.1", help="bind address of the link and the API (default 127.0.0.1)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address of the first link (default 127.0.0.1)")
+    p.add_argument("--admin-host", default="127.0.0.1",
+                   help="bind address of the admin API, which has no authentication, as Toxiproxy's (default "
+                   "127.0.0.1: keep it on loopback)")  # fmt: skip
     p.add_argument("--metrics-port", type=cliargs.integer(-1, 65535, "a port (0 = off, -1 = any free port)"),
                    default=0, help="Prometheus /metrics port (0 = off, the default; -1 = any free port)")  # fmt: skip
     p.add_argument("--seed", type=cliargs.seed, default=None,
@@ -49,8 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="connections toxics act on at once; past it a connection passes untouched "
                    f"(default {DEFAULT_MAX_FAULTED})")  # fmt: skip
     p.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
-                   help="the event loop: uvloop (about half the CPU per call: docs/link.md) or asyncio's own; "
-                   "auto: uvloop where installed")  # fmt: skip
+                   help="the event loop: uvloop (less CPU per call, docs/link.md) or asyncio's own; "
+                   "auto (the default): uvloop where installed")  # fmt: skip
     p.add_argument("--port-file", type=cliargs.new_file, default=None,
                    help="write the first link's port (else the admin port) here once serving")  # fmt: skip
     p.add_argument("--ready-file", type=cliargs.new_file, default=None,
@@ -97,9 +101,9 @@ def _run_loop(choice: str, main) -> int:
 
 async def _link(args: argparse.Namespace, settings: FaultSettings, toxics: list) -> int:
     links = LinkSet(seed=settings.seed, drill_tenants=settings.tenants, max_faulted=args.max_faulted)
-    for port in (args.port, args.admin_port):
+    for host, port in ((args.host, args.port), (args.admin_host, args.admin_port)):
         if port:
-            check_free(args.host, port, "link")
+            check_free(host, port, "link")
     metrics_port = serve_metrics(args, "link")
     port = admin_port = 0
     try:
@@ -110,12 +114,12 @@ async def _link(args: argparse.Namespace, settings: FaultSettings, toxics: list)
             port = link.port
         admin = None
         if args.admin_port is not None:
-            admin = await serve_admin(links, args.host, args.admin_port)
+            admin = await serve_admin(links, args.admin_host, args.admin_port)
             admin_port = admin.sockets[0].getsockname()[1]
     except ToxicError as exc:
         raise RunFailed(f"link: {exc}") from None
     except OSError as exc:
-        raise RunFailed(f"link: cannot listen on {args.host}:{args.admin_port}: {exc.strerror or exc}") from None
+        raise RunFailed(f"link: cannot listen on {args.admin_host}:{args.admin_port}: {exc.strerror or exc}") from None
     loop = asyncio.get_running_loop()
     install_stop_signal()
     PROCESS_STOP.on_trip(lambda: loop.call_soon_threadsafe(links.stop, PROCESS_STOP.reason))

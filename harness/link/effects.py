@@ -6,9 +6,9 @@ connection's `H2Conn` and its two readers (`harness.link.h2`):
   a connection that has; default 1, so a new connection serves one stream first, as under a maximum age);
   the client drains the streams up to its last stream id and opens a new connection for new calls; the
   server is not told.
-- `rst_stream`: each drill-tagged stream, past the first `after_streams`, reset at `at` (its headers,
-  its first DATA, its end): RST_STREAM `code` to the client and CANCEL to the server. Organic streams
-  on the same connection pass untouched.
+- `rst_stream`: each drill-tagged stream, past the first `after_streams` and up to `limit`, reset at `at`
+  (its headers, its first DATA, its end): RST_STREAM `code` to the client and CANCEL to the server.
+  Organic streams on the same connection pass untouched.
 - `ping_blackhole`: PING frames (and their ACKs) of its direction dropped; all else passes.
 - `max_streams`: SETTINGS_MAX_CONCURRENT_STREAMS `streams` sent to the client (the server's own value
   sent back when it ends); the client's ACK of it is kept from the server, which never sent it.
@@ -66,6 +66,7 @@ class GoAway(Effect):
 
 class RstStream(Effect):
     seen = 0
+    reset = 0
 
     def __init__(self, *args) -> None:
         super().__init__(*args)
@@ -84,6 +85,10 @@ class RstStream(Effect):
             return
         if point != self.toxic.attr("at"):
             return
+        limit = self.toxic.attr("limit")
+        if limit and self.reset >= limit:
+            return
+        self.reset += 1
         self.conn.up.inject(h2.rst_stream(stream.id, H2_CODES["CANCEL"]))
         self.conn.down.inject(h2.rst_stream(stream.id, H2_CODES[self.toxic.attr("code")]))
         self.conn.streams.pop(stream.id, None)

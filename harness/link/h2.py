@@ -27,6 +27,9 @@ DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDO
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 SETTINGS_HEADER_TABLE_SIZE, SETTINGS_MAX_CONCURRENT_STREAMS = 0x1, 0x3
 MAX_STREAM_ID = (1 << 31) - 1
+#: A client's header block read at most (bytes); past it the connection is read blind, so memory stays bounded
+#: (a server's own limit, SETTINGS_MAX_HEADER_LIST_SIZE, is grpc's 8 KiB to 16 KiB by default)
+MAX_BLOCK = 1 << 20
 _HEAD = struct.Struct(">BHBBI")  # 24-bit length as a byte and a short, type, flags, stream id
 
 
@@ -187,7 +190,14 @@ class FrameReader:
         self._collect = None
         if self.to_server:
             if ftype in (HEADERS, CONTINUATION):
-                self._collect = bytearray()
+                if not conn.blind and self._left + len(conn._block) > MAX_BLOCK:  # no block read past it: blind
+                    conn.blind = True
+                    if ftype == CONTINUATION:  # the stream whose block this was opens as organic
+                        conn.blind_headers(conn._block_stream, conn._block_flags)
+                if not conn.blind:
+                    self._collect = bytearray()
+                elif ftype == HEADERS:  # blind: the stream still counts (as organic), its block unread
+                    conn.blind_headers(self._stream, self._flags)
             elif ftype == SETTINGS and self._flags & ACK and conn.settings_fifo:
                 if conn.settings_fifo.popleft():  # the ACK of a SETTINGS frame the relay sent: not the server's
                     return 1
@@ -195,7 +205,8 @@ class FrameReader:
                 conn.client_data(self._stream, self._flags)
         else:
             if ftype == SETTINGS and not self._flags & ACK:
-                self._collect = bytearray()
+                if self._left <= MAX_BLOCK:
+                    self._collect = bytearray()
                 conn.settings_fifo.append(False)
             elif ftype in (HEADERS, DATA) and self._flags & END_STREAM:
                 conn.streams.pop(self._stream, None)
@@ -276,8 +287,10 @@ class H2Conn:
             if st is not None and self._block_flags & END_STREAM:
                 self._end(st)
             return
+        self._open(sid, not self.blind and tenant_of(found) in self.drill_tenants)
+
+    def _open(self, sid: int, drill: bool) -> None:
         self.highest = sid
-        drill = not self.blind and tenant_of(found) in self.drill_tenants
         st = Stream(sid, drill)
         self.streams[sid] = st
         if drill:
@@ -288,6 +301,13 @@ class H2Conn:
             self.on_stream(st, "headers")
         if self._block_flags & END_STREAM:
             self._end(st)
+
+    def blind_headers(self, stream: int, flags: int) -> None:
+        """A client's HEADERS on a blind connection: a new stream opens as organic (never a drill's)."""
+        self._block = bytearray()
+        if stream > self.highest:
+            self._block_flags = flags
+            self._open(stream, False)
 
     def client_data(self, stream: int, flags: int) -> None:
         st = self.streams.get(stream)

@@ -1,13 +1,15 @@
 """Reading a client's HPACK header blocks for one key, keeping the dynamic table exact, and no more (RFC 7541).
 
-`hpack.Decoder` decodes every field of every block (each Huffman string, a log call per field): ~25 µs of a
-unary call's ~80 µs in the link. A relay needs less: which fields are named `x-tenant-id` (or, later, the
-drill's baggage) and their values, and the dynamic table kept exact for the blocks to come. `HeaderScanner`
-walks a block's representations; it decodes a Huffman string only where it must: a literal name (compared
-with the keys), a value that enters the dynamic table (an entry's size counts decoded octets; repeated
-values come from a small cache), and the value of a key asked for. A value that neither enters the table
-nor belongs to a key asked for is skipped undecoded. The static table and the Huffman code are `hpack`'s.
-Tested against `hpack`'s own encoder and decoder (tests/link/test_hscan.py): the same table, the same values.
+`hpack.Decoder` decodes every field of every block (each Huffman string, a log call per field): about
+13 µs of CPU for a grpc-go unary call's block, against 1.5 µs here (9 fields, all indexed once the table
+holds them; CPU time, best of 7 runs of 5,000 blocks). A relay needs less: which fields are named
+`x-tenant-id` (or, later, the drill's baggage) and their values, and the dynamic table kept exact for
+the blocks to come. `HeaderScanner` walks a block's representations; it decodes a Huffman string only
+where it must: a literal name (compared with the keys), a value that enters the dynamic table (an
+entry's size counts decoded octets; repeated values come from a small cache), and the value of a key
+asked for. A value that neither enters the table nor belongs to a key asked for is skipped undecoded.
+The static table and the Huffman code are `hpack`'s. Tested against `hpack`'s own encoder and decoder
+(tests/link/test_hscan.py): the same table, the same values.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ class HpackError(ValueError):
 class HeaderScanner:
     """One direction's HPACK decoding context (the client's blocks, in order)."""
 
-    def __init__(self, keys: frozenset[bytes], max_table_size: int = 1 << 24) -> None:
+    def __init__(self, keys: frozenset[bytes], max_table_size: int = 1 << 20) -> None:
         self.keys = keys
         self.max_allowed = max_table_size
         self.max_size = 4096  # SETTINGS_HEADER_TABLE_SIZE's default, until the encoder says otherwise
@@ -38,6 +40,7 @@ class HeaderScanner:
         self.table: deque[tuple[bytes, int]] = deque()  # (name, entry size), newest first
         self.values: deque[bytes | None] = deque()  # the entries' values where kept (a key's), else None
         self._huff: dict[bytes, bytes] = {}
+        self._static_keys = any(name in keys for name, _ in _STATIC)
 
     def _string(self, data: bytes, pos: int, need: bool) -> tuple[bytes | None, int, int]:
         """A string literal at `pos`: (its octets if `need`, else None), its decoded length, the next position."""
@@ -92,8 +95,16 @@ class HeaderScanner:
         n, pos = len(data), 0
         while pos < n:
             b = data[pos]
-            if b & 0x80:  # indexed field
-                index, pos = _integer(data, pos, 7)
+            if b & 0x80:  # indexed field (the common case: read inline)
+                index = b & 0x7F
+                if index == 0x7F:
+                    index, pos = _integer(data, pos, 7)
+                else:
+                    pos += 1
+                if index <= _STATIC_LEN and not self._static_keys:
+                    if index == 0:
+                        raise HpackError("index 0")
+                    continue  # a static entry: never one of the keys asked for
                 name, value = self._entry(index)
                 if name in keys and value is not None:
                     found[name] = value

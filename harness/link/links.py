@@ -202,13 +202,20 @@ class LinkSet:
         if not isinstance(enabled, bool):
             raise ToxicError("bad request body: enabled must be true or false")
         new_listen, new_up = split_address(listen, "listen"), split_address(upstream, "upstream")
+        old = (link.listen_addr, link.upstream_addr, link.upstream, link.enabled)
         if (new_listen, new_up) != (link.listen_addr, link.upstream_addr):
             await link.stop()
             link.listen_addr, link.upstream_addr, link.upstream = new_listen, new_up, upstream
-        if enabled:
-            await link.start()
-        else:
-            await link.stop()
+        try:
+            if enabled:
+                await link.start()
+            else:
+                await link.stop()
+        except ToxicError:  # the new address cannot be bound: the link as it was (bad input changes nothing)
+            link.listen_addr, link.upstream_addr, link.upstream = old[:3]
+            if old[3]:
+                await link.start()
+            raise
         return link
 
     async def remove(self, name: str) -> None:

@@ -231,12 +231,14 @@ class Connection:
         self.early: list[bytes] | None = []
         self.done = False
         self.hung = False
+        #: `drill_only` toxics drawn for this connection, waiting for its first drill stream
+        self.waiting: dict[str, Toxic] = {}
 
     # --- lifecycle ---
     def client_made(self) -> None:
         self.client.transport.pause_reading()  # not read before the upstream is there
         for toxic in self.link.toxics.values():
-            if toxic.type in CONNECT_TYPES and self._drawn(toxic):
+            if toxic.type in CONNECT_TYPES and self._drawn(toxic) and self._take_slot():
                 self.link.metrics.faulted(toxic.type)
                 if toxic.attr("mode") == "refuse":
                     self.client.reset()
@@ -308,8 +310,11 @@ class Connection:
 
     # --- toxics ---
     def _drawn(self, toxic: Toxic) -> bool:
-        if not draw.connection_hit(self.link.seed, toxic.name, self.index, toxic.toxicity):
-            return False
+        """The seeded draw picked this connection for `toxic`."""
+        return draw.connection_hit(self.link.seed, toxic.name, self.index, toxic.toxicity)
+
+    def _take_slot(self) -> bool:
+        """One of the link set's faulted-connection slots for this connection (kept while a toxic acts)."""
         if not self.faulted:
             if not self.link.slots.acquire():
                 return False
@@ -325,9 +330,21 @@ class Connection:
         """`toxic` was set on the link (or this connection just opened): act if drawn."""
         if self.done or self.hung or toxic.type in CONNECT_TYPES or self.server.transport is None:
             return
+        self.waiting.pop(toxic.name, None)
         if toxic.name in self.acting:  # an update: the new attributes from now on
             self._stop_acting(toxic.name, flush=True)
         elif not self._drawn(toxic):
+            return
+        if toxic.drill_only and not self.h2.only_drill:
+            if self.h2.organic_count == 0 and self.up.reader is not None:
+                self.waiting[toxic.name] = toxic  # acts from the first drill stream, while only drill streams come
+            if not self.acting:
+                self._release_slot()
+            return
+        self._begin(toxic)
+
+    def _begin(self, toxic: Toxic) -> None:
+        if not self._take_slot():
             return
         acting = _Acting(toxic)
         self.acting[toxic.name] = acting
@@ -348,6 +365,7 @@ class Connection:
         stage.attach(self.loop.time())
 
     def toxic_removed(self, name: str) -> None:
+        self.waiting.pop(name, None)
         if name in self.acting:
             self._stop_acting(name, flush=True)
             if not self.acting:
@@ -370,6 +388,17 @@ class Connection:
         acting.handles.append(self.loop.call_at(when, fn))
 
     def _on_stream(self, stream: h2.Stream, point: str) -> None:
+        if point == "headers":
+            if not stream.drill:  # an organic stream: `drill_only` toxics leave this connection for good
+                self.waiting.clear()
+                for name in [n for n, a in self.acting.items() if a.toxic.drill_only]:
+                    self._stop_acting(name, flush=True)
+                if not self.acting:
+                    self._release_slot()
+            elif self.waiting and self.h2.only_drill:
+                waiting, self.waiting = self.waiting, {}
+                for toxic in waiting.values():
+                    self._begin(toxic)
         for acting in list(self.acting.values()):
             if acting.effect is not None:
                 acting.effect.on_stream(stream, point)

@@ -2,11 +2,11 @@
 
 A toxic is the JSON Toxiproxy takes (`{"name", "type", "stream", "toxicity", "attributes"}`;
 `stream` is `upstream`, client to server, or `downstream`, server to client, the default; `name`
-defaults to `TYPE_STREAM`; `toxicity` 1.0), parsed here into a frozen `Toxic`. Toxiproxy's seven
-types keep their names, attributes and units; the HTTP/2 types (`goaway`, `rst_stream`,
-`ping_blackhole`, `max_streams`, `window_stall`) and the connect faults (`connect`) are extensions
-of the same shape. Bad input raises `ToxicError` with Toxiproxy's status code (400 unknown type,
-bad attribute, bad stream; 409 a name taken is the caller's check) and changes nothing. Unlike
+defaults to `TYPE_STREAM`; `toxicity` 1.0; the extension `drill_only`, false), parsed here into a
+frozen `Toxic`. Toxiproxy's seven types keep their names, attributes and units; the HTTP/2 types
+(`goaway`, `rst_stream`, `ping_blackhole`, `max_streams`, `window_stall`) and the connect faults
+(`connect`) are extensions of the same shape. Bad input raises `ToxicError` with Toxiproxy's status
+code (400 unknown type, bad attribute, bad stream; 409 a name taken is the caller's check) and changes nothing. Unlike
 Toxiproxy, an attribute it does not know is refused (a typo would otherwise be a fault that never
 acts), and every time is bounded (`MAX_MS`).
 """
@@ -86,9 +86,10 @@ TYPES: dict[str, dict[str, _Attr]] = {
     "goaway": {"code": _code("NO_ERROR"), "last_stream": _Attr("current", choices=("all", "current",
                "before_in_flight")), "debug": _Attr(""), "after_streams": _Attr(1, 0, _BIG)},  # fmt: skip
     # on drill-tagged streams only: at their headers, at their first DATA (mid-message), or after their end;
-    # after_streams: the first N drill streams of each connection pass
+    # after_streams: the first N drill streams of each connection pass; limit: at most N reset per connection
+    # (0: no limit), so a client that retries a REFUSED_STREAM transparently is seen to
     "rst_stream": {"code": _code("CANCEL"), "at": _Attr("headers", choices=("headers", "data", "end")),
-                   "after_streams": _Attr(0, 0, _BIG)},  # fmt: skip
+                   "after_streams": _Attr(0, 0, _BIG), "limit": _Attr(0, 0, _BIG)},  # fmt: skip
     "ping_blackhole": {},
     "max_streams": {"streams": _Attr(0, 0, (1 << 31) - 1)},
     "window_stall": {},
@@ -109,6 +110,8 @@ class Toxic:
     stream: str = DOWNSTREAM
     toxicity: float = 1.0
     attributes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: act only on connections whose every stream so far carried the drill tenant (from the first such stream)
+    drill_only: bool = False
 
     @property
     def upstream(self) -> bool:
@@ -120,7 +123,7 @@ class Toxic:
 
     def to_json(self) -> dict:
         return {"name": self.name, "type": self.type, "stream": self.stream, "toxicity": self.toxicity,
-                "attributes": dict(self.attributes)}  # fmt: skip
+                "attributes": dict(self.attributes), "drill_only": self.drill_only}  # fmt: skip
 
 
 def _toxicity(value: Any) -> float:
@@ -158,7 +161,16 @@ def parse_toxic(body: Any) -> Toxic:
     if not isinstance(name, str) or len(name) > 128:
         raise ToxicError("bad request body: name must be a string of at most 128 characters")
     toxicity = _toxicity(body.get("toxicity", 1.0))
-    return Toxic(name, kind, stream, toxicity, _attributes(kind, body.get("attributes")))
+    drill_only = _drill_only(body.get("drill_only", False), kind)
+    return Toxic(name, kind, stream, toxicity, _attributes(kind, body.get("attributes")), drill_only)
+
+
+def _drill_only(value: Any, kind: str) -> bool:
+    if not isinstance(value, bool):
+        raise ToxicError(f"bad drill_only {value!r}: true or false")
+    if value and kind in CONNECT_TYPES:
+        raise ToxicError("bad drill_only: a connect fault acts before any stream says whose it is")
+    return value
 
 
 def update_toxic(toxic: Toxic, body: Any) -> Toxic:
@@ -167,4 +179,5 @@ def update_toxic(toxic: Toxic, body: Any) -> Toxic:
         raise ToxicError("bad request body: a JSON object")
     toxicity = _toxicity(body.get("toxicity", toxic.toxicity))
     attributes = _attributes(toxic.type, body.get("attributes"), toxic.attributes)
-    return dataclasses.replace(toxic, toxicity=toxicity, attributes=attributes)
+    drill_only = _drill_only(body.get("drill_only", toxic.drill_only), toxic.type)
+    return dataclasses.replace(toxic, toxicity=toxicity, attributes=attributes, drill_only=drill_only)

@@ -148,6 +148,8 @@ def test_bad_input_gets_toxiproxys_status_and_changes_nothing(service, probe):
             ("post", "/proxies/p/toxics/lat", {"attributes": {"jitter": "lots"}}, 400, "bad attribute jitter"),
             ("post", "/proxies/nope/toxics", {"type": "latency"}, 404, "proxy not found"),
             ("delete", "/proxies/p/toxics/nope", None, 404, "toxic not found"),
+            ("patch", "/proxies/p", {"listen": f"127.0.0.1:{taken.getsockname()[1]}"}, 500, "listen tcp"),
+            ("patch", "/proxies/p", {"enabled": "no"}, 400, "enabled must be true or false"),
         ]  # fmt: skip
         for method, path, body, status, words in cases:
             reply = getattr(requests, method)(base + path, json=body)
@@ -258,3 +260,61 @@ def test_a_port_in_use_is_one_line_exit_1():
         proc = drill_process("link", "--upstream", "127.0.0.1:1", "--port", str(taken.getsockname()[1]), timeout=60)
     assert proc.returncode == 1 and proc.stderr.startswith("drill: link: cannot listen on")
     assert proc.stderr.count("\n") == 1
+
+
+def test_metrics_count_connections_faults_and_resets(service, probe):
+    _, msg, tmp = probe
+    toxic = json.dumps({"type": "rst_stream", "attributes": {"code": "INTERNAL_ERROR"}})
+    with drill_link(tmp, "--upstream", service, "--port", "0", "--metrics-port", "-1", "--name", "ledger-1",
+                    "--toxic", toxic) as (_, ready):  # fmt: skip
+        address = f"127.0.0.1:{ready['port']}"
+        assert echo(address, msg, b"organic") == b"organic"
+        with pytest.raises(grpc.RpcError) as err:
+            echo(address, msg, b"drill", metadata=(("x-tenant-id", "tenant-drill"),))
+        assert err.value.code() == grpc.StatusCode.INTERNAL
+        text = requests.get(f"http://127.0.0.1:{ready['metrics_port']}/metrics").text
+    def value(series: str) -> float:
+        (line,) = [x for x in text.splitlines() if x.startswith(series + " ")]
+        return float(line.split()[-1])
+
+    # how many connections grpc opened for the two channels is its business (it may share one); each was faulted
+    connections = value('drill_link_connections_total{link="ledger-1"}')
+    assert connections >= 1
+    assert value('drill_link_connections_faulted_total{link="ledger-1",toxic="rst_stream"}') == connections
+    assert value('drill_link_streams_reset_total{link="ledger-1"}') == 1
+    assert value('drill_link_bytes_held{link="ledger-1"}') == 0
+
+
+def test_http2_toxics_against_the_go_service(service, probe):
+    """rst_stream on drill streams only and a GOAWAY that drains, with grpc-go on the server side."""
+    _, msg, tmp = probe
+    with drill_link(tmp, "--upstream", service, "--port", "0", "--admin-port", "0") as (_, ready):
+        address, base = f"127.0.0.1:{ready['port']}", f"http://127.0.0.1:{ready['admin_port']}"
+        with grpc.insecure_channel(address) as channel:
+            call = channel.unary_unary(SERVICE + "Echo", request_serializer=msg.SerializeToString,
+                                       response_deserializer=msg.FromString)  # fmt: skip
+            assert call(msg(id="w", body=b"warm"), timeout=5).body == b"warm"
+            reply = requests.post(base + "/proxies/link/toxics", json={"type": "rst_stream",
+                                  "attributes": {"code": "INTERNAL_ERROR"}})  # fmt: skip
+            assert reply.status_code == 200
+            futures = [call.future(msg(id=f"c{i}", body=b"%d" % i), timeout=5,
+                                   metadata=(("x-tenant-id", "tenant-drill" if i % 2 else "tenant-a"),))
+                       for i in range(20)]  # fmt: skip
+            codes = [f.code() for f in futures]
+            assert codes[1::2] == [grpc.StatusCode.INTERNAL] * 10  # the drill's, reset
+            assert codes[0::2] == [grpc.StatusCode.OK] * 10  # organic ones on the same connection, answered
+            assert [f.result().body for f in futures[0::2]] == [b"%d" % i for i in range(0, 20, 2)]
+            requests.delete(base + "/proxies/link/toxics/rst_stream_downstream")
+            # a call in flight ("hold" answers only once the caller gives up, so it is in flight for its deadline)
+            t0 = time.monotonic()
+            held = call.future(msg(id="h", mode="hold"), timeout=1.5)
+            time.sleep(0.3)
+            # after_streams 1 (the default): the open connection has had streams, so it is told at once; a new one
+            # serves one stream, then is told too
+            requests.post(base + "/proxies/link/toxics", json={"type": "goaway"})
+            assert call(msg(id="n", body=b"new"), timeout=5).body == b"new"  # a new connection takes it
+            # drained, not cut: it ran to its deadline (the caller's DEADLINE_EXCEEDED, or the Go service's own answer
+            # at the same deadline, UNKNOWN "context deadline exceeded", whichever comes first), never UNAVAILABLE
+            code = held.code()
+            assert time.monotonic() - t0 >= 1.4
+            assert code == grpc.StatusCode.DEADLINE_EXCEEDED or "deadline" in held.details()

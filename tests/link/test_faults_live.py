@@ -12,8 +12,9 @@ import pytest
 from grpc import aio
 
 from harness.link.links import LinkSet
+from harness.link.toxics import parse_toxic
 from tests.link.echo import BIG, echo_server, unary
-from tests.link.test_relay import through, timed, toxic
+from tests.link.test_relay import DRILL, ORGANIC, through, timed, toxic
 
 #: Keepalive as it detects (gRFC A8; the issue: without the ping timeout grpc-python did not notice in 20 s), and a
 #: server that permits pings that often (else it answers them with GOAWAY too_many_pings)
@@ -125,3 +126,25 @@ def test_limit_data_closes_the_connection_once_its_bytes_passed():
         return err.value.code()
 
     assert through(body) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_drill_only_faults_connections_that_carried_only_drill_streams():
+    async def main():
+        async with echo_server() as port:
+            links = LinkSet()
+            link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
+            link.add_toxic(parse_toxic({"type": "latency", "drill_only": True, "attributes": {"latency": 300}}))
+            took = {}
+            for name, calls in (("drill", "ddd"), ("organic first", "odd"), ("organic later", "dod")):
+                async with aio.insecure_channel(f"127.0.0.1:{link.port}", options=[*BIG, *APART]) as ch:
+                    seen = ""
+                    for c in calls:
+                        t = await timed(unary(ch)(b"x", timeout=5, metadata=DRILL if c == "d" else ORGANIC))
+                        seen += "S" if t >= 0.3 else "f"
+                    took[name] = seen
+            await links.close()
+            return took
+
+    # S: the answer waited 300 ms; f: it did not (a bare call here is well under 300 ms). A connection is faulted
+    # from its first drill stream while every stream on it is the drill's; its first organic stream ends that for good
+    assert asyncio.run(main()) == {"drill": "SSS", "organic first": "fff", "organic later": "Sff"}

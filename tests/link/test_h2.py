@@ -105,3 +105,20 @@ def test_goaways_last_stream():
     assert conn.last_stream("all") == h2.MAX_STREAM_ID
     assert conn.last_stream("current") == 5
     assert conn.last_stream("before_in_flight") == 1
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_header_block_past_the_bound_is_not_kept_and_its_streams_count_as_organic(split):
+    conn = h2.H2Conn(frozenset({"tenant-drill"}))
+    huge = hpack.Encoder().encode([("x-tenant-id", "tenant-drill"), ("x-pad", "p" * (h2.MAX_BLOCK + 10))],
+                                  huffman=False)  # fmt: skip
+    if split:  # a HEADERS frame that fits, then a CONTINUATION that carries the block past the bound
+        frames = h2.frame(h2.HEADERS, 0, 1, huge[:1000]) + h2.frame(h2.CONTINUATION, h2.END_HEADERS, 1, huge[1000:])
+    else:
+        frames = h2.frame(h2.HEADERS, h2.END_HEADERS, 1, huge)
+    later = h2.frame(h2.HEADERS, h2.END_HEADERS, 3, hpack.Encoder().encode(TENANT))
+    data = h2.PREFACE + h2.settings({}) + frames + later
+    assert feed_in_chunks(conn.up, data, 65536) == data
+    assert conn.blind and len(conn._block) == 0 and conn.up._collect is None
+    # both streams counted, neither as the drill's: a fault for drill streams never acts on what it cannot read
+    assert (conn.drill_count, conn.organic_count, sorted(conn.streams)) == (0, 2, [1, 3])

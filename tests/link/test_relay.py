@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import time
 
 import grpc
@@ -94,12 +93,13 @@ def test_latency_adds_its_time_within_2_ms(stream):
         before = [await timed(call(b"x", timeout=5)) for _ in range(15)]
         link.add_toxic(toxic("latency", stream, latency=40))
         after = [await timed(call(b"x", timeout=5)) for _ in range(15)]
-        return statistics.median(after) - statistics.median(before)
+        return min(after) - min(before)
 
     # A unary call crosses the toxic's direction once: its bytes there (headers, message and trailers, in one or
-    # a few chunks written together) each leave 40 ms after they came, so the call takes 40 ms longer. The relay's
-    # timer fires up to 0.2 ms early (it sends what is due within 0.2 ms) or late by the loop's wake-up; medians
-    # of 15 take out a stray slow call on a shared box. Within 2 ms, as the issue asks.
+    # a few chunks written together) each leave 40 ms after they came, so the call takes 40 ms longer. The relay
+    # sends what is due within 0.2 ms (never earlier); later than due is only the OS waking the process, which a
+    # busy box delays by milliseconds on some calls. The quickest of 15 calls on each side is a call whose wake-ups
+    # came on time: their difference is the toxic's own 40 ms, within 2 ms as the issue asks.
     assert through(body) == pytest.approx(0.040, abs=0.002)
 
 
@@ -212,3 +212,37 @@ def test_a_slow_reader_slows_the_writer_nothing_buffers_without_bound():
     assert buffered <= WRITE_HIGH + (256 << 10)
     # the rest waits in the kernel's socket buffers (a few MB on loopback), not in the link: the writer was held
     assert sent < total / 4
+
+
+@pytest.mark.parametrize("at", ["data", "end"])
+def test_rst_stream_mid_message_or_after_the_data_resets_the_drill_stream(at):
+    async def body(link, channel):
+        link.add_toxic(toxic("rst_stream", code="CANCEL", at=at))
+        call = channel.stream_unary(SERVICE + "ClientStream")
+
+        async def parts():
+            yield b"one"
+            await asyncio.sleep(0.2)
+            yield b"two"
+
+        with pytest.raises(aio.AioRpcError) as err:
+            await call(parts(), metadata=DRILL, timeout=5)
+        organic = await call(parts(), metadata=ORGANIC, timeout=5)
+        return err.value.code(), organic
+
+    assert through(body) == (grpc.StatusCode.CANCELLED, b"onetwo")
+
+
+def test_a_refused_stream_reaches_grpc_python_as_unavailable_and_limit_counts_the_resets():
+    async def body(link, channel):
+        await unary(channel)(b"ok", timeout=5)
+        before = link.metrics.streams_reset._value.get()
+        link.add_toxic(toxic("rst_stream", code="REFUSED_STREAM", limit=1))
+        with pytest.raises(aio.AioRpcError) as err:
+            await unary(channel)(b"first", metadata=DRILL, timeout=5)
+        reply = await unary(channel)(b"again", metadata=DRILL, timeout=5)
+        return err.value.code(), reply, link.metrics.streams_reset._value.get() - before
+
+    # grpc-python (1.85) does not retry a REFUSED_STREAM sent after its whole request left (no retry policy):
+    # UNAVAILABLE, the status a retry policy retries on; the second drill call passes (limit 1), one reset counted
+    assert through(body) == (grpc.StatusCode.UNAVAILABLE, b"again", 1)

@@ -13,7 +13,7 @@ from harness.link.toxics import ToxicError, parse_toxic, update_toxic
 def test_defaults_are_toxiproxys():
     t = parse_toxic({"type": "latency", "attributes": {"latency": 5}})
     assert t.to_json() == {"name": "latency_downstream", "type": "latency", "stream": "downstream",
-                           "toxicity": 1.0, "attributes": {"latency": 5, "jitter": 0}}  # fmt: skip
+                           "toxicity": 1.0, "attributes": {"latency": 5, "jitter": 0}, "drill_only": False}  # fmt: skip
 
 
 @pytest.mark.parametrize("body, status, words", [
@@ -27,6 +27,8 @@ def test_defaults_are_toxiproxys():
     ({"type": "latency", "toxicity": 1.5}, 400, "bad toxicity"),
     ({"type": "rst_stream", "attributes": {"code": "NOT_A_CODE"}}, 400, "bad attribute code"),
     ([], 400, "bad request body"),
+    ({"type": "latency", "drill_only": "yes"}, 400, "bad drill_only"),
+    ({"type": "connect", "drill_only": True}, 400, "bad drill_only"),
 ])  # fmt: skip
 def test_bad_input_is_refused_with_toxiproxys_status(body, status, words):
     with pytest.raises(ToxicError) as err:
