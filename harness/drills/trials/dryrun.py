@@ -76,7 +76,8 @@ def head(plan: Plan, *, command: str | None = None, asks_prometheus: bool = Fals
     ph, tr, f = plan.phases, plan.traffic, plan.fault
     command = command or f"drill run {plan.name}"
     but = [w for w, on in (("a Prometheus, for the guards", asks_prometheus),
-                           ("the stack's drill proxy, for the checks", plan.stack is not None and plan.stack.proxy))
+                           ("the stack's drill proxy, for the checks", plan.stack is not None and plan.stack.proxy),
+                           ("the stack's processes, for the checks", plan.stack is not None and plan.stack.processes))
            if on]  # fmt: skip
     started = f"nothing was started (but {' and '.join(but)})" if but else "nothing was started"
     lines = [f"{command} --dry-run: {started}, switched or sent", ""]
@@ -251,22 +252,27 @@ def dry_run(plan: Plan, preflight: Preflight, *, prometheus: str, grafana: str |
 
 async def _stack(preflight: Preflight) -> None:
     plan = preflight.plan
-    if plan.stack.proxy is None:
+    if plan.stack.proxy is None and not plan.stack.processes:
         await preflight.wait_edge()
         await preflight.stack()
         return
-    # the edge is the proxy a run starts for each trial: started for these checks and stopped after (no call
-    # carries a directive in a dry run), so they read what a trial would: its /metrics, the service behind it
-    from harness.drills.stack.targets import RunningStack, StackError
+    # the edge is a proxy or a chain of processes a run starts for each trial: started (the chain with the first
+    # configuration) for these checks and stopped after (no call carries a directive in a dry run), so they read
+    # what a trial would: its /metrics, the services behind it
+    from harness.core.errors import RunFailed
+    from harness.drills.stack.targets import target_for
 
-    target = RunningStack(plan.stack, lambda text: preflight.say(f"        {text} (for the checks, stopped after)"),
-                          seed=plan.seed, tenant=plan.fault.tenant)  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="drill-dry-proxy-") as tmp:
+    say = lambda text: preflight.say(f"        {text} (for the checks, stopped after)")  # noqa: E731
+    target = target_for(plan, say)
+    with tempfile.TemporaryDirectory(prefix="drill-dry-stack-") as tmp:
         try:
-            await asyncio.to_thread(target.start_proxy, pathlib.Path(tmp))
-        except StackError as exc:
-            preflight.fail(str(exc), 1)
-        try:
+            try:
+                if plan.stack.processes:
+                    await asyncio.to_thread(target.chain.start, plan.variants[0].name, 1, pathlib.Path(tmp), say)
+                if plan.stack.proxy is not None:
+                    await asyncio.to_thread(target.start_proxy, pathlib.Path(tmp))
+            except RunFailed as exc:  # a process or the proxy that did not start: its one line
+                preflight.fail(str(exc), 1)
             await preflight.wait_edge()
             await preflight.stack()
         finally:
