@@ -227,7 +227,7 @@ def hit_ids(lines, since: float | None = None, until: float | None = None) -> se
         if '"fault_hit"' not in line:
             continue
         try:
-            record = json.loads(line[line.find("{"):])
+            record = json.loads(line[line.find("{") :])
             if record.get("event") != "fault_hit":
                 continue
             t = float(record.get("time", 0.0))

@@ -169,6 +169,8 @@ class RejectReason(str, enum.Enum):
     #: An option the called method's kind cannot have (`after` without a response stream, `read`
     #: without a request stream); decided by the server that would inject, which knows the method.
     WRONG_KIND = "wrong_kind"
+    #: A `baggage` header with `drill.` entries that is not W3C baggage or is over its limits (contracts "Baggage").
+    BAD_BAGGAGE = "bad_baggage"
 
 
 class Kind(str, enum.Enum):

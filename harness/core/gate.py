@@ -133,6 +133,11 @@ class FaultGate:
         raw = md.get(h.FAULT)
         tenant = md.get(h.TENANT, "")
         if raw is None and not tenant:
+            bad_baggage = md.get(h.BAGGAGE_ERROR)
+            if bad_baggage is not None:  # drill entries we cannot read: refused, counted and audited, never acted on
+                request_id = md.get(h.REQUEST_ID, "")[: h.MAX_VALUE_LEN]
+                reason = RejectReason.BAD_BAGGAGE.value
+                return Decision(Outcome.REJECTED, "organic", request_id, "", reason=reason, detail=bad_baggage)
             return _PASS_ORGANIC
         s = self.settings
         request_id = md.get(h.REQUEST_ID, "")
@@ -182,7 +187,10 @@ class FaultGate:
         base.update(directive=directive, raw_directive=raw, ratio=ratio, attempt=attempt, scope=fault_scope.value)
         if not ours or (fault_method and method and fault_method != method):
             # Not our hop (or not our method): forward the drill keys downstream untouched.
+            # The baggage goes too (its other entries as they came; the client sets its drill entries from these keys).
             fwd = tuple((k, md[k]) for k in h.DRILL_KEYS if k in md)
+            if h.BAGGAGE in md:
+                fwd += ((h.BAGGAGE, md[h.BAGGAGE]),)
             return Decision(Outcome.SKIPPED, reason=SkipReason.TARGET.value, propagate=fwd, **base)
         if directive.high_ms > min(s.max_delay_ms, ABSOLUTE_MAX_DELAY_MS):
             return Decision(Outcome.REJECTED, reason=RejectReason.OVER_MAX.value, **base)

@@ -1,10 +1,12 @@
-"""The wire contract: gRPC metadata keys the harness reads and writes (contracts §2).
+"""The wire contract: gRPC metadata keys the harness reads and writes (contracts §2), and their W3C baggage names.
 
 This module is the only place these strings are spelled. Everything else imports
 the constants so a renamed key is one change, not a grep.
 """
 
 from __future__ import annotations
+
+from harness.core import baggage
 
 TENANT = "x-tenant-id"
 FAULT = "x-fault"
@@ -50,6 +52,32 @@ DRILL_KEYS: tuple[str, ...] = (
     DRILL_TOKEN,
 )
 
+#: W3C baggage (contracts "Baggage"): the header every OpenTelemetry-instrumented service forwards. The drill keys
+#: travel in it too, one entry per key, named under `drill.`; our servers read them only where no x-* drill key is.
+BAGGAGE = "baggage"
+BAGGAGE_PREFIX = "drill."
+#: Each drill key's baggage name.
+BAGGAGE_NAMES: dict[str, str] = {
+    TENANT: "drill.tenant",
+    FAULT: "drill.fault",
+    FAULT_RATIO: "drill.fault-ratio",
+    FAULT_TARGET: "drill.fault-target",
+    FAULT_INSTANCES: "drill.fault-instances",
+    FAULT_METHOD: "drill.fault-method",
+    FAULT_SCOPE: "drill.fault-scope",
+    FAULT_ATTEMPTS: "drill.fault-attempts",
+    REQUEST_ID: "drill.request-id",
+    DRILL_TOKEN: "drill.token",
+}
+#: Drill keys whose presence (any one) means the call carries the drill in x-* keys, and the baggage is not read.
+#: The request id is not one: every call of our clients has it, drill or organic.
+X_DRILL_KEYS = frozenset(DRILL_KEYS) - {REQUEST_ID}
+#: Keys whose presence sends a call through the gate (without any, the gate would pass it as organic).
+GATE_KEYS = frozenset({TENANT, FAULT, BAGGAGE})
+#: Set by `metadata_dict` (never a real metadata key: `:` cannot start one) when the baggage carried `drill.`
+#: entries but was malformed or over its limits: why. The gate refuses the call's directive (`bad_baggage`).
+BAGGAGE_ERROR = ":drill-baggage-error"
+
 #: Upper bound on any single drill metadata value; longer values are rejected as oversize.
 MAX_VALUE_LEN = 256
 
@@ -67,6 +95,11 @@ def metadata_dict(metadata) -> dict[str, str]:
 
     Accepts what grpc hands us: a tuple of `(key, value)` pairs or `_Metadatum`
     objects, or None. Binary (`-bin`) values are ignored; we never need them.
+
+    Baggage (contracts "Baggage"): where no x-* drill key is present and the `baggage` header has `drill.`
+    entries, the drill keys are those entries alone (x-request-id too, replaced or removed: never a mix). A
+    `baggage` with `drill.` in it that is malformed or over the W3C limits gives no drill key and sets
+    BAGGAGE_ERROR (why) instead.
     """
     out: dict[str, str] = {}
     if not metadata:
@@ -76,7 +109,25 @@ def metadata_dict(metadata) -> dict[str, str]:
         if key in out or not isinstance(value, str):
             continue
         out[key] = value
+    header = out.get(BAGGAGE)
+    if header is not None and BAGGAGE_PREFIX in header and X_DRILL_KEYS.isdisjoint(out):
+        _read_baggage(out, header)
     return out
+
+
+def _read_baggage(out: dict[str, str], header: str) -> None:
+    try:
+        found = baggage.entries(header, BAGGAGE_PREFIX)
+    except baggage.BaggageError as err:
+        out[BAGGAGE_ERROR] = str(err)
+        return
+    if not any(name in found for key, name in BAGGAGE_NAMES.items() if key != REQUEST_ID):
+        return  # only a request id (or no drill key): the call is what its x-* keys say
+    for key, name in BAGGAGE_NAMES.items():
+        if name in found:
+            out[key] = found[name]
+        else:
+            out.pop(key, None)
 
 
 def has_fault_marker(trailing_metadata) -> bool:

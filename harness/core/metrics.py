@@ -58,6 +58,7 @@ class _FlushingCounter(_Flushing, Counter):
 class _FlushingHistogram(_Flushing, Histogram):
     pass
 
+
 #: 1 ms to 30 s, dense where drills live (tens of ms to a few seconds).
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
@@ -223,9 +224,7 @@ BREAKER_TRANSITIONS = Counter(
     "Circuit breaker transitions.",
     ["service", "backend", "config", "from", "to"],
 )
-BALANCER_PICKS = Counter(
-    "drill_balancer_picks", "Backend picks by the balancer.", ["service", "backend", "config"]
-)
+BALANCER_PICKS = Counter("drill_balancer_picks", "Backend picks by the balancer.", ["service", "backend", "config"])
 FAIL_FAST = Counter(
     "drill_fail_fast",
     "Logical calls answered without (more) downstream attempts: breaker open, no backend, early deadline give-up, "

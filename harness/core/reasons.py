@@ -29,13 +29,14 @@ TEXT: dict[RejectReason, str] = {
     RejectReason.BAD_SCOPE: "the scope {detail} is neither request nor attempt",
     RejectReason.BAD_ATTEMPTS: f"the attempts {{detail}} are not a whole number 1-{MAX_ATTEMPTS}",
     RejectReason.BAD_ATTEMPT_NUMBER: f"the attempt number {{detail}} is not a whole number 0-{MAX_ATTEMPTS}",
-    RejectReason.BAD_OPTION: "{detail} (a directive may end in @after=N, @read=N or @headers=sent, each at most "
-    "once)",
+    RejectReason.BAD_OPTION: "{detail} (a directive may end in @after=N, @read=N or @headers=sent, each at most once)",
     RejectReason.BAD_COUNT: f"{{detail}}: a message count is a whole number 1-{MAX_STREAM_MESSAGES:,}",
     RejectReason.CONFLICTING_OPTIONS: "options that cannot go together ({detail}): @after with @read, or @after with "
     "@headers=sent",
     RejectReason.WRONG_KIND: "an option the method's kind cannot have ({detail}): @after needs a response stream, "
     "@read a request stream",
+    RejectReason.BAD_BAGGAGE: "a baggage header with drill. entries that is not W3C baggage or is over its limits "
+    "(8,192 bytes, 180 members): {detail}",
 }
 
 

@@ -70,8 +70,10 @@ class FaultSettings:
             raise SettingsError(
                 f"DRILL_FAULT_TENANTS may not contain wildcards or empty names (list each drill tenant): {bad!r}"
             )
-        if not isinstance(self.service, str) or not 0 < len(self.service) <= MAX_VALUE_LEN or any(
-            not "!" <= c <= "~" for c in self.service
+        if (
+            not isinstance(self.service, str)
+            or not 0 < len(self.service) <= MAX_VALUE_LEN
+            or any(not "!" <= c <= "~" for c in self.service)
         ):
             raise SettingsError(
                 f"DRILL_SERVICE must be 1..{MAX_VALUE_LEN} printable ASCII characters without spaces (what "
@@ -89,13 +91,15 @@ class FaultSettings:
                     f"DRILL_MAX_IN_FLIGHT must be within 0..{MAX_INFLIGHT} (0: no limit), got {self.max_in_flight}"
                 )
         if not 0 <= self.max_delay_ms <= ABSOLUTE_MAX_DELAY_MS:
-            raise SettingsError(
-                f"max delay must be within 0..{ABSOLUTE_MAX_DELAY_MS} ms, got {self.max_delay_ms}"
-            )
+            raise SettingsError(f"max delay must be within 0..{ABSOLUTE_MAX_DELAY_MS} ms, got {self.max_delay_ms}")
 
     @classmethod
     def from_env(
-        cls, env: dict[str, str] | None = None, *, who: str = "this service", fix: str = "set DRILL_SERVICE=NAME",
+        cls,
+        env: dict[str, str] | None = None,
+        *,
+        who: str = "this service",
+        fix: str = "set DRILL_SERVICE=NAME",
         **overrides,
     ) -> FaultSettings:
         """Read `DRILL_FAULT_*`, `DRILL_SERVICE`, `DRILL_INSTANCE_ID`, `DRILL_MAX_IN_FLIGHT`; keyword arguments win.
@@ -112,9 +116,7 @@ class FaultSettings:
         elif env.get("DRILL_FAULT_DRILL_ID", "").strip():
             values["seed"] = seed_from_drill_id(env["DRILL_FAULT_DRILL_ID"].strip())
         if "DRILL_FAULT_TENANTS" in env:
-            values["tenants"] = frozenset(
-                t.strip() for t in env["DRILL_FAULT_TENANTS"].split(",") if t.strip()
-            )
+            values["tenants"] = frozenset(t.strip() for t in env["DRILL_FAULT_TENANTS"].split(",") if t.strip())
         for field, name, kind in (
             ("max_delay_ms", "DRILL_FAULT_MAX_DELAY_MS", int),
             ("token_max_ttl_s", "DRILL_FAULT_TOKEN_MAX_TTL_S", float),

@@ -34,9 +34,7 @@ CLIENT_FAULT_CODES: frozenset[str] = frozenset(
 
 #: Every gRPC status name (spelled here so that importing the contracts loads no grpc;
 #: a test checks the set against `grpc.StatusCode`).
-STATUS_NAMES: frozenset[str] = frozenset(
-    {"OK", "CANCELLED", *SERVER_FAULT_CODES, *CLIENT_FAULT_CODES}
-)
+STATUS_NAMES: frozenset[str] = frozenset({"OK", "CANCELLED", *SERVER_FAULT_CODES, *CLIENT_FAULT_CODES})
 
 #: id of a grpc.StatusCode member -> name, filled on first sight (17 members at most). Keyed by id: an
 #: enum's own hash is a Python-level call, and members live as long as the process (ids never reused).

@@ -44,7 +44,6 @@ def _message(expiry: int, **values: object) -> bytes:
     return "\n".join(parts).encode()
 
 
-
 def sign(
     secret: str,
     *,

@@ -270,9 +270,7 @@ def _propagation_keys() -> frozenset[str]:
     return _fields[1]
 
 
-def start_server_span(
-    tracer, name: str, metadata, tenant: str, mode: str, hit: bool, request_id: str
-) -> trace.Span:
+def start_server_span(tracer, name: str, metadata, tenant: str, mode: str, hit: bool, request_id: str) -> trace.Span:
     """A SERVER span for one call, child of the caller's span when the metadata carries its context."""
     keys = _propagation_keys()
     parent = _NO_PARENT  # what extracting from metadata without any propagation key gives

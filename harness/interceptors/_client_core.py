@@ -12,9 +12,9 @@ import dataclasses
 import time
 import uuid
 
+from harness.core import baggage, scope, token
 from harness.core import headers as h
 from harness.core import metrics as m
-from harness.core import scope, token
 from harness.core.faults import Mode
 from harness.core.status import STATUS_NAMES, status_name
 
@@ -125,6 +125,40 @@ def _first_values(md) -> dict[str, str]:
     return sent
 
 
+#: The longest value a server accepts per drill key (longer ones are refused as oversize), where not MAX_VALUE_LEN.
+_BAGGAGE_VALUE_MAX = {h.DRILL_TOKEN: token.MAX_TOKEN_LEN}
+
+
+def with_baggage(md: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`md` with its drill keys also as W3C baggage entries (contracts "Baggage"), so they cross hops that forward
+    only baggage (any OpenTelemetry-instrumented service).
+
+    The entries are the first value of each x-* drill key on the call, merged into the caller's own `baggage`
+    (its other members kept as they came; one `baggage` header goes out). A call that carries no x-* drill key
+    gets no drill entry, and any the caller's baggage had are removed: a hop never sends drill baggage on a call
+    that is not part of the drill. If the merged header would pass the W3C limits, the drill goes by x-* keys alone.
+    """
+    present = {k for k, _ in md}
+    drill = not h.X_DRILL_KEYS.isdisjoint(present)
+    existing = next((v for k, v in md if k == h.BAGGAGE), None)
+    if not drill and (existing is None or h.BAGGAGE_PREFIX not in existing):
+        return md
+    entries: dict[str, str] = {}
+    if drill:
+        first = _first_values(md)
+        entries = {name: first[key] for key, name in h.BAGGAGE_NAMES.items() if key in first}
+        if any(len(v) > _BAGGAGE_VALUE_MAX.get(k, h.MAX_VALUE_LEN) for k, v in first.items() if k in h.BAGGAGE_NAMES):
+            return md  # a value every server refuses as oversize: not copied (the call would pass grpc's limit)
+    try:
+        header = baggage.with_entries(existing, h.BAGGAGE_PREFIX, entries)
+    except baggage.BaggageError:
+        return md
+    out = [(k, v) for k, v in md if k != h.BAGGAGE]
+    if header:
+        out.append((h.BAGGAGE, header))
+    return out
+
+
 def outgoing_metadata(
     existing,
     tagging: Tagging,
@@ -166,7 +200,7 @@ def outgoing_metadata(
     tenant = next((v for k, v in md if k == h.TENANT), None)
     if h.ORIGIN_DEADLINE not in present and timeout is not None and tenant and tenant in drill_tenants:
         md.append((h.ORIGIN_DEADLINE, f"{now + timeout:.3f}"))
-    return md, request_id, tenant
+    return with_baggage(md), request_id, tenant
 
 
 class CallTags:
@@ -181,6 +215,7 @@ class CallTags:
 
     __slots__ = (
         "tagging", "method", "tenant", "traffic", "fault_mode", "_drill_tenants", "_pairs", "_signs", "_origin",
+        "_baggage",
     )  # fmt: skip
 
     def __init__(
@@ -196,6 +231,7 @@ class CallTags:
         self.traffic = h.traffic_of(self.tenant, drill_tenants)
         self.fault_mode = tagging.fault_mode
         self._origin = bool(self.tenant and self.tenant in drill_tenants)
+        self._baggage = not h.X_DRILL_KEYS.isdisjoint(k for k, _ in self._pairs)
 
     def metadata(self, request_id: str, timeout: float | None) -> tuple[tuple[str, str], ...]:
         """The call's metadata; falls back to `outgoing_metadata` inside a served call (scope to propagate)."""
@@ -206,14 +242,14 @@ class CallTags:
             )  # fmt: skip
             return tuple(md)
         md = ((h.REQUEST_ID, request_id), *self._pairs)
-        if not self._signs and not (self._origin and timeout is not None):
+        if not self._signs and not (self._origin and timeout is not None) and not self._baggage:
             return md
         now = wall_clock()
         if self._signs:
             md = (*md, _token(self.tagging, _first_values(md), request_id, now))
         if self._origin and timeout is not None:
             md = (*md, (h.ORIGIN_DEADLINE, f"{now + timeout:.3f}"))
-        return md
+        return tuple(with_baggage(list(md))) if self._baggage else md
 
 
 def _grpc_call_codes() -> frozenset:
