@@ -2,10 +2,11 @@
 
 Pure functions, no grpc: the interceptors call these, tests and `drill hits`
 call them directly. A directive is `MODE:ARGUMENT` with optional `@KEY=VALUE`
-options that move the fault into a stream (`@after=N`, `@read=N`) or after the
-response headers (`@headers=sent`); which options fit which kind of method is
-decided here too (`Directive.refusal_for`), so the parser, the gate, `drill hits`
-and plan validation agree. The hash is bit-compatible with the reference Java
+options that move the fault into a stream (`@after=N`, `@read=N`), after the
+response headers (`@headers=sent`) or after the service's answer (`@served`: the
+handler runs and answers, then the caller gets the fault instead); which options
+fit which kind of method is decided here too (`Directive.refusal_for`), so the
+parser, the gate, `drill hits` and plan validation agree. The hash is bit-compatible with the reference Java
 interceptor (`String.hashCode`, 64-bit `long` arithmetic, `Math.floorMod`), so a
 mixed Java/Python fleet agrees on which request ids a drill hits.
 """
@@ -160,11 +161,12 @@ class RejectReason(str, enum.Enum):
     BAD_SCOPE = "bad_scope"
     BAD_ATTEMPTS = "bad_attempts"
     BAD_ATTEMPT_NUMBER = "bad_attempt_number"
-    #: An `@` option that is not `after=N`, `read=N` or `headers=sent`, or one given twice.
+    #: An `@` option that is not `after=N`, `read=N`, `headers=sent` or `served`, or one given twice.
     BAD_OPTION = "bad_option"
     #: `after=`/`read=` not an integer 1..MAX_STREAM_MESSAGES.
     BAD_COUNT = "bad_count"
-    #: Options that cannot go together (`after` with `read`; `headers=sent` with `after`).
+    #: Options that cannot go together (`after` with `read`; `headers=sent` with `after`; `served` with `after` or
+    #: `read`: one fault acts at one point).
     CONFLICTING_OPTIONS = "conflicting_options"
     #: An option the called method's kind cannot have (`after` without a response stream, `read`
     #: without a request stream); decided by the server that would inject, which knows the method.
@@ -219,6 +221,9 @@ class Directive:
     read: int = 0
     #: `@headers=sent`: the response headers go out just before the fault acts.
     headers_sent: bool = False
+    #: `@served`: the handler runs and answers; the fault acts after its answer (a single response) or after its
+    #: last message (a response stream), before the status, and replaces that answer, error or not.
+    served: bool = False
 
     @property
     def argument(self) -> str:
@@ -234,12 +239,15 @@ class Directive:
             parts.append(f"read={self.read}")
         if self.headers_sent:
             parts.append("headers=sent")
+        if self.served:
+            parts.append("served")
         return ",".join(parts)
 
     def refusal_for(self, kind: Kind) -> RejectReason | None:
         """Why this directive cannot act on a method of `kind` (None: it can). `after` counts response
         messages, so it needs a response stream; `read` counts request messages, so it needs a request stream
-        (a unary request is read before the handler runs, a unary response goes out with the status)."""
+        (a unary request is read before the handler runs, a unary response goes out with the status).
+        `served` fits every kind: each has an answer to replace (the one response, or the end of the stream)."""
         if self.after and not kind.response_streaming:
             return RejectReason.WRONG_KIND
         if self.read and not kind.request_streaming:
@@ -282,15 +290,18 @@ def _option_problem(part: str, key: str, seen: dict) -> str | None:
         return "an empty option after '@'"
     if key in seen:
         return f"option {key!r} given twice"
-    if key not in ("after", "read", "headers"):
+    if key not in ("after", "read", "headers", "served"):
         return f"unknown option {part!r}"
+    if key == "served":
+        return f"option {part!r}: served takes no value" if "=" in part else None
     if "=" not in part:
         return f"option {part!r} without '=VALUE'"
     return None
 
 
 def _parse_options(parts: list[str]) -> dict:
-    """`@KEY=VALUE` options (keys and `sent` in any case, any order, each at most once) as Directive fields."""
+    """`@KEY=VALUE` options and the bare `@served` (keys and `sent` in any case, any order, each at most once) as
+    Directive fields."""
     out: dict = {}
     for part in parts:
         key, _, value = part.partition("=")
@@ -298,7 +309,9 @@ def _parse_options(parts: list[str]) -> dict:
         problem = _option_problem(part, key, out)
         if problem:
             raise DirectiveError(RejectReason.BAD_OPTION, problem)
-        if key == "headers":
+        if key == "served":
+            out[key] = True
+        elif key == "headers":
             if value.lower() != "sent":
                 raise DirectiveError(RejectReason.BAD_OPTION, f"headers={value}: headers takes only 'sent'")
             out[key] = True
@@ -308,7 +321,15 @@ def _parse_options(parts: list[str]) -> dict:
         raise DirectiveError(RejectReason.CONFLICTING_OPTIONS, "after and read")
     if "after" in out and "headers" in out:
         raise DirectiveError(RejectReason.CONFLICTING_OPTIONS, "after implies headers=sent")
-    return {"after": out.get("after", 0), "read": out.get("read", 0), "headers_sent": out.get("headers", False)}
+    for point in ("after", "read"):
+        if "served" in out and point in out:
+            raise DirectiveError(RejectReason.CONFLICTING_OPTIONS, f"served and {point}: one fault acts at one point")
+    return {
+        "after": out.get("after", 0),
+        "read": out.get("read", 0),
+        "headers_sent": out.get("headers", False),
+        "served": out.get("served", False),
+    }
 
 
 def _bad_chars(text: str) -> str:

@@ -3,9 +3,11 @@
 `START_STEPS` says, per mode, where a fault that acts at the start of a call sits
 around the handler (RUN): an abort or a drop instead of it, a delay after it
 (a single response is late) or before it (a response stream's first message is
-late), with the response headers first for `@headers=sent`. A `Tripwire` is a
-fault that acts inside a stream (`@after=N`, `@read=N`): the flavours report the
-messages to it and perform what it answers. The flavours own only how to wait,
+late), with the response headers first for `@headers=sent`. `SERVED_STEPS` says
+the same for `@served`: the handler runs first, whatever the kind, and the fault
+acts on its answer (the one response, or the end of a response stream). A
+`Tripwire` is a fault that acts inside a stream (`@after=N`, `@read=N`): the
+flavours report the messages to it and perform what it answers. The flavours own only how to wait,
 abort and send headers (`server_aio`, `server_sync`).
 """
 
@@ -48,6 +50,16 @@ START_STEPS = {
 for (_mode, _headers, _), _steps in list(START_STEPS.items()):
     if _mode is not Mode.DELAY:
         START_STEPS[(_mode, _headers, True)] = _steps
+#: (mode, headers first) -> the steps of an `@served` fault: the service works and answers (RUN), then the fault
+#: replaces its answer: a single response is never sent, a response stream's status is; a delay holds either.
+SERVED_STEPS = {
+    (Mode.ABORT, False): (Step.RUN, Step.ABORT),
+    (Mode.ABORT, True): (Step.RUN, Step.HEADERS, Step.ABORT),
+    (Mode.DROP, False): (Step.RUN, Step.WAIT, Step.ABORT),
+    (Mode.DROP, True): (Step.RUN, Step.HEADERS, Step.WAIT, Step.ABORT),
+    (Mode.DELAY, False): (Step.RUN, Step.WAIT),
+    (Mode.DELAY, True): (Step.RUN, Step.HEADERS, Step.WAIT),
+}
 #: mode -> what a tripwire does when it fires (the same without a RUN: the handler is running).
 _TRIP_STEPS = {Mode.ABORT: (Step.ABORT,), Mode.DROP: (Step.WAIT, Step.ABORT), Mode.DELAY: (Step.WAIT,)}
 

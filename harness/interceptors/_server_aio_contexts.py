@@ -2,9 +2,9 @@
 messages on a stream, a bridge for sync handlers.
 
 grpc.aio's `context.abort` sends the status at once, before the handler's exception
-reaches the interceptor, so a delay that holds a handler's errors too (contracts §3)
-holds them inside `abort` itself (`HeldAbortContext`). A mid-stream fault (`Tripwire`)
-needs to see every message the handler reads and every one it sends, whichever way
+reaches the interceptor, so a delay that holds a handler's errors too (contracts §3),
+and an `@served` fault that replaces them, act inside `abort` itself (`HeldAbortContext`).
+A mid-stream fault (`Tripwire`) needs to see every message the handler reads and every one it sends, whichever way
 the handler does it: `async for` over its request iterator (`Requests`),
 `await context.read()` / `context.write()` (`FaultContext`), or yielding (the flavour
 counts those itself). grpc.aio gives a wrapped handler the async request iterator of a
@@ -38,14 +38,18 @@ def _with_marker(args: tuple, kwargs: dict, pair: tuple[str, str] | None) -> tup
 
 
 class HeldAbortContext:
-    """The handler's context under an injected delay: `abort` waits out the delay first.
+    """The handler's context under a fault that acts after the handler (a delay's late answer, `@served`):
+    `abort` performs the fault's steps first.
 
     grpc.aio's `context.abort` sends the status at once, before the handler's exception
-    reaches the interceptor, so the hold has to happen inside `abort` itself. The
-    call stays marked as injected whatever trailing metadata the handler passes.
+    reaches the interceptor, so the hold has to happen inside `abort` itself: a delay
+    waits, then the handler's abort goes out; an `@served` abort or drop ends the call
+    with its own status there, so the handler's never does. `pair()` is the marker once
+    the hold is over (None when the fault did not act): the call stays marked as injected
+    whatever trailing metadata the handler passes.
     """
 
-    def __init__(self, context, hold, pair=None) -> None:
+    def __init__(self, context, hold, pair: Callable[[], tuple[str, str] | None] = lambda: None) -> None:
         self._context = context
         self._hold = hold
         self._pair = pair
@@ -55,7 +59,7 @@ class HeldAbortContext:
 
     async def abort(self, *args, **kwargs):
         await self._hold()
-        args, kwargs = _with_marker(args, kwargs, self._pair)
+        args, kwargs = _with_marker(args, kwargs, self._pair())
         return await self._context.abort(*args, **kwargs)
 
 
@@ -64,7 +68,7 @@ class HeldAbortSyncContext(HeldAbortContext):
 
     def abort(self, *args, **kwargs):
         self._hold()
-        args, kwargs = _with_marker(args, kwargs, self._pair)
+        args, kwargs = _with_marker(args, kwargs, self._pair())
         return self._context.abort(*args, **kwargs)
 
 

@@ -17,8 +17,10 @@ Every kind of method takes that path (unary, server-, client- and bidi-streaming
 directive with `@after=N` / `@read=N`, at a message boundary of the stream: the
 flavours report each response message sent and each request message the handler
 asks for to the call's `Tripwire`, which answers, once, with the steps to perform
-there. `CallPlan.acted` says whether the fault acted (a stream that ends before
-its point is not faulted: no marker, recorded with fault_mode none).
+there; or, with `@served`, once the handler has answered (`answered`): the steps
+after RUN replace its answer. `CallPlan.acted` says whether the fault acted (a
+stream that ends before its point is not faulted, nor is a served call whose
+caller left first: no marker, recorded with fault_mode none).
 
 Most calls carry no drill key: for them the request id is read in one pass over
 the metadata (no dict, no gate), the method's label and metric children are
@@ -49,7 +51,7 @@ from harness.core.metrics import MethodLabels, is_infrastructure, method_label
 from harness.core.settings import FaultSettings
 from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span, trace_id_hex
-from harness.interceptors._fault_steps import PASS_STEPS, START_STEPS, Step, Tripwire
+from harness.interceptors._fault_steps import PASS_STEPS, SERVED_STEPS, START_STEPS, Step, Tripwire
 from harness.interceptors._handlers import BUILD, behavior_of, unary_unary_handler
 from harness.interceptors._overload import InFlight
 from harness.interceptors._server_metrics import MethodMetrics, ServerMetrics
@@ -113,7 +115,8 @@ class CallPlan:
     slot: bool = False
     kind: Kind = Kind.UNARY
     #: The fault has acted (at handler entry for a fault at the start; when its tripwire fired for one
-    #: mid-stream): the call carries the marker and is recorded with its fault_mode.
+    #: mid-stream; once the handler answered for `@served`): the call carries the marker and is recorded with
+    #: its fault_mode.
     acted: bool = False
     #: A mid-stream fault (`@after=N` / `@read=N`) still to act, set at handler entry.
     trip: Tripwire | None = None
@@ -225,12 +228,31 @@ class ServerCore:
         d = plan.decision
         if d.outcome is not Outcome.HIT or plan.trip is not None:
             return PASS_STEPS
+        if d.directive.served:
+            return SERVED_STEPS[(d.mode, d.directive.headers_sent)]
         return START_STEPS[(d.mode, d.directive.headers_sent, plan.kind.response_streaming)]
 
     @staticmethod
     def after_run(steps: tuple[Step, ...]) -> tuple[Step, ...]:
-        """The steps after RUN (a delay's on a unary response): they hold the handler's errors too."""
+        """The steps after RUN (a delay's on a unary response, an `@served` fault's): they act on the handler's
+        errors too (a delay holds them; an `@served` fault replaces them: an error is an answer)."""
         return steps[steps.index(Step.RUN) + 1 :] if Step.RUN in steps else ()
+
+    def answered(self, plan: CallPlan) -> bool:
+        """The handler has answered (returned, raised or aborted): whether the steps after RUN act now.
+
+        An `@served` fault acts here, not at handler entry: it is marked `acted` (and the call carries the marker)
+        only now, and not at all when the emergency stop tripped while the service worked (its answer then passes
+        untouched, as a mid-stream fault's that has not fired). It has held its DRILL_FAULT_MAX_ACTIVE slot since
+        handler entry (`_admit`): the cap bounds the calls whose answer a drill will take, and every hit counted
+        and audited there must be able to act, so the slot cannot be asked for once the work is done. A fault
+        acting at the start (a delay's late answer) acted at entry: True."""
+        if plan.acted:
+            return True
+        if self.stop.check():
+            return False
+        plan.acted = True
+        return True
 
     @staticmethod
     def wait_s(plan: CallPlan) -> float:
@@ -281,7 +303,7 @@ class ServerCore:
             if d.outcome is Outcome.HIT:
                 if d.directive.after or d.directive.read:
                     plan.trip = Tripwire(plan, self.stop)
-                else:
+                elif not d.directive.served:  # an `@served` fault acts once the handler answered (`answered`)
                     plan.acted = True
         if self.tracer is not None:
             hit = d.outcome is Outcome.HIT
@@ -342,6 +364,7 @@ class ServerCore:
 
         Decided here, at handler entry, so every counted hit has its audit line and its
         slot is released by `end` (a call cancelled before its handler ran never takes one).
+        An `@served` hit holds its slot through the handler's work too (`answered` says why).
         """
         d = plan.decision
         reason = None

@@ -165,6 +165,29 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         for step in steps:
             await self._perform(step, plan, context)
 
+    async def _answered(self, after: tuple[Step, ...], plan: CallPlan, context) -> None:
+        """The handler answered: perform the steps after it, unless the fault may no longer act."""
+        if self.core.answered(plan):
+            await self._act(after, plan, context)
+
+    def _held(self, plan: CallPlan, handler_context, context, after: tuple[Step, ...], held: list[bool]):
+        """A coroutine handler's context whose `abort` performs the steps after the handler first."""
+
+        async def hold() -> None:
+            held.append(True)
+            await self._answered(after, plan, context)
+
+        return HeldAbortContext(handler_context, hold, lambda: marker(plan))
+
+    def _held_sync(self, plan: CallPlan, sync_context, context, after: tuple[Step, ...], held: list[bool], loop):
+        """The same for a sync handler: its `abort`, on the handler's thread, has the steps run on the loop."""
+
+        def hold() -> None:
+            held.append(True)
+            asyncio.run_coroutine_threadsafe(self._answered(after, plan, context), loop).result()
+
+        return HeldAbortSyncContext(sync_context, hold, lambda: marker(plan))
+
     @staticmethod
     def _sync_context(plan: CallPlan, context):
         """grpc's sync context adapter for a sync handler (skipping its own headers once a fault sent them)."""
@@ -194,8 +217,8 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
         streams_in = plan.kind.request_streaming
 
         async def run(request, context, after: tuple[Step, ...], held: list[bool]):
-            """The handler where grpc would run it; `after`: a delay's steps, which hold its aborts too."""
-            pair = marker(plan)
+            """The handler where grpc would run it; `after`: the steps after it (a delay's, an `@served` fault's),
+            which act on its aborts too."""
             trip = plan.trip
             act = None if trip is None else (lambda steps: self._act(steps, plan, context))
             if streams_in and trip is not None and trip.reads:
@@ -205,23 +228,12 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 if trip is not None or plan.headers_out:
                     handler_context = FaultContext(context, plan, act)
                 if after:
-
-                    async def hold() -> None:
-                        held.append(True)
-                        for step in after:
-                            await self._perform(step, plan, context)
-
-                    handler_context = HeldAbortContext(handler_context, hold, pair)
+                    handler_context = self._held(plan, handler_context, context, after, held)
                 return await behavior(request, handler_context)
             loop = asyncio.get_running_loop()
             sync_context = self._sync_context(plan, context)
             if after:
-
-                def hold_sync() -> None:  # on the handler's thread: the steps run on the loop
-                    held.append(True)
-                    asyncio.run_coroutine_threadsafe(self._act(after, plan, context), loop).result()
-
-                sync_context = HeldAbortSyncContext(sync_context, hold_sync, pair)
+                sync_context = self._held_sync(plan, sync_context, context, after, held, loop)
             bridge = SyncRequests(request, loop) if streams_in else None
             try:
                 return await loop.run_in_executor(
@@ -241,26 +253,26 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 await context.abort(_EXHAUSTED, flight.details)
             t0, token = core.begin(plan, remaining, metadata)
             steps = core.steps(plan)  # after begin: the cap and the stop may have turned a hit into a pass
-            after = core.after_run(steps)  # a delay: it holds handler errors and aborts too (contracts §3)
+            after = core.after_run(steps)  # a delay's, an `@served` fault's: they act on handler errors too
             mark(context, plan)
             exc: BaseException | None = None
             response = None
             held: list[bool] = []
             flight.calls += 1
             try:
-                for step in steps:
+                for step in steps[: len(steps) - len(after)]:
                     if step is not Step.RUN:
-                        if not held:
-                            await self._perform(step, plan, context)
+                        await self._perform(step, plan, context)
                         continue
                     try:
                         response = await run(request, context, after, held)
                         mark(context, plan)  # the handler may have set trailers of its own
                     except Exception:
                         if after and not held:
-                            for late in after:
-                                await self._perform(late, plan, context)
+                            await self._answered(after, plan, context)
                         raise
+                if after and not held:
+                    await self._answered(after, plan, context)
                 return response
             except BaseException as e:
                 exc = e
@@ -365,12 +377,14 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 await context.abort(_EXHAUSTED, flight.details)
             t0, token = core.begin(plan, remaining, metadata)
             steps = core.steps(plan)
+            after = core.after_run(steps)  # an `@served` fault's: after the last message, before the status
             mark(context, plan)
             exc: BaseException | None = None
             bridge = responses = None
+            held: list[bool] = []
             flight.calls += 1
             try:
-                for step in steps:
+                for step in steps[: len(steps) - len(after)]:
                     if step is not Step.RUN:
                         await self._perform(step, plan, context)
                         continue
@@ -379,41 +393,53 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                     counts_sent = trip is not None and not trip.reads
                     if streams_in and trip is not None and trip.reads:
                         request = Requests(request, trip, act)
-                    if not on_loop:  # a plain generator: each step of it on the executor, as grpc does
-                        loop = asyncio.get_running_loop()
-                        if streams_in:
-                            request = bridge = SyncRequests(request, loop)
-                        gen = await loop.run_in_executor(
-                            None, scope.run_bound, plan.scope, behavior, request, self._sync_context(plan, context)
-                        )
-                        responses = iter(gen)
-                        while True:
-                            item = await loop.run_in_executor(
-                                None, scope.run_bound, plan.scope, next, responses, _DONE
+                    try:
+                        if not on_loop:  # a plain generator: each step of it on the executor, as grpc does
+                            loop = asyncio.get_running_loop()
+                            if streams_in:
+                                request = bridge = SyncRequests(request, loop)
+                            sync_context = self._sync_context(plan, context)
+                            if after:
+                                sync_context = self._held_sync(plan, sync_context, context, after, held, loop)
+                            gen = await loop.run_in_executor(
+                                None, scope.run_bound, plan.scope, behavior, request, sync_context
                             )
-                            if item is _DONE:
-                                break
-                            yield item  # resumed once grpc has sent it
-                            if counts_sent:
-                                fired = trip.sent()
-                                if fired:
-                                    await act(fired)
-                    else:
-                        handler_context = context
-                        if trip is not None or plan.headers_out:
-                            handler_context = FaultContext(context, plan, act)
-                        result = behavior(request, handler_context)
-                        if inspect.isasyncgen(result):
-                            responses = result
-                            async for item in result:
+                            responses = iter(gen)
+                            while True:
+                                item = await loop.run_in_executor(
+                                    None, scope.run_bound, plan.scope, next, responses, _DONE
+                                )
+                                if item is _DONE:
+                                    break
                                 yield item  # resumed once grpc has sent it
                                 if counts_sent:
                                     fired = trip.sent()
                                     if fired:
                                         await act(fired)
                         else:
-                            await result
+                            handler_context = context
+                            if trip is not None or plan.headers_out:
+                                handler_context = FaultContext(context, plan, act)
+                            if after:
+                                handler_context = self._held(plan, handler_context, context, after, held)
+                            result = behavior(request, handler_context)
+                            if inspect.isasyncgen(result):
+                                responses = result
+                                async for item in result:
+                                    yield item  # resumed once grpc has sent it
+                                    if counts_sent:
+                                        fired = trip.sent()
+                                        if fired:
+                                            await act(fired)
+                            else:
+                                await result
+                    except Exception:
+                        if after and not held:  # the handler's error is its answer: an `@served` fault replaces it
+                            await self._answered(after, plan, context)
+                        raise
                     mark(context, plan)
+                if after and not held:  # the handler's last message is out: the fault acts before the status
+                    await self._answered(after, plan, context)
             except BaseException as e:
                 exc = e
                 raise

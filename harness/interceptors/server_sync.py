@@ -90,6 +90,11 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
                 going = self._perform(step, plan, context) and going
         return going
 
+    def _answered(self, after: tuple[Step, ...], plan: CallPlan, context) -> bool:
+        """The handler answered: perform the steps after it (a delay's, an `@served` fault's) unless the fault may
+        no longer act; False when the caller left during a wait."""
+        return self._act(after, plan, context) if self.core.answered(plan) else True
+
     def _requests(self, source, plan: CallPlan, context):
         """The request stream as the handler reads it, counted for the call's `@read` tripwire."""
         trip = plan.trip
@@ -151,7 +156,7 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
         def unary(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
             steps = core.steps(plan)  # after begin: the cap and the stop may have turned a hit into a pass
-            after = core.after_run(steps)  # a delay: it holds handler errors and aborts too (contracts §3)
+            after = core.after_run(steps)  # a delay's, an `@served` fault's: they act on handler errors too
             mark(context, plan)
             failed = False
             response = None
@@ -163,10 +168,10 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
                             mark(context, plan)  # the handler may have set trailers of its own
                         except Exception:
                             if after:
-                                self._act(after, plan, context)
+                                self._answered(after, plan, context)
                             raise
                         if after:
-                            self._act(after, plan, context)  # a caller that left: grpc drops the send
+                            self._answered(after, plan, context)  # a caller that left: grpc drops the send
                         return response
                     # a drop whose caller left still aborts (grpc drops it)
                     self._perform(step, plan, context)
@@ -186,30 +191,38 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
         def stream(request, context):
             t0, token = core.begin(plan, context.time_remaining(), metadata)
             steps = core.steps(plan)
+            after = core.after_run(steps)  # an `@served` fault's: after the last message, before the status
             mark(context, plan)
             failed = False
             try:
-                for step in steps:
+                for step in steps[: len(steps) - len(after)]:
                     if step is not Step.RUN:
                         if not self._perform(step, plan, context):
                             return  # the caller left during the wait
                         continue
                     trip = plan.trip
-                    if trip is None or trip.reads:
-                        yield from behavior(*self._handler_args(request, plan, context))
-                    else:
-                        responses = iter(behavior(*self._handler_args(request, plan, context)))
-                        try:
-                            for item in responses:
-                                yield item  # resumed once grpc has sent it
-                                fired = trip.sent()
-                                if fired and not self._act(fired, plan, context):
-                                    return  # the caller left during the wait
-                        finally:
-                            close = getattr(responses, "close", None)
-                            if close is not None:
-                                close()  # a fault ended the stream: the handler's cleanup runs now
+                    try:
+                        if trip is None or trip.reads:
+                            yield from behavior(*self._handler_args(request, plan, context))
+                        else:
+                            responses = iter(behavior(*self._handler_args(request, plan, context)))
+                            try:
+                                for item in responses:
+                                    yield item  # resumed once grpc has sent it
+                                    fired = trip.sent()
+                                    if fired and not self._act(fired, plan, context):
+                                        return  # the caller left during the wait
+                            finally:
+                                close = getattr(responses, "close", None)
+                                if close is not None:
+                                    close()  # a fault ended the stream: the handler's cleanup runs now
+                    except Exception:
+                        if after:  # the handler's error is its answer: an `@served` fault replaces it
+                            self._answered(after, plan, context)
+                        raise
                     mark(context, plan)
+                if after:  # the handler's last message is out: the fault acts before the status
+                    self._answered(after, plan, context)
             except BaseException:
                 failed = True
                 raise
