@@ -5,7 +5,7 @@ on grpc-go's retry policy, a tap, the Node hop auto-instrumented by OpenTelemetr
 What the plan's comment derives, asserted with the bounds it derives: naive's retries (5 attempts per drill call)
 offer the leaf ~140 calls/s against its 100 and organic users breach the SLO; throttled's bucket empties within a
 second of fault-on, the leaf sees ~60 calls/s and the SLO holds. The drill crossed two hops that are not ours by
-baggage alone (the Go hops forward no x-* key): the leaf's proxy hit exactly the ids `drill hits` predicts.
+baggage alone (the Go hops forward no x-* key): the leaf's proxy hit only ids `drill hits` predicts.
 The shipped file runs here with its ports moved to free ones (a copy beside links to the plan's own folders).
 """
 
@@ -58,9 +58,12 @@ def test_naive_retries_storm_the_go_leaf_and_throttled_holds(tmp_path):
     assert run.returncode == 3, run.stdout[-4000:] + run.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
     naive, throttled = (results["configs"][c]["trials"][0] for c in ("naive", "throttled"))
-    # the drill reached the leaf through the Go edge and the Node hop by baggage: every predicted id hit, no other
+    # the drill reached the leaf through the Go edge and the Node hop by baggage: only predicted ids hit, as planned
+    # (a call whose every attempt was shed or expired before the proxy answered is not hit: the landing check
+    # allows for those, as in the saved 4-trial run's naive #4, 397 of 400)
     for t in (naive, throttled):
-        assert t["hits"]["as_planned"] and t["hits"]["observed"] == t["hits"]["expected"] > 0, t["hits"]
+        hits = t["hits"]
+        assert hits["as_planned"] and hits["observed_subset_of_expected"] and hits["observed"] > 0, hits
     assert naive["breached"] and not throttled["breached"], (naive["breached"], throttled["breached"])
     # amplification at each hop, over the fault window (all traffic ÷ the edge's first attempts, 60/s):
     # - naive: every drill attempt fails, and 4 attempts fit in the 1-s deadline whatever the queue (each ≤ 10 ms of
