@@ -22,6 +22,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 
 from harness.core.faults import is_hit
@@ -208,9 +209,15 @@ def _not_run(plan: Plan, prometheus: str, grafana: str | None) -> list[str]:
     return out
 
 
-def _duration_line(plan: Plan) -> str:
+def _duration_line(plan: Plan, chain_s: float | None = None) -> str:
+    """`chain_s`: how long the stack's processes took to start in this dry run (a chain the runner starts)."""
     n = len(trial_order(plan))
     phases = n * plan.phases.total
+    if chain_s is not None and not any(c.switch for c in plan.stack.configs):
+        per = plan.phases.total + chain_s + LOCAL_TRIAL_OVERHEAD_S
+        return (f"duration  about {_duration(n * per)}: {n} trial{'s' if n > 1 else ''} × ({plan.phases.total:g} s of "
+                f"phases + {chain_s:.0f} s to start the chain, as it took here, + ~{LOCAL_TRIAL_OVERHEAD_S:g} s to "
+                "start the load, stop and read)")  # fmt: skip
     if plan.stack is None:
         return (f"duration  about {_duration(phases + n * LOCAL_TRIAL_OVERHEAD_S)}: {n} trial{'s' if n > 1 else ''} × "
                 f"({plan.phases.total:g} s of phases + ~{LOCAL_TRIAL_OVERHEAD_S:g} s to start and stop the chain)")
@@ -242,20 +249,20 @@ def dry_run(plan: Plan, preflight: Preflight, *, prometheus: str, grafana: str |
             preflight.sources(prom.url)
     else:
         preflight.sources(run_url)
-    if plan.stack is not None:
-        asyncio.run(_stack(preflight))
+    chain_s = asyncio.run(_stack(preflight)) if plan.stack is not None else None
     for c in _not_run(plan, prometheus, grafana):
         say(f"  --  {c}")
     say("")
-    say(_duration_line(plan))
+    say(_duration_line(plan, chain_s))
 
 
-async def _stack(preflight: Preflight) -> None:
+async def _stack(preflight: Preflight) -> float | None:
+    """The stack's checks; how long its processes took to start, when the plan has them (None otherwise)."""
     plan = preflight.plan
     if plan.stack.proxy is None and not plan.stack.processes:
         await preflight.wait_edge()
         await preflight.stack()
-        return
+        return None
     # the edge is a proxy or a chain of processes a run starts for each trial: started (the chain with the first
     # configuration) for these checks and stopped after (no call carries a directive in a dry run), so they read
     # what a trial would: its /metrics, the services behind it
@@ -267,8 +274,10 @@ async def _stack(preflight: Preflight) -> None:
     with tempfile.TemporaryDirectory(prefix="drill-dry-stack-") as tmp:
         try:
             try:
+                started = time.monotonic()
                 if plan.stack.processes:
                     await asyncio.to_thread(target.chain.start, plan.variants[0].name, 1, pathlib.Path(tmp), say)
+                chain_s = time.monotonic() - started if plan.stack.processes else None
                 if plan.stack.proxy is not None:
                     await asyncio.to_thread(target.start_proxy, pathlib.Path(tmp))
             except RunFailed as exc:  # a process or the proxy that did not start: its one line
@@ -277,3 +286,4 @@ async def _stack(preflight: Preflight) -> None:
             await preflight.stack()
         finally:
             await target.down()
+    return chain_s
