@@ -266,3 +266,22 @@ def test_tap_and_enable_faults_together_are_refused_in_one_line():
 
     res = drill_inprocess("proxy", "--tap", "--enable-faults", "--upstream", "127.0.0.1:1")
     assert (res.returncode, res.stderr) == (2, "drill: proxy: --tap injects nothing: drop --enable-faults (or --tap)\n")
+
+
+def test_a_guards_trip_signals_only_the_processes_that_handle_sigusr1(tmp_path):
+    """A `drill proxy` handles SIGUSR1 (its one-way emergency stop); a process that would die of it is left alone."""
+    handler = ('"$DRILL_PYTHON" -c "import signal, socket, time, os; '
+               "signal.signal(signal.SIGUSR1, lambda *a: open('stopped', 'w').close()); "
+               "s = socket.socket(); s.bind(('127.0.0.1', int(os.environ['PORT']))); s.listen(); time.sleep(600)\"")
+    ports = [free_port(), free_port()]
+    chain = ProcessChain((proc("proxy", ports[0], command=handler), proc("service", ports[1])), tmp_path)
+    workdir = tmp_path / "t"
+    chain.start("naive", 1, workdir)
+    try:
+        assert chain.signal_handlers() == ["proxy"]
+        deadline = time.monotonic() + 5
+        while not (workdir / "stopped").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (workdir / "stopped").exists() and chain.exited() == []  # both alive: the service was not signalled
+    finally:
+        chain.stop()
