@@ -51,6 +51,16 @@ def test_system_deps_installs_the_go_packages_the_proxy_tests_build_with():
     assert f"{GOPATH}/src/google.golang.org/grpc" in script and "golang-google-grpc-dev" in script
 
 
+def test_system_deps_and_ci_install_what_the_fleets_go_hop_builds_with():
+    """harness/fleet/build.py builds the Go hop in GOPATH mode from Debian's OpenTelemetry Go too."""
+    from harness.fleet.build import GOPATH as FLEET_GOPATH
+
+    script = (ROOT / "scripts" / "system-deps").read_text()
+    assert f"{FLEET_GOPATH}/src/go.opentelemetry.io/otel/propagation" in script
+    assert "golang-opentelemetry-otel-dev" in script
+    assert "golang-opentelemetry-otel-dev" in (ROOT / ".ci" / "run").read_text()
+
+
 def test_ci_runs_the_readme_test_command_which_runs_system_deps():
     makefile = (ROOT / "Makefile").read_text()
     test_recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]

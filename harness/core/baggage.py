@@ -76,7 +76,11 @@ def decode_value(value: str) -> str:
 
 def parse(header: str) -> list[Member]:
     """The members of a `baggage` header, in order (duplicates kept: readers take the first)."""
-    if len(header.encode()) > MAX_BYTES:
+    try:
+        size = len(header.encode())
+    except UnicodeEncodeError:
+        raise BaggageError("a header that is not UTF-8") from None
+    if size > MAX_BYTES:
         raise BaggageError(f"over {MAX_BYTES} bytes")
     if not header.strip(" \t"):
         return []

@@ -121,6 +121,9 @@ def _read_baggage(out: dict[str, str], header: str) -> None:
     except baggage.BaggageError as err:
         out[BAGGAGE_ERROR] = str(err)
         return
+    except Exception as err:  # noqa: BLE001 - whatever a caller sends, reading it never fails the call
+        out[BAGGAGE_ERROR] = f"unreadable ({type(err).__name__})"
+        return
     if not any(name in found for key, name in BAGGAGE_NAMES.items() if key != REQUEST_ID):
         return  # only a request id (or no drill key): the call is what its x-* keys say
     for key, name in BAGGAGE_NAMES.items():

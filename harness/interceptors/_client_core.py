@@ -151,7 +151,7 @@ def with_baggage(md: list[tuple[str, str]]) -> list[tuple[str, str]]:
             return md  # a value every server refuses as oversize: not copied (the call would pass grpc's limit)
     try:
         header = baggage.with_entries(existing, h.BAGGAGE_PREFIX, entries)
-    except baggage.BaggageError:
+    except (baggage.BaggageError, UnicodeError):  # past the limits, or a value no header can carry: x-* keys alone
         return md
     out = [(k, v) for k, v in md if k != h.BAGGAGE]
     if header:
@@ -215,7 +215,7 @@ class CallTags:
 
     __slots__ = (
         "tagging", "method", "tenant", "traffic", "fault_mode", "_drill_tenants", "_pairs", "_signs", "_origin",
-        "_baggage",
+        "_baggage", "_bag_prefix",
     )  # fmt: skip
 
     def __init__(
@@ -232,6 +232,18 @@ class CallTags:
         self.fault_mode = tagging.fault_mode
         self._origin = bool(self.tenant and self.tenant in drill_tenants)
         self._baggage = not h.X_DRILL_KEYS.isdisjoint(k for k, _ in self._pairs)
+        # The baggage's fixed entries, once: per call only the request id and the token are appended (they come
+        # last in BAGGAGE_NAMES' order, so the header equals what with_baggage builds).
+        fixed = dict(self._pairs)
+        self._bag_prefix = ",".join(
+            f"{name}={baggage.encode_value(fixed[key])}"
+            for key, name in h.BAGGAGE_NAMES.items()
+            if key in fixed and key not in (h.REQUEST_ID, h.DRILL_TOKEN)
+        )
+        if self._baggage and (
+            not self._bag_prefix or any(len(v) > _BAGGAGE_VALUE_MAX.get(k, h.MAX_VALUE_LEN) for k, v in self._pairs)
+        ):
+            self._bag_prefix = ""  # the general path decides (an oversize value goes by x-* keys alone)
 
     def metadata(self, request_id: str, timeout: float | None) -> tuple[tuple[str, str], ...]:
         """The call's metadata; falls back to `outgoing_metadata` inside a served call (scope to propagate)."""
@@ -245,11 +257,19 @@ class CallTags:
         if not self._signs and not (self._origin and timeout is not None) and not self._baggage:
             return md
         now = wall_clock()
-        if self._signs:
-            md = (*md, _token(self.tagging, _first_values(md), request_id, now))
+        signed = _token(self.tagging, _first_values(md), request_id, now) if self._signs else None
+        if signed is not None:
+            md = (*md, signed)
         if self._origin and timeout is not None:
             md = (*md, (h.ORIGIN_DEADLINE, f"{now + timeout:.3f}"))
-        return tuple(with_baggage(list(md))) if self._baggage else md
+        if not self._baggage:
+            return md
+        if not self._bag_prefix or len(request_id) > h.MAX_VALUE_LEN:
+            return tuple(with_baggage(list(md)))
+        header = f"{self._bag_prefix},{h.BAGGAGE_NAMES[h.REQUEST_ID]}={baggage.encode_value(request_id)}"
+        if signed is not None:
+            header += f",{h.BAGGAGE_NAMES[h.DRILL_TOKEN]}={signed[1]}"
+        return (*md, (h.BAGGAGE, header))
 
 
 def _grpc_call_codes() -> frozenset:

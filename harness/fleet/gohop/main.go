@@ -113,12 +113,22 @@ func (l *logger) line(method string, code codes.Code, md metadata.MD, start time
 	}
 	attempt, _ := strconv.Atoi(c.Get("grpc-previous-rpc-attempts"))
 	out, _ := json.Marshal(map[string]interface{}{
-		"hop": l.name, "method": method, "code": code.String(), "request_id": requestID, "tenant": tenant,
+		"hop": l.name, "method": method, "code": codeNames[code], "request_id": requestID, "tenant": tenant,
 		"attempt": attempt, "ms": float64(time.Since(start).Microseconds()) / 1000,
 	})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.file.Write(append(out, '\n'))
+}
+
+// codeNames: the status names as every gRPC spec spells them (Go's String() says ResourceExhausted).
+var codeNames = map[codes.Code]string{
+	codes.OK: "OK", codes.Canceled: "CANCELLED", codes.Unknown: "UNKNOWN", codes.InvalidArgument: "INVALID_ARGUMENT",
+	codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.NotFound: "NOT_FOUND", codes.AlreadyExists: "ALREADY_EXISTS",
+	codes.PermissionDenied: "PERMISSION_DENIED", codes.ResourceExhausted: "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION", codes.Aborted: "ABORTED", codes.OutOfRange: "OUT_OF_RANGE",
+	codes.Unimplemented: "UNIMPLEMENTED", codes.Internal: "INTERNAL", codes.Unavailable: "UNAVAILABLE",
+	codes.DataLoss: "DATA_LOSS", codes.Unauthenticated: "UNAUTHENTICATED",
 }
 
 func unescape(v string) string {

@@ -6,8 +6,8 @@
 // are not forwarded (a plain service forwards none of them). --no-otel starts it without instrumentation: a hop
 // that drops the drill.
 //
-// The caller's deadline goes on (the upstream call gets what is left); the upstream's status code, details and
-// trailers come back. grpc.health.v1 Check answers SERVING. --log FILE: one JSON line per call (method, code,
+// The caller's deadline goes on (the upstream call gets what is left); the upstream's headers, status code, details
+// and trailers come back. grpc.health.v1 Check answers SERVING. --log FILE: one JSON line per call (method, code,
 // request id and tenant as this hop saw them: the x-* keys, else the drill.* baggage entries). When serving it
 // prints "ready" and writes --ready-file / --port-file (the port).
 //
@@ -94,16 +94,19 @@ function forwarder(method) {
     const deadline = call.getDeadline();
     if (deadline !== Infinity) options.deadline = deadline;
     // A new, empty metadata: whatever reaches the upstream besides the body is OpenTelemetry's doing.
+    let response = null;
     const outgoing = upstream.makeUnaryRequest(method, identity, identity, call.request, new grpc.Metadata(), options,
-      (err, response) => {
-        if (err) {
-          logLine(method, err.code, call.metadata, start);
-          callback({ code: err.code, details: err.details, metadata: err.metadata });
-        } else {
-          logLine(method, grpc.status.OK, call.metadata, start);
-          callback(null, response);
-        }
-      });
+      (err, value) => { if (!err) response = value; });
+    outgoing.on('metadata', (headers) => call.sendMetadata(headers));
+    // The status comes after the callback, with the trailers (an injected fault's marker rides on them, an OK
+    // delay's too). An error's reach the caller; an OK answer's are handed to grpc-js but dropped under
+    // OpenTelemetry (instrumentation-grpc's unary wrapper calls back with err and value only), as they would be
+    // in any service instrumented so.
+    outgoing.on('status', (status) => {
+      logLine(method, status.code, call.metadata, start);
+      if (status.code === grpc.status.OK) callback(null, response, status.metadata);
+      else callback({ code: status.code, details: status.details, metadata: status.metadata });
+    });
     call.on('cancelled', () => outgoing.cancel());
   };
 }
