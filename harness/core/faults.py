@@ -6,9 +6,10 @@ options that move the fault into a stream (`@after=N`, `@read=N`), after the
 response headers (`@headers=sent`) or after the service's answer (`@served`: the
 handler runs and answers, then the caller gets the fault instead); which options
 fit which kind of method is decided here too (`Directive.refusal_for`), so the
-parser, the gate, `drill hits` and plan validation agree. The hash is bit-compatible with the reference Java
-interceptor (`String.hashCode`, 64-bit `long` arithmetic, `Math.floorMod`), so a
-mixed Java/Python fleet agrees on which request ids a drill hits.
+parser, the gate, `drill hits` and plan validation agree. The hash is
+bit-compatible with the reference Java interceptor (`String.hashCode`, 64-bit
+`long` arithmetic, `Math.floorMod`), so a mixed Java/Python fleet agrees on
+which request ids a drill hits.
 """
 
 from __future__ import annotations

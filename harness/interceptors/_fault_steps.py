@@ -7,8 +7,8 @@ late), with the response headers first for `@headers=sent`. `SERVED_STEPS` says
 the same for `@served`: the handler runs first, whatever the kind, and the fault
 acts on its answer (the one response, or the end of a response stream). A
 `Tripwire` is a fault that acts inside a stream (`@after=N`, `@read=N`): the
-flavours report the messages to it and perform what it answers. The flavours own only how to wait,
-abort and send headers (`server_aio`, `server_sync`).
+flavours report the messages to it and perform what it answers. The flavours own
+only how to wait, abort and send headers (`server_aio`, `server_sync`).
 """
 
 from __future__ import annotations
@@ -113,9 +113,27 @@ class Tripwire:
         return self._steps
 
 
+def hold(plan: CallPlan, metadata) -> bool:
+    """The handler sends its response headers: True when they are held (`CallPlan.hold_headers`; the first
+    ones only, as grpc sends only the first), False when they go out now."""
+    if not plan.hold_headers:
+        return False
+    if plan.held is None:
+        plan.held = tuple(metadata or ())
+    return True
+
+
+def release(plan: CallPlan) -> tuple:
+    """Stop holding the handler's response headers; the ones held (empty: none), for the caller to send or drop."""
+    plan.hold_headers = False
+    held, plan.held = plan.held or (), None
+    return held
+
+
 class HeadersContext:
     """A sync handler's context on a call whose fault may send the response headers (`@headers=sent`): the
-    handler's own are skipped once they have gone (they cannot follow, and the call must not fail for it).
+    handler's own are skipped once they have gone (they cannot follow, and the call must not fail for it); or
+    whose `@served` fault holds them (`hold`).
     Both flavours use it: the sync server's context and grpc.aio's adapter for a sync handler."""
 
     def __init__(self, context, plan: CallPlan) -> None:
@@ -126,5 +144,5 @@ class HeadersContext:
         return getattr(self._context, name)
 
     def send_initial_metadata(self, metadata) -> None:
-        if not self._plan.headers_out:
+        if not self._plan.headers_out and not hold(self._plan, metadata):
             self._context.send_initial_metadata(metadata)

@@ -4,8 +4,8 @@ messages on a stream, a bridge for sync handlers.
 grpc.aio's `context.abort` sends the status at once, before the handler's exception
 reaches the interceptor, so a delay that holds a handler's errors too (contracts §3),
 and an `@served` fault that replaces them, act inside `abort` itself (`HeldAbortContext`).
-A mid-stream fault (`Tripwire`) needs to see every message the handler reads and every one it sends, whichever way
-the handler does it: `async for` over its request iterator (`Requests`),
+A mid-stream fault (`Tripwire`) needs to see every message the handler reads and every
+one it sends, whichever way the handler does it: `async for` over its request iterator (`Requests`),
 `await context.read()` / `context.write()` (`FaultContext`), or yielding (the flavour
 counts those itself). grpc.aio gives a wrapped handler the async request iterator of a
 coroutine handler, so a sync handler (run on the executor, as grpc would) reads
@@ -23,7 +23,12 @@ from collections.abc import Awaitable, Callable
 
 from grpc import aio
 
-from harness.interceptors._fault_steps import Step
+from harness.interceptors._fault_steps import Step, hold
+
+
+def _trailers(args: tuple, kwargs: dict) -> tuple:
+    """The trailing metadata an `abort(code, details, trailing_metadata)` call passes (empty: none)."""
+    return tuple((args[2] if len(args) >= 3 else kwargs.get("trailing_metadata")) or ())
 
 
 def _with_marker(args: tuple, kwargs: dict, pair: tuple[str, str] | None) -> tuple[tuple, dict]:
@@ -44,9 +49,11 @@ class HeldAbortContext:
     grpc.aio's `context.abort` sends the status at once, before the handler's exception
     reaches the interceptor, so the hold has to happen inside `abort` itself: a delay
     waits, then the handler's abort goes out; an `@served` abort or drop ends the call
-    with its own status there, so the handler's never does. `pair()` is the marker once
-    the hold is over (None when the fault did not act): the call stays marked as injected
-    whatever trailing metadata the handler passes.
+    with its own status there, so the handler's never does, but the trailing metadata it
+    passes is set first and goes out, as what a handler sets with `set_trailing_metadata`
+    does: the fault replaces the status, never the service's trailers. `pair()` is the
+    marker once the hold is over (None when the fault did not act): the call stays marked
+    as injected whatever trailing metadata the handler passes.
     """
 
     def __init__(self, context, hold, pair: Callable[[], tuple[str, str] | None] = lambda: None) -> None:
@@ -58,6 +65,9 @@ class HeldAbortContext:
         return getattr(self._context, name)
 
     async def abort(self, *args, **kwargs):
+        trailers = _trailers(args, kwargs)
+        if trailers:
+            self._context.set_trailing_metadata(trailers)
         await self._hold()
         args, kwargs = _with_marker(args, kwargs, self._pair())
         return await self._context.abort(*args, **kwargs)
@@ -67,6 +77,9 @@ class HeldAbortSyncContext(HeldAbortContext):
     """The same for a sync handler on its executor thread (grpc's sync context adapter)."""
 
     def abort(self, *args, **kwargs):
+        trailers = _trailers(args, kwargs)
+        if trailers:
+            self._context.set_trailing_metadata(trailers)
         self._hold()
         args, kwargs = _with_marker(args, kwargs, self._pair())
         return self._context.abort(*args, **kwargs)
@@ -103,7 +116,8 @@ class Requests:
 
 
 class FaultContext:
-    """The handler's context on a call with a fault inside the stream or headers sent by a fault."""
+    """The handler's context on a call with a fault inside the stream, headers sent by a fault, or headers held
+    while an `@served` fault may act."""
 
     def __init__(self, context, plan, act: Act | None) -> None:
         self._context = context
@@ -133,7 +147,7 @@ class FaultContext:
                 await self._act(steps)
 
     async def send_initial_metadata(self, metadata) -> None:
-        if not self._plan.headers_out:
+        if not self._plan.headers_out and not hold(self._plan, metadata):
             await self._context.send_initial_metadata(metadata)
 
 

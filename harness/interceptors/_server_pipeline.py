@@ -51,7 +51,7 @@ from harness.core.metrics import MethodLabels, is_infrastructure, method_label
 from harness.core.settings import FaultSettings
 from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span, trace_id_hex
-from harness.interceptors._fault_steps import PASS_STEPS, SERVED_STEPS, START_STEPS, Step, Tripwire
+from harness.interceptors._fault_steps import PASS_STEPS, SERVED_STEPS, START_STEPS, Step, Tripwire, release
 from harness.interceptors._handlers import BUILD, behavior_of, unary_unary_handler
 from harness.interceptors._overload import InFlight
 from harness.interceptors._server_metrics import MethodMetrics, ServerMetrics
@@ -122,6 +122,11 @@ class CallPlan:
     trip: Tripwire | None = None
     #: The fault sent the response headers (`@headers=sent`): the handler's own can no longer go out.
     headers_out: bool = False
+    #: An `@served` fault on a single response may still act: the handler's own response headers are held
+    #: (`held`) until it does (`release`): a fault that ends the call drops them, so it goes out trailers-only
+    #: (as a plain abort: a retry policy may retry it, gRFC A6) unless `@headers=sent` sends them first.
+    hold_headers: bool = False
+    held: tuple | None = None
 
 
 #: A caller whose deadline is this close (or past) when its call ends left because of the
@@ -305,6 +310,8 @@ class ServerCore:
                     plan.trip = Tripwire(plan, self.stop)
                 elif not d.directive.served:  # an `@served` fault acts once the handler answered (`answered`)
                     plan.acted = True
+                else:
+                    plan.hold_headers = not plan.kind.response_streaming  # a stream's go with its first message
         if self.tracer is not None:
             hit = d.outcome is Outcome.HIT
             plan.span = start_server_span(
@@ -517,11 +524,12 @@ def mark(context, plan: CallPlan) -> None:
 
 
 def fault_headers(plan: CallPlan) -> tuple[tuple[str, str], ...]:
-    """The response headers a fault sends (`@headers=sent`): the marker. Not empty on purpose: gRPC's HTTP/2
-    transport turns empty headers that have not gone out before the status into a trailers-only response,
-    which a client may retry (gRFC A6), the very thing `@headers=sent` must rule out."""
+    """The response headers a fault sends (`@headers=sent`): the handler's own if an `@served` fault held them
+    (`release`), and the marker. Not empty on purpose: gRPC's HTTP/2 transport turns empty headers that have not
+    gone out before the status into a trailers-only response, which a client may retry (gRFC A6), the very thing
+    `@headers=sent` must rule out."""
     pair = _MARKERS.get(plan.decision.mode)
-    return (pair,) if pair is not None else ()
+    return (*release(plan), *((pair,) if pair is not None else ()))
 
 
 def abort_details(decision: Decision) -> tuple[str, str]:

@@ -37,7 +37,7 @@ from harness.core.metrics import is_infrastructure
 from harness.core.safety import EmergencyStop
 from harness.core.status import status_name
 from harness.core.tracing import end_server_span, start_server_span
-from harness.interceptors._fault_steps import HeadersContext, Step
+from harness.interceptors._fault_steps import HeadersContext, Step, release
 from harness.interceptors._handlers import unary_unary_handler
 from harness.interceptors._server_aio_contexts import (
     FaultContext,
@@ -166,9 +166,17 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
             await self._perform(step, plan, context)
 
     async def _answered(self, after: tuple[Step, ...], plan: CallPlan, context) -> None:
-        """The handler answered: perform the steps after it, unless the fault may no longer act."""
-        if self.core.answered(plan):
+        """The handler answered: perform the steps after it, unless the fault may no longer act or the caller left
+        while the handler worked (an `@served` fault then never acts); then the handler's headers an `@served` fault
+        held go out with its answer (a fault that ended the call raised)."""
+        if not context.done() and self.core.answered(plan):
             await self._act(after, plan, context)
+        held = release(plan)
+        if held and not plan.headers_out:
+            try:
+                await context.send_initial_metadata(held)
+            except aio.UsageError:
+                pass  # already sent: what the handler asked for
 
     def _held(self, plan: CallPlan, handler_context, context, after: tuple[Step, ...], held: list[bool]):
         """A coroutine handler's context whose `abort` performs the steps after the handler first."""
@@ -192,7 +200,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
     def _sync_context(plan: CallPlan, context):
         """grpc's sync context adapter for a sync handler (skipping its own headers once a fault sent them)."""
         sync_context = _SyncServicerContext(context)
-        if plan.trip is not None or plan.headers_out:
+        if plan.trip is not None or plan.headers_out or plan.hold_headers:
             sync_context = HeadersContext(sync_context, plan)
         return sync_context
 
@@ -225,7 +233,7 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                 request = Requests(request, trip, act)
             if on_loop:
                 handler_context = context
-                if trip is not None or plan.headers_out:
+                if trip is not None or plan.headers_out or plan.hold_headers:
                     handler_context = FaultContext(context, plan, act)
                 if after:
                     handler_context = self._held(plan, handler_context, context, after, held)

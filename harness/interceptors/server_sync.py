@@ -22,7 +22,7 @@ import grpc
 from harness.core.gate import Outcome
 from harness.core.safety import EmergencyStop
 from harness.core.settings import SettingsError
-from harness.interceptors._fault_steps import HeadersContext, Step
+from harness.interceptors._fault_steps import HeadersContext, Step, release
 from harness.interceptors._server_pipeline import (
     CallPlan,
     ServerInterceptorBase,
@@ -92,8 +92,17 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
 
     def _answered(self, after: tuple[Step, ...], plan: CallPlan, context) -> bool:
         """The handler answered: perform the steps after it (a delay's, an `@served` fault's) unless the fault may
-        no longer act; False when the caller left during a wait."""
-        return self._act(after, plan, context) if self.core.answered(plan) else True
+        no longer act, or the caller left while the handler worked (a sync handler runs on: an `@served` fault
+        then never acts, as on grpc.aio, whose handler is cancelled); False when the caller left during a wait."""
+        acts = context.is_active() and self.core.answered(plan)
+        going = self._act(after, plan, context) if acts else True
+        held = release(plan)  # the handler's headers an `@served` fault held: with its answer (an abort raised)
+        if held and not plan.headers_out:
+            try:
+                context.send_initial_metadata(held)
+            except Exception:  # noqa: BLE001 - already sent, or the call is gone
+                pass
+        return going
 
     def _requests(self, source, plan: CallPlan, context):
         """The request stream as the handler reads it, counted for the call's `@read` tripwire."""
@@ -143,7 +152,7 @@ class SyncFaultServerInterceptor(ServerInterceptorBase, grpc.ServerInterceptor):
         """(request or request stream, context) as the handler gets them on a call with a fault."""
         if plan.trip is not None and plan.trip.reads:
             request = self._requests(request, plan, context)
-        if plan.trip is not None or plan.headers_out:
+        if plan.trip is not None or plan.headers_out or plan.hold_headers:
             context = HeadersContext(context, plan)
         return request, context
 

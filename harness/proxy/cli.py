@@ -3,8 +3,9 @@
 `drill proxy --upstream HOST:PORT` serves every method the upstream serves
 (`harness.proxy.forward`), with the same `FaultServerInterceptor` a Python service
 installs: the same gates (tenant, `x-fault-target` = `--service`, drill secret), hit
-formula, modes, mid-stream options, marker, limits, one-way stop (SIGUSR1, `drill
-stop`), metrics, spans and audit. Its options are `drill serve`'s where they apply.
+formula, modes, mid-stream options, `@served` (the call is forwarded and the
+upstream answers before the fault replaces its answer), marker, limits, one-way
+stop (SIGUSR1, `drill stop`), metrics, spans and audit. Its options are `drill serve`'s where they apply.
 With `--tap` it is a tap (contracts §17): injection off whatever the environment says, its metrics the hop's
 readings (a proxy records its calls whether or not it injects). It forwards
 only to its `--upstream`, never to an address a caller names, and binds

@@ -23,7 +23,9 @@ the wire. Exactness is the contract, each point an easy mistake in a generic pro
   `RECONNECT_MAX_MS`.
 
 The fault pipeline is not here: the proxy's server runs the interceptors' own
-(`FaultServerInterceptor`) around these handlers, exactly as a Python service does.
+(`FaultServerInterceptor`) around these handlers, exactly as a Python service does;
+for `@served` a handler here is the service's work (the upstream's answer, relayed),
+and the pipeline's context holds what it relays until the fault has acted.
 """
 
 from __future__ import annotations

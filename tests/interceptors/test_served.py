@@ -19,7 +19,7 @@ import pytest
 
 from harness.core.faults import Kind, is_hit
 from harness.core.safety import EmergencyStop
-from tests.conftest import drill_process, sample
+from tests.conftest import drill_process, sample, sample_sum
 from tests.interceptors import kinds as K
 from tests.interceptors.test_stream_faults import wait_for
 
@@ -139,9 +139,11 @@ def test_served_with_a_point_in_the_stream_is_refused_and_the_call_passes(server
 
 # --- a handler that fails, that trips the stop, that holds: servers of the test's own ----------------------------
 class _Own:
-    """A unary method `own.v1.Own/Do` whose behaviour the test picks per call by its request: `fail` (the service
+    """A unary method `own.v1.Own/Do` that sends its response headers first (`x-own-head`), then does what the test
+    picks per call by its request: `fail` (the service
     answers FAILED_PRECONDITION, with a trailer), `raise` (it raises), `trip` (it trips the stop meanwhile), `hold`
-    (it waits for `release`, at most 10 s); anything else: it answers the request."""
+    (it waits for `release`, at most 10 s), `gone` (it answers once the call has ended, at most 10 s); anything else:
+    it answers the request."""
 
     def __init__(self, stop: EmergencyStop) -> None:
         self.stop = stop
@@ -150,9 +152,14 @@ class _Own:
         self.done: list[bytes] = []
 
     def sync(self, request, context):
+        context.send_initial_metadata((("x-own-head", request.decode()),))  # every answer has headers of its own
         if request == b"hold":
             self.holding.set()
             self.release.wait(10)
+        if request == b"gone":  # answers once its caller has left
+            ended = threading.Event()
+            context.add_callback(ended.set)
+            ended.wait(10)
         self.done.append(request)
         if request == b"trip":
             self.stop.trip("test")
@@ -164,9 +171,14 @@ class _Own:
         return b"ok:" + request
 
     async def aio(self, request, context):
+        await context.send_initial_metadata((("x-own-head", request.decode()),))
         if request == b"hold":
             self.holding.set()
             await asyncio.to_thread(self.release.wait, 10)
+        if request == b"gone":
+            ended = asyncio.Event()
+            context.add_done_callback(lambda _: ended.set())
+            await asyncio.wait_for(ended.wait(), 10)
         self.done.append(request)
         if request == b"trip":
             self.stop.trip("test")
@@ -177,20 +189,46 @@ class _Own:
             raise RuntimeError("own")
         return b"ok:" + request
 
+    def feed_sync(self, request, context):
+        """Server-streaming `Feed`: two messages, then the service fails on its own."""
+        yield b"one"
+        yield b"two"
+        self.done.append(b"feed")
+        context.set_trailing_metadata((("x-own", "fed"),))
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "own failure")
+
+    async def feed_aio(self, request, context):
+        yield b"one"
+        yield b"two"
+        self.done.append(b"feed")
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "own failure", (("x-own", "fed"),))
+
+    async def passing_aio(self, request, context):
+        """`Pass`: the service fails passing its trailers to abort itself (grpc.aio's third argument)."""
+        self.done.append(b"pass")
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "own failure", (("x-own", "passed"),))
+
     def handler(self, flavour: str) -> grpc.GenericRpcHandler:
-        fn = self.aio if flavour == "aio" else self.sync
-        return grpc.method_handlers_generic_handler("own.v1.Own", {"Do": grpc.unary_unary_rpc_method_handler(fn)})
+        on_loop = flavour == "aio"
+        methods = {
+            "Do": grpc.unary_unary_rpc_method_handler(self.aio if on_loop else self.sync),
+            "Feed": grpc.unary_stream_rpc_method_handler(self.feed_aio if on_loop else self.feed_sync),
+        }
+        if on_loop:
+            methods["Pass"] = grpc.unary_unary_rpc_method_handler(self.passing_aio)
+        return grpc.method_handlers_generic_handler("own.v1.Own", methods)
 
 
-def _do(port: int, request: bytes, directive: str, rid: str, timeout: float = 10) -> tuple[str, str, dict]:
-    """(status, details or the answer, trailers) of one call."""
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+def _do(port: int, request: bytes, directive: str, rid: str, timeout: float = 10, options=()) -> tuple:
+    """(status, details or the answer, trailers, headers) of one call."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as ch:
         try:
             reply, call = ch.unary_unary("/own.v1.Own/Do").with_call(request, metadata=K.drill_md(directive, rid),
                                                                      timeout=timeout)  # fmt: skip
-            return "OK", reply.decode(), dict(call.trailing_metadata() or ())
+            return "OK", reply.decode(), dict(call.trailing_metadata() or ()), dict(call.initial_metadata() or ())
         except grpc.RpcError as err:
-            return err.code().name, err.details(), dict(err.trailing_metadata() or ())
+            return (err.code().name, err.details(), dict(err.trailing_metadata() or ()),
+                    dict(err.initial_metadata() or ()))  # fmt: skip
 
 
 @pytest.mark.parametrize("flavour", ["aio", "aio-sync", "sync"])
@@ -210,6 +248,36 @@ def test_the_services_own_failure_is_an_answer_the_fault_replaces(flavour):
 
 
 @pytest.mark.parametrize("flavour", ["aio", "aio-sync", "sync"])
+def test_a_stream_whose_service_fails_after_its_messages_gets_the_fault_with_its_trailers(flavour):
+    own = _Own(EmergencyStop())
+    with K.server(flavour, K.settings(f"own-feed-{flavour}"), handler=own.handler(flavour)) as (port, _):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            call = ch.unary_stream("/own.v1.Own/Feed")(b"", metadata=K.drill_md("abort:UNAVAILABLE@served", "feed"),
+                                                       timeout=10)  # fmt: skip
+            got = []
+            with pytest.raises(grpc.RpcError) as err:
+                for item in call:
+                    got.append(item)
+    trailers = dict(err.value.trailing_metadata() or ())
+    assert (got, err.value.code(), err.value.details()) == ([b"one", b"two"], grpc.StatusCode.UNAVAILABLE,
+                                                             "injected fault: UNAVAILABLE")  # fmt: skip
+    assert (trailers["x-drill-fault"], trailers.get("x-own")) == ("abort", "fed")
+    assert own.done == [b"feed"]
+
+
+def test_trailers_a_service_passes_to_its_own_abort_go_out_with_the_fault():
+    own = _Own(EmergencyStop())
+    with K.server("aio", K.settings("own-pass"), handler=own.handler("aio")) as (port, _):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            with pytest.raises(grpc.RpcError) as err:
+                ch.unary_unary("/own.v1.Own/Pass")(b"", metadata=K.drill_md("abort:INTERNAL@served", "p"), timeout=10)
+    trailers = dict(err.value.trailing_metadata() or ())
+    assert err.value.code() is grpc.StatusCode.INTERNAL
+    assert (trailers["x-drill-fault"], trailers.get("x-own")) == ("abort", "passed")
+    assert own.done == [b"pass"]
+
+
+@pytest.mark.parametrize("flavour", ["aio", "aio-sync", "sync"])
 def test_a_stop_tripped_while_the_service_works_lets_its_answer_pass_unmarked(flavour):
     stop = EmergencyStop()
     own = _Own(stop)
@@ -217,6 +285,7 @@ def test_a_stop_tripped_while_the_service_works_lets_its_answer_pass_unmarked(fl
     with K.server(flavour, K.settings(service), stop=stop, handler=own.handler(flavour)) as (port, _):
         got = _do(port, b"trip", "abort:UNAVAILABLE@served", "s1")
     assert got[:2] == ("OK", "ok:trip") and "x-drill-fault" not in got[2]
+    assert got[3].get("x-own-head") == "trip"  # the headers it held went out with the answer
     none = dict(service=service, grpc_method="own.v1.Own/Do", grpc_status="OK", traffic="drill", fault_mode="none")
     assert wait_for(lambda: sample("drill_server_calls_total", **none) == 1)
     # it was a hit when the call began (counted and audited there, as `drill hits` predicts), and never acted
@@ -243,3 +312,66 @@ def test_a_served_fault_holds_its_active_slot_while_the_service_works(flavour):
     assert box["first"][:2] == ("INTERNAL", "injected fault: INTERNAL")
     skipped = dict(service=service, grpc_method="own.v1.Own/Do", reason="max_active")
     assert sample("drill_fault_skipped_total", **skipped) == 1
+
+
+#: gRPC's own retry policy (gRFC A6): up to 4 attempts on UNAVAILABLE, quickly.
+RETRY = (("grpc.enable_retries", 1), ("grpc.service_config", json.dumps({"methodConfig": [{
+    "name": [{"service": "own.v1.Own"}], "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.01s",
+    "maxBackoff": "0.05s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})))  # fmt: skip
+
+
+@pytest.mark.parametrize("flavour", ["aio", "aio-sync", "sync"])
+def test_a_retry_policy_retries_a_served_abort_and_each_retry_is_work_the_service_does_again(flavour):
+    """A service that sends its headers before its answer: an `@served` fault holds them and drops them when it
+    ends the call, so the caller gets a trailers-only UNAVAILABLE, which gRPC retries (4 attempts, 4 times the
+    work); with `@headers=sent` they go out first, with the marker, and the call is not retried (gRFC A6); with a
+    plain abort every attempt is refused before the service sees it."""
+    own = _Own(EmergencyStop())
+    with K.server(flavour, K.settings(f"own-retry-{flavour}"), handler=own.handler(flavour)) as (port, _):
+        plain = _do(port, b"plain", "abort:UNAVAILABLE", "t1", options=RETRY)
+        served = _do(port, b"served", "abort:UNAVAILABLE@served", "t2", options=RETRY)
+        headers = _do(port, b"headers", "abort:UNAVAILABLE@served@headers=sent", "t3", options=RETRY)
+    assert [c[0] for c in (plain, served, headers)] == ["UNAVAILABLE"] * 3
+    assert (own.done.count(b"plain"), own.done.count(b"served"), own.done.count(b"headers")) == (0, 4, 1)
+    assert "x-own-head" not in served[3] and served[2]["x-drill-fault"] == "abort"
+    assert (headers[3]["x-own-head"], headers[3]["x-drill-fault"]) == ("headers", "abort")
+
+
+@pytest.mark.parametrize("flavour", ["aio", "sync"])
+def test_a_served_call_has_the_span_of_any_fault(flavour):
+    """One SERVER span over the service's work and the fault: the hit, its mode, and the status the caller got."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from harness.core.tracing import HarnessTracer
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = HarnessTracer(provider.get_tracer("test"))
+    with K.server(flavour, K.settings(f"served-span-{flavour}"), tracer=tracer) as (port, log):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            seen = K.call(ch, Kind.UNARY, K.drill_md("abort:UNAVAILABLE@served", "span-1"))
+        assert wait_for(lambda: len(exporter.get_finished_spans()) == 1)
+    (span,) = exporter.get_finished_spans()
+    assert (seen.code, len(log.times("span-1", "end"))) == ("UNAVAILABLE", 1)
+    attrs = dict(span.attributes)
+    assert (attrs["drill.fault.mode"], attrs["drill.fault.hit"], attrs["drill.request_id"]) == ("abort", True, "span-1")
+    assert attrs["rpc.grpc.status_code"] == "UNAVAILABLE"
+
+
+@pytest.mark.parametrize("flavour", ["aio", "sync"])
+def test_a_caller_that_leaves_while_the_service_works_is_not_faulted(flavour):
+    """The fault acts once the service has answered; a caller gone by then (its deadline passed) gets nothing, and
+    the call is recorded with fault_mode none, as a stream that ends before its point. (The handler answers once
+    its call has ended: a sync handler runs on to its end; grpc.aio cancels its coroutine.)"""
+    own = _Own(EmergencyStop())
+    service = f"own-gone-{flavour}"
+    labels = dict(service=service, grpc_method="own.v1.Own/Do", traffic="drill")
+    with K.server(flavour, K.settings(service), handler=own.handler(flavour)) as (port, _):
+        got = _do(port, b"gone", "abort:UNAVAILABLE@served", "gone", timeout=0.3)
+        assert wait_for(lambda: sample_sum("drill_server_calls_total", **labels) == 1)
+    assert (got[0], own.done) == ("DEADLINE_EXCEEDED", [b"gone"] if flavour == "sync" else [])
+    assert sample_sum("drill_server_calls_total", fault_mode="none", **labels) == 1
+    assert sample_sum("drill_server_calls_total", fault_mode="abort", **labels) == 0

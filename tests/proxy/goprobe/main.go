@@ -1,6 +1,7 @@
 // A gRPC service in Go (grpc-go from Debian's packages), for the proxy's tests: the probe.v1.Probe service of ../probe.proto,
 // with no generated code (a byte codec and the five fields parsed by hand), and a record of
-// what it saw of each call for Seen to report. grpc-go tells a caller's half-close (Recv returns io.EOF) from
+// what it saw of each call for Seen to report (what it did too: "answered", "failed", "wrote", "done", "end"), so a
+// test counts the calls the service itself handled. grpc-go tells a caller's half-close (Recv returns io.EOF) from
 // its cancel (Recv returns a Canceled error), which is what the proxy must keep apart.
 //
 // Usage: goprobe PORT-FILE [PORT]. Binds 127.0.0.1 on PORT (default: one the kernel picks) and writes it to
@@ -173,6 +174,7 @@ func echo(_ interface{}, s grpc.ServerStream) error {
 	}
 	switch m.Mode {
 	case "fail": // headers first, then an error with details and a trailer
+		note(m.ID, "failed")
 		s.SetTrailer(metadata.Pairs("x-probe-trailer", "t-"+m.ID))
 		detail := &any.Any{TypeUrl: "type.googleapis.com/probe.v1.Msg", Value: (&Msg{ID: m.ID}).Marshal()}
 		st := &spb.Status{Code: int32(codes.FailedPrecondition), Message: "probe failed " + m.ID, Details: []*any.Any{detail}}
@@ -188,6 +190,7 @@ func echo(_ interface{}, s grpc.ServerStream) error {
 		return ctx.Err()
 	}
 	s.SetTrailer(metadata.Pairs("x-probe-trailer", "ok-"+m.ID))
+	note(m.ID, "answered")
 	return send(s, m)
 }
 
@@ -219,6 +222,7 @@ func repeat(_ interface{}, s grpc.ServerStream) error {
 		}
 		note(m.ID, "wrote")
 	}
+	note(m.ID, "done")
 	return nil
 }
 
