@@ -66,13 +66,14 @@ def test_naive_retries_storm_the_go_leaf_and_throttled_holds(tmp_path):
         assert hits["as_planned"] and hits["observed_subset_of_expected"] and hits["observed"] > 0, hits
     assert naive["breached"] and not throttled["breached"], (naive["breached"], throttled["breached"])
     # amplification at each hop, over the fault window (all traffic ÷ the edge's first attempts, 60/s):
-    # - naive: every drill attempt fails, and 4 attempts fit in the 1-s deadline whatever the queue (each ≤ 10 ms of
-    #   work + 160 ms in the leaf's full queue + 50 ms of backoff; a refused one is quicker), so each drill call is
-    #   ≥ 4 attempts: ≥ (40 + 4 × 20) / 60 = 2.0, at the tap after the edge and at the leaf alike
+    # - naive: every drill attempt fails, and the first one fails within one pass through the chain (the leaf's
+    #   full queue, 160 ms, and its 10 ms), well inside the call's 1-s deadline, so grpc-go retries every drill call
+    #   at least once: ≥ (40 + 2 × 20) / 60 = 1.33, at the tap after the edge and at the leaf alike. (How many more
+    #   of the 5 attempts fit depends on the hops' latency on the box: 2.13-2.30 in the saved run.)
     # - throttled: retries stop once the bucket is at half (5 of 10 tokens) and it loses ≥ 20 − 40 × 0.1 = 16 tokens
     #   a second while the fault is on: at most a handful of retries (≤ 10) in 8 s × 60 calls/s, ≤ 1.03
     for hop in ("node", "leaf"):
-        assert naive["amplification_by_hop"][hop] >= 2.0, naive["amplification_by_hop"]
+        assert naive["amplification_by_hop"][hop] >= 1.33, naive["amplification_by_hop"]
         assert throttled["amplification_by_hop"][hop] <= 1.03, throttled["amplification_by_hop"]
     assert naive["success_rate_by_traffic"]["organic"] < 0.95  # the spill: organic users lost calls
     # @served: the leaf did the work of the calls the proxy then failed. Its own log holds more drill calls it served
