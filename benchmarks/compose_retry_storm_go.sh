@@ -7,7 +7,7 @@
 #   3. `down -v`
 # Usage, from the repository root, on committed code (the transcript names the commit):
 #   bash benchmarks/compose_retry_storm_go.sh > benchmarks/results/compose-retry-storm-go-$(git rev-parse --short HEAD).txt 2>&1
-# On a machine without Docker Hub, with local stand-ins of the base images (../shared/tools/docker-standin.sh):
+# On a machine without Docker Hub, with a local stand-in of the base image under its tag:
 # PYTHON_IMAGE=python:3.11.13-slim-bookworm. It removes the containers and volumes it created.
 set -uo pipefail
 cd "$(dirname "$0")/.."
