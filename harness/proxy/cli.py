@@ -6,7 +6,9 @@ installs: the same gates (tenant, `x-fault-target` = `--service`, drill secret),
 formula, modes, mid-stream options, `@served` (the call is forwarded and the
 upstream answers before the fault replaces its answer), marker, limits, one-way
 stop (SIGUSR1, `drill stop`), metrics, spans and audit. Its options are `drill serve`'s where they apply.
-It forwards only to its `--upstream`, never to an address a caller names, and binds
+With `--tap` it is a tap (contracts §17): injection off whatever the environment says, its metrics the hop's
+readings (a proxy records its calls whether or not it injects). It forwards
+only to its `--upstream`, never to an address a caller names, and binds
 127.0.0.1 unless told otherwise. Each method's kind is read once at start
 (`method_kinds`, through `harness.protos`); once serving it runs as `drill serve`
 does, until SIGINT or SIGTERM (`harness.demo.lifecycle`).
@@ -59,6 +61,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--service", default=os.environ.get("DRILL_SERVICE", "drill"),
                    help="the upstream's service name (labels, x-fault-target)")  # fmt: skip
     p.add_argument("--enable-faults", action="store_true", help="turn the fault switch on (else DRILL_FAULT_ENABLED)")
+    p.add_argument("--tap", action="store_true",
+                   help="a tap: per-hop readings for a service that exports none of ours (the same metrics under "
+                   "--service: calls, attempts, latency and codes by traffic); injection off whatever "
+                   "DRILL_FAULT_ENABLED says, no drill secret needed")  # fmt: skip
     p.add_argument("--seed", type=cliargs.seed, default=None,
                    help="hit seed (else DRILL_FAULT_SEED / DRILL_FAULT_DRILL_ID)")  # fmt: skip
     p.add_argument("--descriptor-set", default=None,
@@ -152,6 +158,11 @@ async def _proxy(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.tap:
+        if args.enable_faults:
+            raise BadInput("proxy: --tap injects nothing: drop --enable-faults (or --tap)")
+        # off in the environment every settings read sees, its --workers' processes included (they inherit it)
+        os.environ["DRILL_FAULT_ENABLED"] = "0"
     if args.workers > 1:
         if args.descriptor_set or args.proto:  # bad input (a missing file, both given) once, not per worker
             method_kinds(args)

@@ -10,6 +10,10 @@ from harness.core import limits as lim
 from harness.drills.plan.base import HOP_NAME, Section
 from harness.drills.plan.links import StackLink, check_links
 
+#: The most processes a stack may ask the runner to start per trial (a chain of a dozen hops with a tap or proxy
+#: beside each is 24: a bound on what one trial may leave to clean up, not a limit of the design)
+MAX_PROCESSES = 24
+
 #: What an edge field that does not match its pattern should look like, in words (for error lines)
 EDGE_FORMS = {"address": "expected HOST:PORT", "method": "expected a full method name, package.Service/Method"}
 
@@ -51,6 +55,9 @@ class StackHop(Section):
     metrics: list[str] = Field(default_factory=list)
     #: or a PromQL label selector read from `stack.prometheus` after each trial, e.g. {namespace="d", app="x"}
     selector: str | None = Field(None, pattern=r"^\{.*\}$")
+    #: a tap (`drill proxy --tap`): injection off by design, it forwards the drill's keys untouched, so the
+    #: preflight does not ask it to inject even in front of the target; its readings are the hop's
+    tap: bool = False
 
     @model_validator(mode="after")
     def _one_source(self) -> StackHop:
@@ -153,6 +160,40 @@ class ProxyFront(Section):
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
 
+class ProcessReady(Section):
+    """When a process the runner started serves: a TCP port on 127.0.0.1 accepts connections, or a file exists
+    (a path in the trial's output folder, the process's working directory, unless absolute). One of the two."""
+
+    port: int | None = Field(None, ge=1, le=lim.MAX_PORT)
+    file: str | None = Field(None, min_length=1)
+    #: how long it may take before the trial fails (exit 1)
+    timeout_s: float = Field(30.0, gt=0, le=lim.MAX_WAIT_S)
+
+    @model_validator(mode="after")
+    def _one(self) -> ProcessReady:
+        if (self.port is None) == (self.file is None):
+            raise ValueError("ready: give port (a TCP port on 127.0.0.1) or file (a path it writes once serving)")
+        return self
+
+
+class StackProcess(Section):
+    """A local process the runner starts before each trial, in list order, and stops (its process group) after.
+
+    `command` runs under /bin/sh in the trial's output folder (its output is NAME.log there) with `DRILL_CONFIG`
+    (the configuration's name: what switches it, e.g. `-service-config $DRILL_PLAN_DIR/$DRILL_CONFIG.json`),
+    `DRILL_TRIAL`, `DRILL_PLAN_DIR` (the plan file's folder), `DRILL_OUT` (the trial's output folder),
+    `DRILL_PYTHON` (the Python running the drill: `"$DRILL_PYTHON" -m harness.cli proxy …` is this drill) and
+    `env` in its environment."""
+
+    name: str = Field(min_length=1, pattern=HOP_NAME)
+    command: str = Field(min_length=1)
+    ready: ProcessReady
+    env: dict[str, str] = Field(default_factory=dict)
+    #: its log holds the drill's audit lines (a `drill proxy` with injection on, a `drill serve`): without
+    #: `stack.audit`, the trial's hits are the `fault_hit` lines of these processes' logs
+    audit: bool = False
+
+
 class Stack(Section):
     """Services the runner did not start: the edge, the hops' series, the configurations' switches."""
 
@@ -175,6 +216,9 @@ class Stack(Section):
     proxy: ProxyFront | None = None
     #: `drill link`s the runner starts for each trial in front of replicas (the stack's callers dial their ports)
     links: tuple[StackLink, ...] = ()
+    #: local processes the runner starts before each trial, in this order, and stops after it (a chain of
+    #: services in any language, proxies and taps: harness.drills.stack.processes)
+    processes: tuple[StackProcess, ...] = Field((), max_length=MAX_PROCESSES)
 
     @model_validator(mode="before")
     @classmethod
@@ -216,6 +260,12 @@ class Stack(Section):
             raise ValueError(f"configuration names must be unique: {configs}")
         if (any(h.selector for h in self.hops) or (self.load and self.load.selector)) and not self.prometheus:
             raise ValueError("a selector (hops or load) needs stack.prometheus (the Prometheus to read it from)")
+        procs = [p.name for p in self.processes]
+        if len(set(procs)) != len(procs):
+            raise ValueError(f"process names must be unique: {procs}")
+        ports = [p.ready.port for p in self.processes if p.ready.port is not None]
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"processes: two processes are ready on the same port: {sorted(ports)}")
         if self.proxy is not None:
             px = self.proxy
             if self.edge.address != px.address:

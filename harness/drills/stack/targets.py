@@ -373,6 +373,10 @@ def port_taken(port: int, host: str = "127.0.0.1") -> str | None:
 def target_for(plan: Plan, log=print) -> DrillTarget:
     if plan.stack is None:
         return LocalTopology(plan, log)
+    if plan.stack.processes:  # a chain the runner starts per trial (it builds on RunningStack: imported here)
+        from harness.drills.stack.processes import ChainedStack
+
+        return ChainedStack(plan, log)
     return RunningStack(plan.stack, log, seed=plan.seed, tenant=plan.fault.tenant)
 
 

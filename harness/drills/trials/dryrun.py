@@ -24,6 +24,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 
 from harness.core.faults import is_hit
@@ -79,7 +80,8 @@ def head(plan: Plan, *, command: str | None = None, asks_prometheus: bool = Fals
     ph, tr, f = plan.phases, plan.traffic, plan.fault
     command = command or f"drill run {plan.name}"
     but = [w for w, on in (("a Prometheus, for the guards", asks_prometheus),
-                           ("the stack's drill proxy, for the checks", plan.stack is not None and plan.stack.proxy))
+                           ("the stack's drill proxy, for the checks", plan.stack is not None and plan.stack.proxy),
+                           ("the stack's processes, for the checks", plan.stack is not None and plan.stack.processes))
            if on]  # fmt: skip
     started = f"nothing was started (but {' and '.join(but)})" if but else "nothing was started"
     probe = plan.stack is not None and any(v.fault.directive for v in plan.variants)
@@ -215,9 +217,15 @@ def _not_run(plan: Plan, prometheus: str, grafana: str | None) -> list[str]:
     return out
 
 
-def _duration_line(plan: Plan) -> str:
+def _duration_line(plan: Plan, chain_s: float | None = None) -> str:
+    """`chain_s`: how long the stack's processes took to start in this dry run (a chain the runner starts)."""
     n = len(trial_order(plan))
     phases = n * plan.phases.total
+    if chain_s is not None and not any(c.switch for c in plan.stack.configs):
+        per = plan.phases.total + chain_s + LOCAL_TRIAL_OVERHEAD_S
+        return (f"duration  about {_duration(n * per)}: {n} trial{'s' if n > 1 else ''} × ({plan.phases.total:g} s of "
+                f"phases + {chain_s:.0f} s to start the chain, as it took here, + ~{LOCAL_TRIAL_OVERHEAD_S:g} s to "
+                "start the load, stop and read)")  # fmt: skip
     if plan.stack is None:
         return (f"duration  about {_duration(phases + n * LOCAL_TRIAL_OVERHEAD_S)}: {n} trial{'s' if n > 1 else ''} × "
                 f"({plan.phases.total:g} s of phases + ~{LOCAL_TRIAL_OVERHEAD_S:g} s to start and stop the chain)")
@@ -249,33 +257,41 @@ def dry_run(plan: Plan, preflight: Preflight, *, prometheus: str, grafana: str |
             preflight.sources(prom.url)
     else:
         preflight.sources(run_url)
-    if plan.stack is not None:
-        asyncio.run(_stack(preflight))
+    chain_s = asyncio.run(_stack(preflight)) if plan.stack is not None else None
     for c in _not_run(plan, prometheus, grafana):
         say(f"  --  {c}")
     say("")
-    say(_duration_line(plan))
+    say(_duration_line(plan, chain_s))
 
 
-async def _stack(preflight: Preflight) -> None:
+async def _stack(preflight: Preflight) -> float | None:
+    """The stack's checks; how long its processes took to start, when the plan has them (None otherwise)."""
     plan = preflight.plan
-    if plan.stack.proxy is None:
+    if plan.stack.proxy is None and not plan.stack.processes:
         await preflight.wait_edge()
         await preflight.stack()
-        return
-    # the edge is the proxy a run starts for each trial: started for these checks and stopped after (no call
-    # carries a directive in a dry run), so they read what a trial would: its /metrics, the service behind it
-    from harness.drills.stack.targets import RunningStack, StackError
+        return None
+    # the edge is a proxy or a chain of processes a run starts for each trial: started (the chain with the first
+    # configuration) for these checks and stopped after (no call carries a directive in a dry run), so they read
+    # what a trial would: its /metrics, the services behind it
+    from harness.core.errors import RunFailed
+    from harness.drills.stack.targets import target_for
 
-    target = RunningStack(plan.stack, lambda text: preflight.say(f"        {text} (for the checks, stopped after)"),
-                          seed=plan.seed, tenant=plan.fault.tenant)  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="drill-dry-proxy-") as tmp:
+    say = lambda text: preflight.say(f"        {text} (for the checks, stopped after)")  # noqa: E731
+    target = target_for(plan, say)
+    with tempfile.TemporaryDirectory(prefix="drill-dry-stack-") as tmp:
         try:
-            await asyncio.to_thread(target.start_proxy, pathlib.Path(tmp))
-        except StackError as exc:
-            preflight.fail(str(exc), 1)
-        try:
+            try:
+                started = time.monotonic()
+                if plan.stack.processes:
+                    await asyncio.to_thread(target.chain.start, plan.variants[0].name, 1, pathlib.Path(tmp), say)
+                chain_s = time.monotonic() - started if plan.stack.processes else None
+                if plan.stack.proxy is not None:
+                    await asyncio.to_thread(target.start_proxy, pathlib.Path(tmp))
+            except RunFailed as exc:  # a process or the proxy that did not start: its one line
+                preflight.fail(str(exc), 1)
             await preflight.wait_edge()
             await preflight.stack()
         finally:
             await target.down()
+    return chain_s

@@ -393,6 +393,11 @@ class Preflight:
         gates = Gates.parse(text)
         series = len(reduce_text(text, config=None, service=name, edge=False))
         svc = f"hop {name}: the service at {url}"
+        if self.plan.stack.hops[index].tap:  # `drill proxy --tap`: forwards every key; injecting is not its job
+            on = any(gates.switch.values())
+            (self.warn if on else self.ok)(f"hop {name}: {url} answers ({series} drill series), a tap: injection "
+                                           f"{'ON (a tap is meant to inject nothing)' if on else 'off'}")  # fmt: skip
+            return
         matters = self._must_inject(index, variants)
         targeted = any(v.fault.directive and v.fault.target == name for v in variants)
         if not gates.switch:
