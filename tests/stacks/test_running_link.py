@@ -127,3 +127,47 @@ def test_expect_on_a_running_link_is_refused_in_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and lines[-1].startswith("drill: "), proc.stderr[-2000:]
     assert "fault.link.expect needs a link the runner starts" in lines[-1] and "Traceback" not in proc.stderr
+
+
+def test_a_guards_trip_removes_the_toxic_on_a_running_link_and_none_is_set_again(tmp_path):
+    """A toxic of the plan's name left on the link (an earlier run that died mid-fault) is removed when the trial
+    starts; the guard's one-way stop removes the one the trial set, and the fault is not set again that trial."""
+    import asyncio
+
+    from harness.drills.plan.links import LinkFault
+    from harness.drills.stack.links import TrialLinks
+
+    procs = []
+    try:
+        ledger = start_serve("ledger-1", ["--port", "0", "--metrics-port", "0", "--service", "ledger"], tmp_path)
+        procs.append(ledger.proc)
+        link = start_serve("link", ["--upstream", ledger.address, "--port", "0", "--name", "ledger-1",
+                                    "--admin-port", "0"], tmp_path, command="link")  # fmt: skip
+        procs.append(link.proc)
+        admin = f"http://127.0.0.1:{json.loads(link.ready_file.read_text())['admin_port']}"
+        fault = LinkFault(link="ledger-1", toxic="timeout", attributes={"timeout": 0})
+        toxics = f"{admin}/proxies/ledger-1/toxics"
+        left = urllib.request.Request(toxics, data=json.dumps(fault.toxic_json()).encode(), method="POST")
+        urllib.request.urlopen(left, timeout=5).close()
+        assert [t["name"] for t in json.loads(_get(toxics))] == [fault.toxic_json()["name"]]
+        said: list[str] = []
+
+        async def trial() -> list[list[str]]:
+            links = TrialLinks((StackLink(name="ledger-1", hop="ledger", replica=1, admin=admin),), fault,
+                               seed=1, tenant="tenant-drill", log=said.append)  # fmt: skip
+            seen = []
+            await links.start_stack()
+            seen.append([t["name"] for t in json.loads(_get(toxics))])  # the leftover is gone
+            links.fault_on()
+            seen.append([t["name"] for t in json.loads(_get(toxics))])
+            links.stop("guard")
+            seen.append([t["name"] for t in json.loads(_get(toxics))])
+            links.fault_on()  # after the one-way stop: not set again
+            seen.append([t["name"] for t in json.loads(_get(toxics))])
+            await links.close()
+            return seen
+
+        name = fault.toxic_json()["name"]
+        assert asyncio.run(trial()) == [[], [name], [], []], said
+    finally:
+        stop_processes(procs)
