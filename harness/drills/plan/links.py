@@ -36,15 +36,30 @@ class TopologyLink(Section):
 
 
 class StackLink(Section):
-    """A link the runner starts for each trial on 127.0.0.1:`port`, relaying to `upstream` (one replica of `hop`).
+    """A link the runner starts for each trial on 127.0.0.1:`port`, relaying to `upstream` (one replica of `hop`);
+    or, with `admin`, a `drill link` already running (a compose service, a sidecar) that the runner drives
+    through its admin API (Toxiproxy's): `name` is the link's name there, and `upstream`/`port` are its own.
 
-    The stack's caller must already dial `port` for that replica (its own configuration says so)."""
+    The stack's caller must already dial `port` (or the running link) for that replica (its own configuration
+    says so)."""
 
     name: str = Field(pattern=LINK_NAME, max_length=64)
     hop: str = Field(pattern=HOP_NAME)
     replica: int = Field(0, ge=0, le=lim.MAX_REPLICAS - 1)
-    upstream: str = Field(pattern=r"^[^\s:]+:\d+$")
-    port: int = Field(ge=1, le=lim.MAX_PORT)
+    upstream: str | None = Field(None, pattern=r"^[^\s:]+:\d+$")
+    port: int | None = Field(None, ge=1, le=lim.MAX_PORT)
+    #: the running link's admin API, `http://HOST:PORT` (its `--admin-port`); the runner starts no link then
+    admin: str | None = Field(None, pattern=r"^http://[^\s/:]+:\d+$")
+
+    @model_validator(mode="after")
+    def _started_or_running(self) -> StackLink:
+        if self.admin is None and (self.upstream is None or self.port is None):
+            raise ValueError(f"link {self.name!r}: give upstream and port (a link the runner starts), "
+                             "or admin (a running link's API)")  # fmt: skip
+        if self.admin is not None and (self.upstream is not None or self.port is not None):
+            raise ValueError(f"link {self.name!r}: admin names a running link: its upstream and port are its own "
+                             "(leave them out)")  # fmt: skip
+        return self
 
 
 class Expect(Section):

@@ -16,6 +16,12 @@ removed when it ends (`fault_on`/`fault_off`, from the runner's tick), the one-w
 
 The relay runs in user space: a blackhole (`timeout`) still ACKs at the TCP level, so it exercises HTTP/2
 keepalive, not TCP_USER_TIMEOUT or `tcp_retries2` (issue 48's kernel mode is not built).
+
+A stack link with `admin` is a `drill link` already running elsewhere (a compose service, a Kubernetes
+sidecar): the runner starts nothing and sets and removes the toxic through its admin API (`RunningLink`).
+Its connections live in that process, so the trial's summary counts nothing (None): the link's own /metrics
+do (`drill_link_connections_faulted_total`), and an `expect` on it is refused (detection is not observable
+through the API).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import asyncio
 import json
 import os
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 
 from harness.drills.plan.links import LinkFault, StackLink, TopologyLink
@@ -37,8 +45,58 @@ POLL_S = 0.02
 MODE = "user space"
 
 
+#: Seconds a running link's admin API may take to answer (a loopback or compose-network hop: milliseconds)
+ADMIN_TIMEOUT_S = 2.0
+
+
 class LinkStartError(RuntimeError):
     """A link could not start (its replica never served, or its port is taken); the target words it."""
+
+
+class RunningLink:
+    """A `drill link` (or Toxiproxy) already running, driven through its admin API: one link by name."""
+
+    def __init__(self, name: str, admin: str) -> None:
+        self.name, self.admin = name, admin.rstrip("/")
+
+    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+        """(status, JSON or None); `OSError` when the API cannot be reached. Blocking, bounded by ADMIN_TIMEOUT_S."""
+        data = json.dumps(body).encode() if body is not None else None
+        head = {"Content-Type": "application/json", "User-Agent": "drill-run"}
+        req = urllib.request.Request(f"{self.admin}{path}", data=data, method=method, headers=head)
+        try:
+            with urllib.request.urlopen(req, timeout=ADMIN_TIMEOUT_S) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        return status, (json.loads(raw) if raw else None)
+
+    def check(self, toxic: str | None) -> str:
+        """The link exists (its `upstream`); a toxic of the plan's name left by an earlier run is removed."""
+        try:
+            status, body = self.call("GET", f"/proxies/{self.name}")
+            if status != 200:
+                raise LinkStartError(f"link {self.name}: {self.admin} answered {status}: {body}")
+            if toxic is not None and any(t.get("name") == toxic for t in body.get("toxics") or ()):
+                self.call("DELETE", f"/proxies/{self.name}/toxics/{toxic}")
+        except (OSError, ValueError) as exc:
+            raise LinkStartError(f"link {self.name}: its admin API {self.admin} did not answer: {exc}") from None
+        return str(body.get("upstream"))
+
+    def set(self, toxic: dict) -> str | None:
+        """Set `toxic`; None when set, else why not (the API's answer)."""
+        return self._say("POST", f"/proxies/{self.name}/toxics", toxic, 200)
+
+    def remove(self, name: str) -> str | None:
+        """Remove the toxic `name`; None when removed (or already gone), else why not."""
+        return self._say("DELETE", f"/proxies/{self.name}/toxics/{name}", None, 204, 404)
+
+    def _say(self, method: str, path: str, body: dict | None, *ok: int) -> str | None:
+        try:
+            status, answer = self.call(method, path, body)
+        except (OSError, ValueError) as exc:
+            return f"{self.admin} did not answer: {exc}"
+        return None if status in ok else f"{self.admin} answered {status}: {answer}"
 
 
 class TrialLinks:
@@ -49,6 +107,8 @@ class TrialLinks:
         self.specs, self.fault, self.log = specs, fault, log
         self.set = LinkSet(seed=seed, drill_tenants=(tenant,))
         self.links: dict[str, Link] = {}
+        #: the running links (`stack.links[].admin`) by name
+        self.running: dict[str, RunningLink] = {}
         self.on_at: float | None = None  # unix seconds the toxic was set
         self.off_at: float | None = None
         #: every connection the toxic acted on → (organic, drill) streams it had opened when it began to
@@ -86,8 +146,19 @@ class TrialLinks:
             self.log(f"link {spec.name} 127.0.0.1:{link.port} -> {replica.name} (127.0.0.1:{port})")
 
     async def start_stack(self) -> None:
-        """Each `stack.links` entry on its port, relaying to its upstream."""
+        """Each `stack.links` entry on its port, relaying to its upstream; a running one (`admin`) checked."""
         for spec in self.specs:
+            if spec.admin is not None:
+                running = RunningLink(spec.name, spec.admin)
+                if self.fault is not None and self.fault.link == spec.name and self.fault.expect is not None:
+                    raise LinkStartError(f"link {spec.name}: fault.link.expect needs a link the runner starts (a "
+                                         "running link's connections are not observable through its API)")  # fmt: skip
+                toxic = self.fault.toxic_json()["name"] if self.fault is not None else None
+                upstream = await asyncio.to_thread(running.check, toxic)
+                self.running[spec.name] = running
+                self.log(f"link {spec.name} running, driven through {spec.admin} -> {upstream} "
+                         f"({spec.hop}-{spec.replica})")  # fmt: skip
+                continue
             await self._add(spec.name, f"127.0.0.1:{spec.port}", spec.upstream)
             self.log(f"link {spec.name} 127.0.0.1:{spec.port} -> {spec.upstream} ({spec.hop}-{spec.replica})")
 
@@ -104,8 +175,20 @@ class TrialLinks:
     def link(self) -> Link | None:
         return self.links.get(self.fault.link) if self.fault is not None else None
 
+    @property
+    def remote(self) -> RunningLink | None:
+        return self.running.get(self.fault.link) if self.fault is not None else None
+
     def fault_on(self) -> None:
         """Set the plan's toxic on its link (once per trial; not after the one-way stop)."""
+        remote = self.remote
+        if remote is not None:
+            if self.on_at is None and not self.set.stopped:
+                self.on_at = time.time()  # blocking, on the runner's loop: one request, at most ADMIN_TIMEOUT_S
+                why = remote.set(self.fault.toxic_json())
+                self.log(f"link {remote.name}: {self.fault.describe()} " + (f"NOT set: {why}" if why else
+                         f"set through {remote.admin}"))  # fmt: skip
+            return
         link = self.link
         if link is None or self.on_at is not None or self.set.stopped:
             return
@@ -135,6 +218,14 @@ class TrialLinks:
 
     def fault_off(self) -> None:
         """Remove the toxic (at the fault's end, or a guard's trip); what it touched is counted up to now."""
+        remote = self.remote
+        if remote is not None:
+            if self.on_at is not None and self.off_at is None:
+                self.off_at = time.time()
+                why = remote.remove(self.fault.toxic_json()["name"])
+                self.log(f"link {remote.name}: toxic " + (f"NOT removed: {why}" if why else
+                         f"removed through {remote.admin}"))  # fmt: skip
+            return
         link = self.link
         if link is None or self.on_at is None or self.off_at is not None:
             return
@@ -156,7 +247,7 @@ class TrialLinks:
         self.fault_off()
         self.set.stop(reason)
         self.stopped = reason
-        return f"every link toxic removed ({len(self.links)} link(s))"
+        return f"every link toxic removed ({len(self.links) + len(self.running)} link(s))"
 
     def _count(self) -> tuple[int, int]:
         organic = sum(c.h2.organic_count - o for c, (o, _) in self.touched.items())
@@ -164,8 +255,8 @@ class TrialLinks:
         return organic, drill
 
     def summary(self) -> dict | None:
-        """What results.json says of the trial's link fault (None without one)."""
-        if self.fault is None:
+        """What results.json says of the trial's link fault (None without one, or on a running link)."""
+        if self.fault is None or self.remote is not None:
             return None
         organic, drill = self._counts or self._count()
         detected = max(self.closed_s) if self.held_at_start and not self.held else None
@@ -185,4 +276,6 @@ class TrialLinks:
 
     async def close(self) -> None:
         self._stop_watching()
+        if self.remote is not None and self.on_at is not None and self.off_at is None:
+            await asyncio.to_thread(self.fault_off)  # a trial that ended inside its fault leaves no toxic set
         await self.set.close()

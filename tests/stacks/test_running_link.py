@@ -1,0 +1,173 @@
+"""`stack.links[].admin`: a `drill link` already running (as in compose/blackhole.yml), driven through its admin API.
+
+The stack: ledger-0 and ledger-1 (`drill serve`), a `drill link` process in front of ledger-1 started here (not by
+the runner), and account calling `LEDGER0,LINK` with keepalive-none (2-s deadline, no keepalive, round robin per
+replica). `drill run` sets the plan's blackhole on that link when the fault starts and removes it when it ends:
+the link's own /metrics count the connection it acted on, calls to the silent replica wait out their deadline
+during the fault, and no toxic is left on the link after the run. The plan's model refuses the mixed forms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+import yaml
+
+from harness.drills.plan.links import StackLink
+from harness.procs.spawn import start_serve, stop_processes
+from tests.conftest import ROOT
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.read().decode()
+
+
+def _faulted(metrics_url: str) -> float:
+    """drill_link_connections_faulted_total{link="ledger-1",toxic="timeout"} from the link's /metrics (0 if absent)."""
+    for line in _get(metrics_url).splitlines():
+        if line.startswith('drill_link_connections_faulted_total{link="ledger-1",toxic="timeout"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"admin": "http://127.0.0.1:8474", "port": 50052}, "its upstream and port are its own"),
+        ({"upstream": "127.0.0.1:50051"}, "give upstream and port"),
+        ({"admin": "127.0.0.1:8474"}, "should match pattern"),
+    ],
+)
+def test_a_stack_link_is_either_started_or_running(spec, words):
+    with pytest.raises(ValueError, match=words):
+        StackLink(name="ledger-1", hop="ledger", replica=1, **spec)
+
+
+@pytest.mark.slow
+def test_a_running_link_is_driven_through_its_admin_api(tmp_path):
+    serve = ["--port", "0", "--metrics-port", "-1", "--work-ms", "1"]
+    procs = []
+    try:
+        ledgers = [start_serve(f"ledger-{i}", [*serve, "--service", "ledger", "--instance-id", f"ledger-{i}"],
+                               tmp_path) for i in range(2)]  # fmt: skip
+        procs += [r.proc for r in ledgers]
+        link = start_serve("link", ["--upstream", ledgers[1].address, "--port", "0", "--name", "ledger-1",
+                                    "--admin-port", "0", "--metrics-port", "-1"], tmp_path, command="link")  # fmt: skip
+        procs.append(link.proc)
+        ready = json.loads(link.ready_file.read_text())
+        admin = f"http://127.0.0.1:{ready['admin_port']}"
+        metrics = f"http://127.0.0.1:{ready['metrics_port']}/metrics"
+        account = start_serve("account", [
+            *serve, "--service", "account", "--instance-id", "account-0",
+            "--downstream", f"{ledgers[0].address},127.0.0.1:{ready['link_port']}",
+            "--config", str(ROOT / "harness/configs/keepalive-none.yaml"),
+        ], tmp_path)  # fmt: skip
+        procs.append(account.proc)
+        plan = {
+            "name": "running-link",
+            "stack": {
+                "edge": {"address": account.address, "method": "drill.v1.Demo/Call"},
+                "hops": [{"name": "account", "metrics": [account.metrics_url]},
+                         {"name": "ledger", "metrics": [r.metrics_url for r in ledgers]}],
+                "links": [{"name": "ledger-1", "hop": "ledger", "replica": 1, "admin": admin}],
+            },  # fmt: skip
+            "traffic": {"organic_users": 2, "organic_rate": 10, "drill_users": 0, "timeout_s": 3},
+            "fault": {"link": {"link": "ledger-1", "toxic": "timeout", "attributes": {"timeout": 0}}},
+            "phases": {"warmup": 3, "fault": 4, "recovery": 2},
+            "slo": {"max_error_rate": 0.05, "hold_s": 2},
+        }
+        path = tmp_path / "running-link.yaml"
+        path.write_text(yaml.safe_dump(plan))
+        out = tmp_path / "out"
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(out), "--no-live"],
+            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == 0, said[-3000:]
+        assert "link ledger-1: timeout {timeout: 0} downstream set through " + admin in said, said[-3000:]
+        assert "link ledger-1: toxic removed through " + admin in said, said[-3000:]
+        # the toxic acted on account's open connection through the link (the link's own count, not the runner's)
+        assert _faulted(metrics) >= 1
+        # and is gone: the link relays again after the run
+        assert json.loads(_get(f"{admin}/proxies/ledger-1"))["toxics"] == []
+        r = json.loads((out / "results.json").read_text())
+        (config,) = r["configs"].values()
+        assert config["trials"][0].get("link") is None  # a running link's connections are its own to count
+    finally:
+        stop_processes(procs)
+
+
+@pytest.mark.slow
+def test_expect_on_a_running_link_is_refused_in_one_line(tmp_path):
+    plan = {
+        "name": "running-link-expect",
+        "stack": {
+            "edge": {"address": "127.0.0.1:1", "method": "drill.v1.Demo/Call"},
+            "hops": [{"name": "account", "metrics": ["http://127.0.0.1:1/metrics"]},
+                     {"name": "ledger", "metrics": ["http://127.0.0.1:1/metrics"]}],
+            "links": [{"name": "ledger-1", "hop": "ledger", "replica": 1, "admin": "http://127.0.0.1:1"}],
+        },  # fmt: skip
+        "fault": {"link": {"link": "ledger-1", "toxic": "timeout", "attributes": {"timeout": 0},
+                           "expect": {"detect_within_s": 2.5}}},  # fmt: skip
+        "phases": {"warmup": 1, "fault": 1, "recovery": 1},
+    }
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "out"), "--no-live"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and lines[-1].startswith("drill: "), proc.stderr[-2000:]
+    assert "fault.link.expect needs a link the runner starts" in lines[-1] and "Traceback" not in proc.stderr
+
+
+def test_a_guards_trip_removes_the_toxic_on_a_running_link_and_none_is_set_again(tmp_path):
+    """A toxic of the plan's name left on the link (an earlier run that died mid-fault) is removed when the trial
+    starts; the guard's one-way stop removes the one the trial set, and the fault is not set again that trial."""
+    import asyncio
+
+    from harness.drills.plan.links import LinkFault
+    from harness.drills.stack.links import TrialLinks
+
+    procs = []
+    try:
+        ledger = start_serve("ledger-1", ["--port", "0", "--metrics-port", "0", "--service", "ledger"], tmp_path)
+        procs.append(ledger.proc)
+        link = start_serve("link", ["--upstream", ledger.address, "--port", "0", "--name", "ledger-1",
+                                    "--admin-port", "0"], tmp_path, command="link")  # fmt: skip
+        procs.append(link.proc)
+        admin = f"http://127.0.0.1:{json.loads(link.ready_file.read_text())['admin_port']}"
+        fault = LinkFault(link="ledger-1", toxic="timeout", attributes={"timeout": 0})
+        toxics = f"{admin}/proxies/ledger-1/toxics"
+        left = urllib.request.Request(toxics, data=json.dumps(fault.toxic_json()).encode(), method="POST")
+        urllib.request.urlopen(left, timeout=5).close()
+        assert [t["name"] for t in json.loads(_get(toxics))] == [fault.toxic_json()["name"]]
+        said: list[str] = []
+
+        async def trial() -> list[list[str]]:
+            links = TrialLinks((StackLink(name="ledger-1", hop="ledger", replica=1, admin=admin),), fault,
+                               seed=1, tenant="tenant-drill", log=said.append)  # fmt: skip
+            seen = []
+            await links.start_stack()
+            seen.append([t["name"] for t in json.loads(_get(toxics))])  # the leftover is gone
+            links.fault_on()
+            seen.append([t["name"] for t in json.loads(_get(toxics))])
+            links.stop("guard")
+            seen.append([t["name"] for t in json.loads(_get(toxics))])
+            links.fault_on()  # after the one-way stop: not set again
+            seen.append([t["name"] for t in json.loads(_get(toxics))])
+            await links.close()
+            return seen
+
+        name = fault.toxic_json()["name"]
+        assert asyncio.run(trial()) == [[], [name], [], []], said
+    finally:
+        stop_processes(procs)
