@@ -179,3 +179,18 @@ def test_expect_is_met_or_not_per_configuration_and_fail_on_expect_names_who_mis
     gate.check([cond], {"configs": {"x": {"trials": [{"trial": 1}]}}})  # no link fault: nothing to judge
     with pytest.raises(BadInput, match="expected breach, expect, mttr"):
         gate.parse_conditions(["expects"])
+
+
+def test_running_links_bind_no_port_of_the_runner_and_the_dry_run_names_their_admin_api():
+    """Two links already running (`admin`) are not a port clash (neither has a port of the runner's), and the dry
+    run names the API each is driven through, not an address of its own it does not have."""
+    stack = {"edge": {"address": "127.0.0.1:7000", "method": "a.B/C"},
+             "hops": [{"name": "account", "metrics": ["http://127.0.0.1:9000/metrics"]},
+                      {"name": "ledger", "metrics": ["http://127.0.0.1:9001/metrics"]}],
+             "links": [{"name": "a", "hop": "ledger", "replica": 0, "admin": "http://127.0.0.1:8474"},
+                       {"name": "b", "hop": "ledger", "replica": 1, "admin": "http://127.0.0.1:8475"}]}  # fmt: skip
+    plan = from_dict({"name": "lp", "stack": stack,
+                      "fault": {"link": {"link": "b", "toxic": "timeout", "attributes": {"timeout": 0}}}})  # fmt: skip
+    line = describe(plan)
+    assert "on ledger replica 1 behind link b, driven through http://127.0.0.1:8475: every call" in line, line
+    assert "None" not in line, line

@@ -280,7 +280,9 @@ class Stack(Section):
             if px.proto_path and not px.proto:
                 raise ValueError("proxy.proto_path applies to proxy.proto: give proto too")
         check_links(self.links, dict.fromkeys(names), None)  # a stack's replica counts are its own
-        ports = [link.port for link in self.links] + ([self.proxy.port, self.proxy.metrics_port] if self.proxy else [])
+        # a running link (`admin`) binds nothing of the runner's: only the links the runner starts need a port
+        ports = [link.port for link in self.links if link.port is not None] + (
+            [self.proxy.port, self.proxy.metrics_port] if self.proxy else [])
         if len(set(ports)) != len(ports):
             raise ValueError(f"stack.links and stack.proxy need a port each: {sorted(ports)}")
         return self

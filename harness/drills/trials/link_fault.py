@@ -41,7 +41,9 @@ def describe(plan: Plan) -> str | None:
         count = next(h.replicas for h in plan.hops if h.name == spec.hop)
         where = f"replica {spec.replica} of {count} of {spec.hop} behind link {spec.name}"
     else:
-        where = f"{spec.hop} replica {spec.replica} ({spec.upstream}) behind link {spec.name} on 127.0.0.1:{spec.port}"
+        where = (f"{spec.hop} replica {spec.replica} behind link {spec.name}, driven through {spec.admin}" if spec.admin
+                 else f"{spec.hop} replica {spec.replica} ({spec.upstream}) behind link {spec.name} on "
+                 f"127.0.0.1:{spec.port}")  # fmt: skip
     if f.toxicity >= 1:
         share = "every call on its connections, organic too"
     else:
