@@ -247,6 +247,10 @@ def test_a_kernel_blackhole_leaves_a_client_without_keepalive_retransmitting_and
     time.sleep(1.5)  # retransmissions at about 0.2, 0.6 and 1.4 s (loopback's 200-ms minimum RTO, doubling)
     ss = netns.run(tool("ss"), "-tinH", "state", "established", "dport", f"= :{port}")
     assert re.search(r"\bunacked:\d+", ss) and re.search(r"\bretrans:\d+/[1-9]\d*", ss), ss
+    # grpc's socket is dual-stack: ss writes its addresses v4-mapped ([::ffff:127.0.0.1]:PORT)
+    pair = rf"(?:\[::ffff:)?127\.0\.0\.1\]?:(\d+)\s+(?:\[::ffff:)?127\.0\.0\.1\]?:{port}\b"
+    held = re.findall(pair, ss)
+    assert len(held) == 1, ss  # the client's one connection to the link
     done = json.loads(_line(client, 30))
     assert done["code"] == "DEADLINE_EXCEEDED" and done["s"] >= 2.9, done
     status, metrics = netns.api(admin, "GET", "/proxies/link/toxics")
@@ -258,6 +262,8 @@ def test_a_kernel_blackhole_leaves_a_client_without_keepalive_retransmitting_and
     # by now): the next call is answered on it
     healed = call(client, 15)
     assert healed["code"] == "OK", healed
+    ss = netns.run(tool("ss"), "-tnH", "state", "established", "dport", f"= :{port}")
+    assert re.findall(pair, ss) == held, ss  # the same connection
 
 
 def test_the_rules_go_with_the_one_way_stop_sigterm_and_a_killed_relays_restart(netns):
