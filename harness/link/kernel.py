@@ -141,7 +141,14 @@ class KernelDrops:
         if self._pending is not None:
             self._pending.extend(lines)
         elif lines:
+            self._apply(lines)
+
+    def _apply(self, lines: list[str]) -> None:
+        """One nft run; a failure (nft gone, a namespace torn down) is logged: the relay goes on."""
+        try:
             nft("".join(lines))
+        except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+            log.error("kernel mode: link %s: nft failed, packets may pass: %s", self.link, exc)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -155,7 +162,7 @@ class KernelDrops:
         finally:
             lines, self._pending = self._pending, None
             if lines:
-                nft("".join(lines))
+                self._apply(lines)
 
     def _create(self) -> list[str]:
         if self._made:
