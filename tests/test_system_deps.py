@@ -66,3 +66,12 @@ def test_ci_runs_the_readme_test_command_which_runs_system_deps():
     test_recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
     assert "scripts/system-deps" in test_recipe
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_system_deps_and_ci_install_what_the_link_kernel_tests_run():
+    """tests/link/test_kernel.py drops packets with nft in a network namespace (`ip netns`) and reads `ss`."""
+    assert {"nft", "ip", "ss"} <= looked_up()
+    script = (ROOT / "scripts" / "system-deps").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    for package in ("nftables", "iproute2"):
+        assert f"need+=({package})" in script and f" {package} " in ci, package

@@ -7,8 +7,9 @@ action ends a process, so a process is signalled only when it catches SIGUSR1
 (`SigCgt` in /proc/PID/status): a wrong PID is refused, never killed.
 
 `--all-local` signals every process of this user whose command line is
-`drill serve` or `drill proxy` (or `python -m harness.cli serve|proxy`): a proxy runs
-the same pipeline in front of a service in another language. Linux only (/proc).
+`drill serve`, `drill proxy` or `drill link` (or `python -m harness.cli serve|proxy|link`):
+a proxy runs the same pipeline in front of a service in another language, and a link's
+one-way stop removes every toxic it set (its kernel-mode rules too). Linux only (/proc).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     who.add_argument(
         "--all-local",
         action="store_true",
-        help="every `drill serve` / `harness.cli serve` process of this user on this machine",
+        help="every `drill serve`, `drill proxy` and `drill link` process of this user on this machine",
     )
 
 
@@ -45,12 +46,16 @@ def cmdline(pid: int) -> list[str]:
     return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
 
 
+#: the subcommands whose processes handle the emergency stop (SIGUSR1)
+STOPPABLE = ("serve", "proxy", "link")
+
+
 def is_drill_serve(argv: list[str]) -> bool:
-    """`drill serve|proxy …`, `python -m harness.cli serve|proxy …` or `python …/harness/cli.py serve|proxy …`."""
+    """`drill serve|proxy|link …`, `python -m harness.cli serve|proxy|link …` or `python …/harness/cli.py …`."""
     for i, arg in enumerate(argv[:-1]):
         base = os.path.basename(arg)
         drill = base == "drill" or arg == "harness.cli" or arg.endswith("harness/cli.py")
-        if drill and argv[i + 1] in ("serve", "proxy"):
+        if drill and argv[i + 1] in STOPPABLE:
             return True
     return False
 
@@ -74,7 +79,7 @@ def owner(pid: int) -> int | None:
 
 
 def local_servers() -> list[int]:
-    """PIDs of this user's `drill serve` and `drill proxy` processes (this process excluded)."""
+    """PIDs of this user's `drill serve`, `drill proxy` and `drill link` processes (this process excluded)."""
     me, uid = os.getpid(), os.getuid()
     found = []
     for entry in PROC.iterdir():
@@ -107,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if args.all_local:
         pids = local_servers()
         if not pids:
-            raise RunFailed("stop: no local `drill serve` or `drill proxy` process of this user")
+            raise RunFailed("stop: no local `drill serve`, `drill proxy` or `drill link` process of this user")
         refused = [pid for pid in pids if not catches(pid)]
         for pid in pids:
             if pid in refused:

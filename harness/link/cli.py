@@ -8,7 +8,8 @@ as `drill proxy` does. `--seed` (else DRILL_FAULT_SEED / DRILL_FAULT_DRILL_ID) s
 `toxicity`; the drill tenants are DRILL_FAULT_TENANTS' (default `tenant-drill`); `--max-faulted` caps the
 connections toxics act on at once. The one-way stop (SIGUSR1, `drill stop PID`, the file named by
 DRILL_FAULT_STOP_FILE) removes every toxic at once and refuses new ones for the life of the process.
-Runs until SIGINT or SIGTERM.
+Runs until SIGINT or SIGTERM, which delete its kernel-mode rules on the way out (and it deletes, at start,
+those a relay killed outright left: `harness.link.kernel`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from harness.core.errors import BadInput, RunFailed
 from harness.core.safety import PROCESS_STOP, install_stop_signal
 from harness.core.settings import FaultSettings
 from harness.demo.lifecycle import announce, check_free, serve_metrics
+from harness.link import kernel
 from harness.link.admin import serve_admin
 from harness.link.links import DEFAULT_MAX_FAULTED, LinkSet
 from harness.link.toxics import ToxicError, parse_toxic
@@ -101,6 +103,7 @@ def _run_loop(choice: str, main) -> int:
 
 async def _link(args: argparse.Namespace, settings: FaultSettings, toxics: list) -> int:
     links = LinkSet(seed=settings.seed, drill_tenants=settings.tenants, max_faulted=args.max_faulted)
+    kernel.clean_stale()  # the tables of a relay killed outright (kernel mode), where this one may
     for host, port in ((args.host, args.port), (args.admin_host, args.admin_port)):
         if port:
             check_free(host, port, "link")

@@ -17,6 +17,7 @@ use), 403 a toxic set after the one-way stop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Iterable
@@ -24,6 +25,7 @@ from typing import Any
 
 from harness.core import headers as hdr
 from harness.core.safety import ActiveFaults
+from harness.link import kernel
 from harness.link.metrics import LinkMetrics
 from harness.link.relay import Connection
 from harness.link.toxics import Toxic, ToxicError, update_toxic
@@ -60,6 +62,7 @@ class Link:
         self.connections: set[Connection] = set()
         self.metrics = LinkMetrics(name)
         self._server: asyncio.AbstractServer | None = None
+        self._kernel: kernel.KernelDrops | None = None
         self._order = itertools.count()
         #: connections accepted so far (the next one's order in the draw)
         self.accepted = 0
@@ -107,6 +110,22 @@ class Link:
         self.metrics.connections.inc()
         return conn.client
 
+    def kernel_drops(self) -> kernel.KernelDrops:
+        """This link's nftables table (made with its first connection in kernel mode)."""
+        if self._kernel is None:
+            self._kernel = kernel.KernelDrops(self.name)
+        return self._kernel
+
+    def _batch(self):
+        return self._kernel.batch() if self._kernel is not None else contextlib.nullcontext()
+
+    @staticmethod
+    def _check_mode(toxic: Toxic) -> None:
+        if toxic.mode == "kernel":
+            why = kernel.why_not()
+            if why is not None:
+                raise ToxicError(f"bad attribute mode: {why}")
+
     def forget(self, conn: Connection) -> None:
         self.connections.discard(conn)
 
@@ -117,17 +136,23 @@ class Link:
             self._server = None
         for conn in list(self.connections):
             conn.close()
+        if self._kernel is not None:
+            self._kernel.close()  # the connections' rules go now, not when their sockets are done
 
     def add_toxic(self, toxic: Toxic) -> Toxic:
         if self.links.stopped:
             raise ToxicError("drill link is stopped (the one-way stop): no toxic for the life of this process", 403)
         if toxic.name in self.toxics:
             raise ToxicError("toxic already exists", 409)
+        self._check_mode(toxic)
         self.toxics[toxic.name] = toxic
-        for conn in list(self.connections):
-            conn.toxic_set(toxic)
-        log.warning("link %s: toxic %s (%s, %s, toxicity %g) set", self.name, toxic.name, toxic.type,
-                    toxic.stream, toxic.toxicity)  # fmt: skip
+        if toxic.mode == "kernel":
+            self.kernel_drops()
+        with self._batch():
+            for conn in list(self.connections):
+                conn.toxic_set(toxic)
+        log.warning("link %s: toxic %s (%s, %s, toxicity %g, %s) set", self.name, toxic.name, toxic.type,
+                    toxic.stream, toxic.toxicity, toxic.mode)  # fmt: skip
         return toxic
 
     def update_toxic(self, name: str, body: Any) -> Toxic:
@@ -136,17 +161,22 @@ class Link:
         if self.links.stopped:
             raise ToxicError("drill link is stopped (the one-way stop): no toxic for the life of this process", 403)
         toxic = update_toxic(self.toxics[name], body)
+        self._check_mode(toxic)
         self.toxics[name] = toxic
-        for conn in list(self.connections):
-            conn.toxic_removed(name)
-            conn.toxic_set(toxic)
+        if toxic.mode == "kernel":
+            self.kernel_drops()
+        with self._batch():
+            for conn in list(self.connections):
+                conn.toxic_removed(name)
+                conn.toxic_set(toxic)
         return toxic
 
     def remove_toxic(self, name: str) -> None:
         if self.toxics.pop(name, None) is None:
             raise ToxicError("toxic not found", 404)
-        for conn in list(self.connections):
-            conn.toxic_removed(name)
+        with self._batch():
+            for conn in list(self.connections):
+                conn.toxic_removed(name)
         log.warning("link %s: toxic %s removed", self.name, name)
 
     def remove_all(self) -> None:

@@ -4,6 +4,8 @@
 - drill_link_connections_faulted_total{link,toxic}: connections a toxic began to act on (by its type).
 - drill_link_streams_reset_total{link}: drill streams `rst_stream` reset.
 - drill_link_bytes_held{link}: bytes toxics hold now (latency, bandwidth, slicer).
+- drill_link_kernel_drops{link}: connections whose packets the kernel drops now (a kernel-mode `timeout`):
+  the mode a blackhole acts in, as a series.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ CONNECTIONS = Counter("drill_link_connections_total", "Connections a link accept
 FAULTED = Counter("drill_link_connections_faulted_total", "Connections a toxic began to act on", ["link", "toxic"])
 STREAMS_RESET = Counter("drill_link_streams_reset_total", "Drill streams a link reset (rst_stream)", ["link"])
 BYTES_HELD = Gauge("drill_link_bytes_held", "Bytes a link's toxics hold now", ["link"])
+KERNEL_DROPS = Gauge("drill_link_kernel_drops", "Connections whose packets the kernel drops now (kernel mode)",
+                     ["link"])  # fmt: skip
 
 
 class LinkMetrics:
@@ -24,10 +28,14 @@ class LinkMetrics:
         self.connections = CONNECTIONS.labels(link)
         self.streams_reset = STREAMS_RESET.labels(link)
         self._held = BYTES_HELD.labels(link)
+        self._kernel = KERNEL_DROPS.labels(link)
         self._faulted: dict[str, object] = {}
 
     def held(self, delta: int) -> None:
         self._held.inc(delta)
+
+    def kernel_drops(self, delta: int) -> None:
+        self._kernel.inc(delta)
 
     def faulted(self, toxic_type: str) -> None:
         child = self._faulted.get(toxic_type)

@@ -12,7 +12,9 @@ Promises (each tested in tests/link/):
 - A toxic acts on a connection when the link's seeded draw picks it (`harness.link.draw`, by the
   connection's order on the link) and the link set's cap on faulted connections has room; it acts from
   when it is set (on open connections too) until it is removed. Removing it lets held bytes go at once
-  (as Toxiproxy does); bytes a `timeout` dropped stay dropped.
+  (as Toxiproxy does); bytes a `timeout` dropped stay dropped. A kernel-mode `timeout` drops the
+  connection's packets in the kernel instead (`harness.link.kernel`) from when it begins on a connection
+  until it stops there (removed, or the connection closed).
 - End of stream is passed on as a half-close (the other direction goes on); a reset is passed on as one.
 """
 
@@ -26,7 +28,7 @@ import struct
 from collections import deque
 from collections.abc import Callable
 
-from harness.link import draw, effects, h2, schedule
+from harness.link import draw, effects, h2, kernel, schedule
 from harness.link.toxics import CONNECT_TYPES, H2_TYPES, Toxic
 
 log = logging.getLogger("drill.link")
@@ -210,6 +212,7 @@ class _Acting:
         self.stage: schedule.Stage | None = None
         self.effect: effects.Effect | None = None
         self.handles: list[asyncio.TimerHandle] = []
+        self.kernel: kernel.Tuple | None = None  # the 5-tuple whose packets the kernel drops (kernel mode)
 
 
 class Connection:
@@ -355,6 +358,8 @@ class Connection:
             acting.effect = effects.EFFECTS[toxic.type](toxic, self.h2, self.link.metrics.count)
             acting.effect.begin()
             return
+        if toxic.mode == "kernel":
+            self._kernel_drop(acting)
         seed = f"{self.link.seed}/{toxic.name}/{self.index}"
         stage = schedule.STAGES[toxic.type](toxic, lambda when, action: self._act(acting, when, action),
                                             random.Random(seed))  # fmt: skip
@@ -363,6 +368,16 @@ class Connection:
         pipe.flush()
         pipe.stages = [*pipe.stages, stage]
         stage.attach(self.loop.time())
+
+    def _kernel_drop(self, acting: _Acting) -> None:
+        """The kernel drops this connection's packets while `acting` acts (a kernel-mode `timeout`)."""
+        transport = self.client.transport
+        peer, local = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+        if not peer or not local:
+            return  # closing already: nothing to drop
+        acting.kernel = kernel.five_tuple(peer, local)
+        self.link.kernel_drops().drop(acting.kernel)
+        self.link.metrics.kernel_drops(1)
 
     def toxic_removed(self, name: str) -> None:
         self.waiting.pop(name, None)
@@ -377,6 +392,9 @@ class Connection:
             handle.cancel()
         if acting.effect is not None:
             acting.effect.end()
+        if acting.kernel is not None:
+            self.link.kernel_drops().release(acting.kernel)
+            self.link.metrics.kernel_drops(-1)
         if acting.stage is not None:
             pipe = self.up if acting.toxic.upstream else self.down
             pipe.stages = [s for s in pipe.stages if s is not acting.stage]

@@ -126,14 +126,15 @@ class LimitData(Stage):
 
 class Timeout(Stage):
     """Data dropped; the connection closed `timeout` ms after the toxic began to act on it, or (0) kept open
-    for as long as the toxic stays: a blackhole."""
+    for as long as the toxic stays: a blackhole. In `kernel` mode the data passes here: the kernel drops the
+    connection's packets (harness.link.kernel), and TCP delivers what it held once the toxic is removed."""
 
     def attach(self, now: float) -> None:
         if self.toxic.attr("timeout") > 0:
             self.act(now + self.toxic.attr("timeout") / 1000.0, CLOSE)
 
     def feed(self, items: list[Item]) -> list[Item]:
-        return []
+        return items if self.toxic.attr("mode") == "kernel" else []
 
 
 class ResetPeer(Stage):

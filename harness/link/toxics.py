@@ -75,7 +75,8 @@ TYPES: dict[str, dict[str, _Attr]] = {
     "latency": {"latency": _MS, "jitter": _MS},
     "bandwidth": {"rate": _Attr(0, 0, _BIG)},
     "slow_close": {"delay": _MS},
-    "timeout": {"timeout": _MS},
+    # mode kernel: the connection's packets dropped by nftables as well, so TCP acknowledges nothing (kernel.py)
+    "timeout": {"timeout": _MS, "mode": _Attr("user", choices=("user", "kernel"))},
     "reset_peer": {"timeout": _MS},
     "slicer": {"average_size": _Attr(0, 0, 1 << 24), "size_variation": _Attr(0, 0, 1 << 24),
                "delay": _Attr(0, 0, MAX_MS * 1000)},  # fmt: skip
@@ -120,6 +121,11 @@ class Toxic:
 
     def attr(self, key: str) -> Any:
         return self.attributes[key]
+
+    @property
+    def mode(self) -> str:
+        """Where it acts: `kernel` (a `timeout` whose packets nftables drops) or `user space` (the relay)."""
+        return "kernel" if self.type == "timeout" and self.attributes.get("mode") == "kernel" else "user space"
 
     def to_json(self) -> dict:
         return {"name": self.name, "type": self.type, "stream": self.stream, "toxicity": self.toxicity,
