@@ -166,8 +166,8 @@ def _results(**met) -> dict:
 def test_expect_is_met_or_not_per_configuration_and_fail_on_expect_names_who_missed_it():
     results = _results(balanced=True, naive=False)
     notes = link_notes(results["configs"])
-    assert notes[0].startswith("balanced: link ledger-1 timeout {timeout: 0} downstream (user space; kernel mode "
-                               "not built): callers closed the connections it held after 1.20 s")  # fmt: skip
+    assert notes[0].startswith("balanced: link ledger-1 timeout {timeout: 0} downstream (user space): callers "
+                               "closed the connections it held after 1.20 s")  # fmt: skip
     assert "met (1 of 1)" in notes[0] and "touched 9 organic and 1 drill calls on 1 connection" in notes[0]
     assert "no caller closed a connection" in notes[1] and "NOT met (0 of 1)" in notes[1]
     assert expect_reasons(results) == ["naive did not detect within 2.5 s in 1 of 1 trial (never)"]
@@ -194,3 +194,42 @@ def test_running_links_bind_no_port_of_the_runner_and_the_dry_run_names_their_ad
     line = describe(plan)
     assert "on ledger replica 1 behind link b, driven through http://127.0.0.1:8475: every call" in line, line
     assert "None" not in line, line
+
+
+def test_a_kernel_mode_link_fault_is_said_as_such_and_refused_before_anything_starts_where_it_cannot_act(tmp_path):
+    """The dry run and the report name the mode the plan asked for; without CAP_NET_ADMIN (a drill run as nobody) the
+    preflight refuses a kernel-mode link fault in one line before it starts a hop, not at the first fault."""
+    import os
+    import pathlib
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    data = plan_with()
+    data["fault"]["link"]["attributes"] = {"timeout": 0, "mode": "kernel"}
+    plan = from_dict(data)
+    assert plan.fault.link.mode == "kernel" and from_dict(plan_with()).fault.link.mode == "user space"
+    line = describe(plan)
+    assert "(kernel mode: nftables drops the connections' packets, so TCP gets no ACKs" in line, line
+    assert "a relay in user space" in describe(from_dict(plan_with()))
+    import tempfile
+
+    readable = pathlib.Path(tempfile.mkdtemp(prefix="drill-kernel-"))  # pytest's own folders are root's alone
+    readable.chmod(0o755)
+    path = readable / "kernel.yaml"
+    path.write_text(yaml.safe_dump(data))
+    path.chmod(0o644)
+    argv = [os.path.join(os.path.dirname(os.sys.executable), "drill"), "run", str(path), "--dry-run"]
+    if os.geteuid() == 0:  # as nobody: setresuid away from root clears the effective capabilities
+        argv = [shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={**os.environ, "HOME": str(readable)})  # fmt: skip
+    shutil.rmtree(readable)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "drill: fault.link ledger-1: the kernel mode needs root or CAP_NET_ADMIN (this process has neither)"
+    ], proc.stderr
+    assert "topology up" not in proc.stdout  # nothing was started

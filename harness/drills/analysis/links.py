@@ -46,7 +46,7 @@ def link_notes(configs: Mapping[str, Mapping]) -> list[str]:
         organic = sum(lk["calls_touched"]["organic"] for lk in links)
         drill = sum(lk["calls_touched"]["drill"] for lk in links)
         conns = sum(lk["connections_faulted"] for lk in links)
-        out.append(f"{name}: link {first['link']} {first['toxic']} ({first['mode']}; kernel mode not built): "
+        out.append(f"{name}: link {first['link']} {first['toxic']} ({first['mode']}): "
                    f"{detect}{expect}; it touched {organic} organic and {drill} drill calls on "
                    f"{_plural(conns, 'connection')}")  # fmt: skip
     return out

@@ -81,6 +81,12 @@ class LinkFault(Section):
     toxicity: float = Field(1.0, ge=0, le=1)
     expect: Expect | None = None
 
+    @property
+    def mode(self) -> str:
+        """Where the toxic acts: `kernel` (a `timeout` with `mode: kernel`: nftables drops the packets) or `user
+        space` (the relay)."""
+        return parse_toxic(self.toxic_json()).mode
+
     def toxic_json(self) -> dict:
         """The toxic as Toxiproxy's JSON (what `drill link`'s API takes)."""
         return {"name": f"drill_{self.toxic}_{self.stream}", "type": self.toxic, "stream": self.stream,

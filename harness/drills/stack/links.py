@@ -41,9 +41,6 @@ from harness.link.relay import Connection
 
 #: How often the relay's connections are looked at while a link fault is on (the detection's resolution)
 POLL_S = 0.02
-#: What `mode` the report names: the relay acts in user space (the kernel mode is not built)
-MODE = "user space"
-
 
 #: Seconds a running link's admin API may take to answer (a loopback or compose-network hop: milliseconds)
 ADMIN_TIMEOUT_S = 2.0
@@ -261,7 +258,7 @@ class TrialLinks:
         organic, drill = self._counts or self._count()
         detected = max(self.closed_s) if self.held_at_start and not self.held else None
         out = {
-            "link": self.fault.link, "toxic": self.fault.describe(), "mode": MODE,
+            "link": self.fault.link, "toxic": self.fault.describe(), "mode": self.fault.mode,
             "set": self.on_at is not None, "connections_faulted": len(self.touched),
             "connections_held_at_start": self.held_at_start, "calls_touched": {"organic": organic, "drill": drill},
             "closed_s": sorted(self.closed_s), "detected_s": detected, "resolution_s": POLL_S,

@@ -31,6 +31,11 @@ def link_fault(target: DrillTarget, entered: Sequence[str], *, tripped: bool) ->
             links.fault_off()
 
 
+#: What each mode tests, in the dry run's words
+USER = "a relay in user space: TCP still ACKs, so HTTP/2 keepalive is tested, not TCP_USER_TIMEOUT"
+KERNEL = "kernel mode: nftables drops the connections' packets, so TCP gets no ACKs and TCP_USER_TIMEOUT is tested too"
+
+
 def describe(plan: Plan) -> str | None:
     """The dry run's `fault` line for a link fault (None for a directive): what it touches and how."""
     f = plan.fault.link
@@ -52,5 +57,5 @@ def describe(plan: Plan) -> str | None:
                  f"{drawn}), every call on them, organic too")  # fmt: skip
     expect = f"; expect: detect within {f.expect.detect_within_s:g} s" if f.expect else ""
     return (f"link toxic {f.describe()}, set at each trial's fault start and removed at its end, on {where}: "
-            f"{share} (a relay in user space: TCP still ACKs, so HTTP/2 keepalive is tested, not TCP_USER_TIMEOUT)"
+            f"{share} ({KERNEL if f.mode == 'kernel' else USER})"
             f"{expect}")  # fmt: skip

@@ -134,11 +134,29 @@ class Preflight:
             self.say(f"        {text}" if self.dry else f"preflight ..  {text}")
 
     # -- 1. local --------------------------------------------------------------------------------
+    def _link_mode(self) -> None:
+        """A kernel-mode link fault the runner's own link will set needs root or CAP_NET_ADMIN and `nft` here: said
+        before anything starts, not at the first fault (a running link, driven through its API, answers for itself)."""
+        from harness.link.kernel import why_not
+
+        fault = self.plan.fault.link
+        if fault is None or fault.mode != "kernel":
+            return
+        spec = next(link for link in self.plan.links if link.name == fault.link)
+        if getattr(spec, "admin", None):
+            return
+        problem = why_not()
+        if problem:
+            self.fail(f"fault.link {fault.link}: {problem}", 1)
+        else:
+            self.ok(f"fault.link {fault.link}: the kernel mode can drop packets here (nft, CAP_NET_ADMIN)")
+
     def local(self) -> None:
         plan = self.plan
         n = len(plan.variants)
         self.ok(f"the plan, its {n} configuration{'s' if n > 1 else ''} and the --fail-on conditions")
         self._urls()
+        self._link_mode()
         self._guards_local()
         self._edge_local()
         self._out()  # last: a run creates it, and a refused input leaves nothing behind
