@@ -1,0 +1,192 @@
+"""The link's toxics seen by clients that are not Python: grpc-js (Node) and grpc-java (Debian's 1.41 on Netty).
+
+Each test runs the echo server (tests/link/echo.py) and a link in one event loop, and a client process
+(tests/link/clients/) that takes one call per line on stdin and answers one JSON line per call that ended
+(`{"id", "code", "ms", "reply", "details"}`), so the test sets a toxic between calls as a drill would. grpc-js comes
+from harness/fleet/nodehop's locked node_modules (`harness.fleet.build.nodehop()` installs them; NODE_PATH points at
+them); grpc-java is compiled once per module from /usr/share/java (libgrpc-java, libnetty-java; no code
+generation: a byte-array Marshaller). Tolerances are derived where they are stated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from harness.fleet import build
+from harness.link.links import LinkSet
+from tests.link.echo import echo_server
+from tests.link.test_relay import toxic
+
+CLIENTS = pathlib.Path(__file__).resolve().parent / "clients"
+DRILL = {"x-tenant-id": "tenant-drill"}
+#: The server permits pings every 100 ms (else it answers a 1-s keepalive with GOAWAY too_many_pings, gRFC A8)
+PERMIT = [("grpc.http2.min_recv_ping_interval_without_data_ms", 100), ("grpc.http2.max_ping_strikes", 0),
+          ("grpc.http2.min_ping_interval_without_data_ms", 100)]  # fmt: skip
+
+
+class Client:
+    """A client process behind the link: `start` sends a call, `result` waits for its line."""
+
+    def __init__(self, proc: asyncio.subprocess.Process):
+        self.proc = proc
+        self.results: dict[str, dict] = {}
+
+    async def start(self, id: str, method: str = "Unary", payload: str = "x", deadline_ms: int = 5000,
+                    metadata: dict | None = None) -> None:  # fmt: skip
+        spec = {"id": id, "method": method, "payload": payload, "deadline_ms": deadline_ms, "metadata": metadata or {}}
+        self.proc.stdin.write((json.dumps(spec) + "\n").encode())
+        await self.proc.stdin.drain()
+
+    async def result(self, id: str, timeout: float = 20) -> dict:
+        async def read():
+            while id not in self.results:
+                line = await self.proc.stdout.readline()
+                if not line:
+                    err = (await self.proc.stderr.read()).decode(errors="replace")[-2000:]
+                    raise AssertionError(f"the client ended before call {id} did: {err}")
+                got = json.loads(line)
+                got["at"] = time.monotonic()  # when the test saw it end
+                self.results[got["id"]] = got
+            return self.results[id]
+
+        return await asyncio.wait_for(read(), timeout)
+
+    async def call(self, id: str, **spec) -> dict:
+        await self.start(id, **spec)
+        return await self.result(id)
+
+
+def through(argv, body, env=None):
+    """`body(link, client)`: a client (`argv(target)`) behind a link in front of an echo server; its result."""
+
+    async def main():
+        async with echo_server(PERMIT) as port:
+            links = LinkSet()
+            link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
+            proc = await asyncio.create_subprocess_exec(
+                *argv(f"127.0.0.1:{link.port}"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, limit=4 << 20,
+            )  # fmt: skip
+            try:
+                return await body(link, Client(proc))
+            finally:
+                links.stop()  # every toxic gone: the client's calls end, and so does the client
+                proc.stdin.close()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 5)
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+                await links.close()
+
+    return asyncio.run(main())
+
+
+# grpc-js -------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def node():
+    node_cmd = build.nodehop()  # node, and nodehop's locked packages (@grpc/grpc-js) installed
+    modules = str(build.NODE_SOURCE / "node_modules")
+
+    def run(body, **options):
+        def argv(target):
+            return [node_cmd[0], str(CLIENTS / "node" / "client.js"), target, json.dumps(options)]
+
+        return through(argv, body, env={"NODE_PATH": modules})
+
+    return run
+
+
+def test_grpc_js_calls_pass_through_the_link(node):
+    async def body(link, client):
+        sent = {n: os.urandom(n // 2).hex() for n in (0, 2, 16_386, 300_000)}  # sizes around a 16 KiB frame
+        for n, payload in sent.items():
+            await client.start(f"u{n}", payload=payload)  # all at once, on one connection
+        got = {n: await client.result(f"u{n}") for n in sent}
+        return all(r["code"] == "OK" and r["reply"] == sent[n] for n, r in got.items()), link.accepted
+
+    assert node(body) == (True, 1)
+
+
+def test_grpc_js_sees_reset_peer_as_unavailable(node):
+    async def body(link, client):
+        assert (await client.call("warm"))["code"] == "OK"
+        link.add_toxic(toxic("reset_peer", "upstream", timeout=0))
+        return (await client.call("reset"))["code"]
+
+    assert node(body) == "UNAVAILABLE"
+
+
+KEEPALIVE_JS = {"grpc.keepalive_time_ms": 1000, "grpc.keepalive_timeout_ms": 1000,
+                "grpc.keepalive_permit_without_calls": 1}  # fmt: skip
+
+
+@pytest.mark.parametrize("keepalive", [True, False], ids=["keepalive", "none"])
+def test_grpc_js_keepalive_detects_a_blackhole_within_time_plus_timeout(node, keepalive):
+    async def body(link, client):
+        assert (await client.call("warm"))["code"] == "OK"
+        link.add_toxic(toxic("timeout", timeout=0))  # data dropped both ways, the connection held open
+        t0 = time.monotonic()
+        await client.start("held", method="Wait", payload="100", deadline_ms=5000)
+        got = await client.result("held")
+        return got["code"], got["at"] - t0
+
+    code, took = node(body, **(KEEPALIVE_JS if keepalive else {}))
+    if keepalive:
+        # grpc-js (transport.js) arms a keepalive_time timer when the connection opens and again on each PING ACK;
+        # when it fires it sends a PING and gives up keepalive_timeout later (the connection closed, its calls
+        # UNAVAILABLE). The blackhole began at t0, after the last ACK at the latest: at most 1 s + 1 s. 1 s more is
+        # the slack for two processes' timers and a pipe on a busy 2-core box; well under the 5-s deadline.
+        assert code == "UNAVAILABLE" and took < 3.0
+    else:
+        # no keepalive: nothing notices, the call waits out its 5-s deadline
+        assert code == "DEADLINE_EXCEEDED" and took >= 4.9
+
+
+def test_grpc_js_drains_its_calls_in_flight_on_goaway_then_opens_a_new_connection(node):
+    async def body(link, client):
+        assert (await client.call("warm"))["code"] == "OK"
+        for i in range(3):
+            await client.start(f"w{i}", method="Wait", payload="600")
+        await asyncio.sleep(0.2)
+        link.add_toxic(toxic("goaway", code="NO_ERROR", last_stream="current", debug="max_age"))
+        drained = [(await client.result(f"w{i}"))["code"] for i in range(3)]
+        after = (await client.call("new"))["code"]
+        return drained, after, link.accepted
+
+    assert node(body) == (["OK"] * 3, "OK", 2)
+
+
+def refused(limit):
+    async def body(link, client):
+        assert (await client.call("warm", metadata=DRILL))["code"] == "OK"
+        before = link.metrics.streams_reset._value.get()
+        link.add_toxic(toxic("rst_stream", code="REFUSED_STREAM", limit=limit))
+        got = await client.call("refused", metadata=DRILL)
+        return got["code"], link.metrics.streams_reset._value.get() - before
+
+    return body
+
+
+@pytest.mark.parametrize(("limit", "options", "seen"), [
+    (1, {}, ("OK", 1)),  # refused once, retried transparently on the same connection: the caller sees OK
+    (2, {}, ("UNAVAILABLE", 2)),  # one transparent retry only: refused again, UNAVAILABLE
+    (1, {"grpc.enable_retries": 0}, ("UNAVAILABLE", 1)),  # retries off: no transparent retry either
+], ids=["once", "twice", "retries-off"])  # fmt: skip
+def test_grpc_js_retries_a_refused_stream_once_transparently(node, limit, options, seen):
+    # grpc-js 1.14 (load-balancing-call.js, retrying-call.js): a stream ended by RST_STREAM REFUSED_STREAM is
+    # progress 'REFUSED' (it never reached the application); the retrying call starts one new attempt for it
+    # without a retry policy (transparentRetryUsed), a second one is handled as processed: UNAVAILABLE with no
+    # policy. With grpc.enable_retries 0 the call is NO_RETRY and reports the first status.
+    assert node(refused(limit), **options) == seen
