@@ -214,7 +214,7 @@ def java(tmp_path_factory):
     assert javac and java_bin, "javac/java missing: scripts/system-deps installs default-jdk-headless"
     jars = [pathlib.Path("/usr/share/java", f"{name}.jar") for name in JARS]
     missing = [str(j) for j in jars if not j.exists()]
-    assert not missing, f"{missing} missing: scripts/system-deps installs libgrpc-java, libnetty-java and libperfmark-java"
+    assert not missing, f"{missing} missing: scripts/system-deps installs them (libgrpc-java, libnetty-java, …)"
     classes = tmp_path_factory.mktemp("linkclient")
     classpath = ":".join(str(j) for j in jars)
     subprocess.run([javac, "-d", str(classes), "-cp", classpath, str(CLIENTS / "java" / "LinkClient.java")],
