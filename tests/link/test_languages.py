@@ -220,10 +220,10 @@ def java(tmp_path_factory):
     subprocess.run([javac, "-d", str(classes), "-cp", classpath, str(CLIENTS / "java" / "LinkClient.java")],
                    check=True, capture_output=True, timeout=120)  # fmt: skip
 
-    def run(body, keepalive_ms=0, timeout_ms=0):
+    def run(body, keepalive_ms=0, timeout_ms=0, retry=True):
         def argv(target):
             return [java_bin, "-cp", f"{classes}:{classpath}", "LinkClient", target, str(keepalive_ms),
-                    str(timeout_ms)]  # fmt: skip
+                    str(timeout_ms), "retry" if retry else "noretry"]  # fmt: skip
 
         return through(argv, body, encode=java_line)
 
@@ -249,15 +249,16 @@ def test_grpc_java_sees_reset_peer_as_unavailable_or_as_unknown_channel_closed_m
         got = await client.call("reset")
         return got["code"], got.get("details")
 
-    seen = java(body)
+    code, details = java(body)
     if after_ms:
         # reset 200 ms after the request's first bytes: its whole request has left, the RST comes on a read
-        assert seen == ("UNAVAILABLE", "io exception")
+        assert code == "UNAVAILABLE"
     else:
         # reset at the request's first bytes: grpc-java 1.41 may be writing the rest; a write on the closed channel
         # surfaces as UNKNOWN "channel closed" (ClosedChannelException, grpc/grpc-java#7376, #10120), a read as
-        # UNAVAILABLE: which one is a race inside the client (both seen here, in 8 runs: 6 and 2)
-        assert seen in {("UNAVAILABLE", "io exception"), ("UNKNOWN", "channel closed")}
+        # UNAVAILABLE ("io exception", "Network closed for unknown reason"): which is a race inside the client (in
+        # 18 runs here: UNKNOWN 2 times, UNAVAILABLE 16)
+        assert code == "UNAVAILABLE" or (code, details) == ("UNKNOWN", "channel closed")
 
 
 @pytest.mark.parametrize("keepalive", [True, False], ids=["keepalive", "none"])
@@ -281,3 +282,30 @@ def test_grpc_java_keepalive_is_clamped_to_10_s_before_it_detects_a_blackhole(ja
         assert code == "UNAVAILABLE" and 11.0 - warm <= took < 12.5
     else:
         assert code == "DEADLINE_EXCEEDED" and took >= 2.9
+
+
+def test_grpc_java_drains_its_calls_in_flight_on_goaway_then_opens_a_new_connection(java):
+    async def body(link, client):
+        assert (await client.call("warm"))["code"] == "OK"
+        for i in range(3):
+            await client.start(f"w{i}", method="Wait", payload="600")
+        await asyncio.sleep(0.2)
+        link.add_toxic(toxic("goaway", code="NO_ERROR", last_stream="current", debug="max_age"))
+        drained = [(await client.result(f"w{i}"))["code"] for i in range(3)]
+        after = (await client.call("new"))["code"]
+        return drained, after, link.accepted
+
+    assert java(body) == (["OK"] * 3, "OK", 2)
+
+
+@pytest.mark.parametrize(("limit", "retry", "seen"), [
+    (1, True, ("OK", 1)),
+    (2, True, ("UNAVAILABLE", 2)),
+    (1, False, ("UNAVAILABLE", 1)),
+], ids=["once", "twice", "retries-off"])  # fmt: skip
+def test_grpc_java_retries_a_refused_stream_once_transparently(java, limit, retry, seen):
+    # grpc-java 1.41 (read from Debian's jars with javap): NettyClientHandler reports a RST_STREAM REFUSED_STREAM as
+    # RpcProgress.REFUSED; RetriableStream's listener starts one new attempt for it (its noMoreTransparentRetry flag)
+    # with no retry policy; retries are on by default (ManagedChannelImplBuilder.retryEnabled) and disableRetry()
+    # takes RetriableStream, and the transparent retry with it, away
+    assert java(refused(limit), retry=retry) == seen

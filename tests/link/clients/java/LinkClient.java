@@ -2,7 +2,9 @@
  * A grpc-java client for the link's tests (tests/link/test_languages.py): raw bytes through a byte-array
  * Marshaller, no generated code, on Debian's grpc-java 1.41 (libgrpc-java) and Netty (libnetty-java).
  *
- *   java -cp CLASSES:JARS LinkClient HOST:PORT KEEPALIVE_TIME_MS KEEPALIVE_TIMEOUT_MS   (0 0: no keepalive)
+ *   java -cp CLASSES:JARS LinkClient HOST:PORT KEEPALIVE_TIME_MS KEEPALIVE_TIMEOUT_MS [noretry]
+ *
+ * (0 0: no keepalive; noretry: the channel built with disableRetry(), which also ends transparent retries)
  *
  * Each line on stdin starts one call at once: ID TAB METHOD TAB DEADLINE_MS TAB TENANT ("-": none) TAB PAYLOAD;
  * each call that ends writes one JSON line on stdout: {"id", "code" (status name), "ms" (from its start), "reply"
@@ -70,6 +72,7 @@ public final class LinkClient {
           .keepAliveTimeout(timeoutMs, TimeUnit.MILLISECONDS)
           .keepAliveWithoutCalls(true);
     }
+    if (args.length > 3 && args[3].equals("noretry")) builder.disableRetry();
     ManagedChannel channel = builder.build();
     Bytes bytes = new Bytes();
     Phaser pending = new Phaser(1);
@@ -114,6 +117,6 @@ public final class LinkClient {
       call.halfClose();
     }
     pending.arriveAndAwaitAdvance();
-    channel.shutdown().awaitTermination(5, TimeUnit.SECONDS);
+    channel.shutdownNow().awaitTermination(5, TimeUnit.SECONDS);  // every call has ended
   }
 }
