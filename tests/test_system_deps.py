@@ -32,7 +32,7 @@ def looked_up() -> set[str]:
 
 
 def test_the_scan_sees_the_tools_the_deploy_tests_need():
-    assert {"kubectl", "node", "npm", "promtool", "prometheus", "chromium", "git", "go"} <= looked_up()
+    assert {"kubectl", "node", "npm", "promtool", "prometheus", "chromium", "git", "go", "java", "javac"} <= looked_up()
 
 
 def test_system_deps_installs_every_program_the_tests_run():
@@ -59,6 +59,22 @@ def test_system_deps_and_ci_install_what_the_fleets_go_hop_builds_with():
     assert f"{FLEET_GOPATH}/src/go.opentelemetry.io/otel/propagation" in script
     assert "golang-opentelemetry-otel-dev" in script
     assert "golang-opentelemetry-otel-dev" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_system_deps_and_ci_install_the_jars_the_grpc_java_client_builds_with():
+    """tests/link/test_languages.py compiles a grpc-java client against Debian's jars, which `command -v` cannot see:
+    every jar it puts on the classpath is one the script checks for, with its package, and CI installs them."""
+    from tests.link.test_languages import JARS
+
+    script = (ROOT / "scripts" / "system-deps").read_text()
+    checked = dict(re.findall(r"([a-z0-9-]+):(lib[a-z0-9-]+-java)", script))  # jar -> its Debian package
+    packages = {"grpc": "libgrpc-java", "netty": "libnetty-java", "perfmark": "libperfmark-java",
+                "guava": "libguava-java"}  # fmt: skip
+    for jar in JARS:
+        package = packages[jar.split("-")[0]]
+        assert package in checked.values(), f"{jar}.jar: {package} not checked"
+    assert set(checked.values()) <= set((ROOT / ".ci" / "run").read_text().split())
+    assert "default-jdk-headless" in script and "default-jdk-headless" in (ROOT / ".ci" / "run").read_text()
 
 
 def test_ci_runs_the_readme_test_command_which_runs_system_deps():
