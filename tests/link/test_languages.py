@@ -109,6 +109,19 @@ def node():
     return run
 
 
+
+async def _goaway_drains(link, client):
+    """Three calls in flight when the link sends GOAWAY (NO_ERROR, the last stream the current one): their codes,
+    the next call's, and how many connections the link accepted (a client that drains opens a second)."""
+    assert (await client.call("warm"))["code"] == "OK"
+    for i in range(3):
+        await client.start(f"w{i}", method="Wait", payload="600")
+    await asyncio.sleep(0.2)
+    link.add_toxic(toxic("goaway", code="NO_ERROR", last_stream="current", debug="max_age"))
+    drained = [(await client.result(f"w{i}"))["code"] for i in range(3)]
+    after = (await client.call("new"))["code"]
+    return drained, after, link.accepted
+
 def test_grpc_js_calls_pass_through_the_link(node):
     async def body(link, client):
         sent = {n: os.urandom(n // 2).hex() for n in (0, 2, 16_386, 300_000)}  # sizes around a 16 KiB frame
@@ -156,17 +169,7 @@ def test_grpc_js_keepalive_detects_a_blackhole_within_time_plus_timeout(node, ke
 
 
 def test_grpc_js_drains_its_calls_in_flight_on_goaway_then_opens_a_new_connection(node):
-    async def body(link, client):
-        assert (await client.call("warm"))["code"] == "OK"
-        for i in range(3):
-            await client.start(f"w{i}", method="Wait", payload="600")
-        await asyncio.sleep(0.2)
-        link.add_toxic(toxic("goaway", code="NO_ERROR", last_stream="current", debug="max_age"))
-        drained = [(await client.result(f"w{i}"))["code"] for i in range(3)]
-        after = (await client.call("new"))["code"]
-        return drained, after, link.accepted
-
-    assert node(body) == (["OK"] * 3, "OK", 2)
+    assert node(_goaway_drains) == (["OK"] * 3, "OK", 2)
 
 
 def refused(limit):
@@ -285,17 +288,7 @@ def test_grpc_java_keepalive_is_clamped_to_10_s_before_it_detects_a_blackhole(ja
 
 
 def test_grpc_java_drains_its_calls_in_flight_on_goaway_then_opens_a_new_connection(java):
-    async def body(link, client):
-        assert (await client.call("warm"))["code"] == "OK"
-        for i in range(3):
-            await client.start(f"w{i}", method="Wait", payload="600")
-        await asyncio.sleep(0.2)
-        link.add_toxic(toxic("goaway", code="NO_ERROR", last_stream="current", debug="max_age"))
-        drained = [(await client.result(f"w{i}"))["code"] for i in range(3)]
-        after = (await client.call("new"))["code"]
-        return drained, after, link.accepted
-
-    assert java(body) == (["OK"] * 3, "OK", 2)
+    assert java(_goaway_drains) == (["OK"] * 3, "OK", 2)
 
 
 @pytest.mark.parametrize(("limit", "retry", "seen"), [
