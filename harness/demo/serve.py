@@ -7,7 +7,10 @@ for capacity (see harness.demo.service); `--downstream A,B` lists the next hop's
 replicas, each `HOST:PORT` or `@READY-FILE` (another `drill serve`'s ready file,
 waited for): so a whole chain starts at once with every port bound by its own
 server, and no port is picked by one process for another to bind
-(harness.procs.ports says why).
+(harness.procs.ports says why). `--config NAME` is the resilience configuration
+of its downstream calls and, leaf or not, the keepalive permit policy of its own
+server (the configuration's `serverPermit`), so a chain run with one
+configuration accepts its own callers' keepalive PINGs.
 
 What `drill proxy` shares with it, from its port checked to its stop at SIGTERM, is in
 harness.demo.lifecycle.
@@ -23,6 +26,7 @@ import os
 import re
 import socket
 from collections.abc import Callable
+from typing import Any
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -165,7 +169,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="timeout for downstream calls without --config, seconds",
     )  # fmt: skip
     p.add_argument("--config", default=None,
-                   help="resilience configuration for downstream calls (name or YAML); needs --downstream")  # fmt: skip
+                   help="resilience configuration (name or YAML): its downstream calls (with --downstream) and "
+                   "this server's keepalive permit policy (its keepalive serverPermit), leaf or not")  # fmt: skip
     p.add_argument(
         "--enable-faults", action="store_true", help="turn the fault switch on (else DRILL_FAULT_ENABLED)"
     )
@@ -225,10 +230,9 @@ def backlog_default(args: argparse.Namespace) -> int:
     return max(DEFAULT_MAX_BACKLOG, args.concurrency + args.queue)
 
 
-def _check_args(args: argparse.Namespace) -> None:
-    """Flags that mean nothing without another are refused, not ignored; a host must resolve; a config load."""
-    if args.config and not args.downstream:
-        raise BadInput("serve: --config applies to downstream calls; give --downstream too (a leaf has none)")
+def _check_args(args: argparse.Namespace) -> tuple[tuple[str, Any], ...]:
+    """Flags that mean nothing without another are refused, not ignored; a host must resolve; a config load.
+    Returns the server options `--config` sets (its keepalive permit policy: a leaf's callers PING it too)."""
     if args.downstream_timeout is not None and not args.downstream:
         raise BadInput("serve: --downstream-timeout applies to downstream calls; give --downstream too")
     if args.downstream_timeout is not None and args.config:
@@ -241,14 +245,16 @@ def _check_args(args: argparse.Namespace) -> None:
     except (OSError, UnicodeError) as exc:  # socket.gaierror: a name nothing resolves
         why = getattr(exc, "strerror", None) or exc
         raise BadInput(f"serve: --host {args.host!r} is not an address ({why})") from None
-    if args.config:
-        from harness.resilience import load
+    if not args.config:
+        return ()
+    from harness.resilience import load
 
-        load(args.config)  # an unknown name or a bad file: one line (ConfigError) before anything is bound
+    # an unknown name or a bad file: one line (ConfigError) before anything is bound
+    return load(args.config).server_options()
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    _check_args(args)
+    permit = _check_args(args)
     check_free(args.host, args.port, "serve")
     settings = settings_from_args(args, "serve", in_flight_default(args))
     if args.max_backlog is None:
@@ -259,7 +265,7 @@ async def _serve(args: argparse.Namespace) -> int:
         args.downstream = await resolve_downstream(args.downstream, args.downstream_wait)
         downstream, channel = await _make_downstream(args, settings)
     metrics_port = serve_metrics(args, "serve")
-    options = []
+    options: list[tuple[str, Any]] = [*permit]
     if args.keepalive_ms:
         options += [("grpc.keepalive_time_ms", args.keepalive_ms), ("grpc.keepalive_timeout_ms", 1000)]
     if args.max_idle_ms:

@@ -93,11 +93,11 @@ class Topology:
             args += ["--keepalive-ms", str(hop.keepalive_ms)]
         if hop.max_idle_ms:
             args += ["--max-idle-ms", str(hop.max_idle_ms)]
+        if self.config:  # every hop, the leaf too: its server permits its callers' keepalive (serverPermit)
+            args += ["--config", self.config]
         if downstream:
             args += ["--downstream", ",".join(downstream)]
-            if self.config:
-                args += ["--config", self.config]
-            elif self.timeout_s:
+            if not self.config and self.timeout_s:
                 args += ["--downstream-timeout", str(self.timeout_s)]
         return spawn_serve(f"{hop.name}-{index}", args, self.workdir, {"DRILL_FAULT_TENANTS": self.tenants})
 
