@@ -48,7 +48,7 @@ def busy():
      (["--seed", "1e3"], ["--seed", "64-bit"]),
      (["--shed-code", "OK"], ["--shed-code", "error status"]),
      (["--downstream", "nohostport"], ["--downstream", "HOST:PORT, dns:///NAME:PORT or @READY-FILE", "'nohostport'"]),
-     (["--config", "nope"], ["--config applies to downstream calls", "give --downstream"]),  # was ignored
+     (["--config", "nope"], ["unknown configuration 'nope'"]),  # a leaf may have one (its keepalive permit policy)
      (["--downstream-timeout", "2"], ["--downstream-timeout applies to downstream calls"]),
      (["--downstream", "127.0.0.1:1", "--config", "nope"], ["unknown configuration 'nope'"]),
      (["--downstream", "127.0.0.1:1", "--config", "naive", "--downstream-timeout", "2"], ["without --config"]),

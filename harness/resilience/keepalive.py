@@ -16,7 +16,7 @@ within a 20-s deadline; with `pingTimeout` 1 s it failed in 2.0 s). Leave it out
 is usually written".
 
 `serverPermit` is what a server running this configuration should let its callers do (`server_options`;
-`drill serve` does not apply it yet, so the demo's hops keep gRPC's defaults, which a steady load satisfies):
+`drill serve --config` applies it to its own server, a leaf's too, and the runner passes every hop its `--config`):
 gRPC servers answer PINGs more frequent than `grpc.http2.min_ping_interval_without_data_ms` (5 min by
 default) while no data flows with GOAWAY `too_many_pings` (A8's ping strikes), and PINGs with no call open
 unless `grpc.keepalive_permit_without_calls`; a client keepalive of 1 s needs both relaxed. It defaults to
