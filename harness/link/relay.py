@@ -39,6 +39,8 @@ WRITE_HIGH = 256 * 1024
 HELD_HIGH = 1024 * 1024
 HELD_LOW = HELD_HIGH // 2
 _EOF = object()
+#: toxics whose `after_streams` their effect counts itself (harness.link.effects)
+_OWN_AFTER = frozenset({"goaway", "rst_stream"})
 _LINGER0 = struct.pack("ii", 1, 0)
 
 
@@ -236,6 +238,8 @@ class Connection:
         self.hung = False
         #: `drill_only` toxics drawn for this connection, waiting for its first drill stream
         self.waiting: dict[str, Toxic] = {}
+        #: toxics drawn for this connection whose `after_streams` it has not opened yet
+        self.deferred: dict[str, Toxic] = {}
 
     # --- lifecycle ---
     def client_made(self) -> None:
@@ -334,10 +338,27 @@ class Connection:
         if self.done or self.hung or toxic.type in CONNECT_TYPES or self.server.transport is None:
             return
         self.waiting.pop(toxic.name, None)
+        self.deferred.pop(toxic.name, None)
         if toxic.name in self.acting:  # an update: the new attributes from now on
             self._stop_acting(toxic.name, flush=True)
         elif not self._drawn(toxic):
             return
+        if self._streams_to_come(toxic):
+            self.deferred[toxic.name] = toxic  # acts from the connection's N+1-th stream on (`_on_stream`)
+            if not self.acting:
+                self._release_slot()
+            return
+        self._gate(toxic)
+
+    def _streams_to_come(self, toxic: Toxic, opening: int = 0) -> bool:
+        """`toxic` waits for more streams on this connection (its `after_streams`) before it acts: it acts once
+        the connection opened that many before the stream `opening` now (1 at a stream's HEADERS, else 0)."""
+        if toxic.type in _OWN_AFTER:
+            return False  # goaway and rst_stream count streams themselves
+        return self.h2.drill_count + self.h2.organic_count - opening < toxic.attributes.get("after_streams", 0)
+
+    def _gate(self, toxic: Toxic) -> None:
+        """A drawn toxic acts now, or (drill_only) waits for this connection's first drill stream."""
         if toxic.drill_only and not self.h2.only_drill:
             if self.h2.organic_count == 0 and self.up.reader is not None:
                 self.waiting[toxic.name] = toxic  # acts from the first drill stream, while only drill streams come
@@ -381,6 +402,7 @@ class Connection:
 
     def toxic_removed(self, name: str) -> None:
         self.waiting.pop(name, None)
+        self.deferred.pop(name, None)
         if name in self.acting:
             self._stop_acting(name, flush=True)
             if not self.acting:
@@ -417,6 +439,11 @@ class Connection:
                 waiting, self.waiting = self.waiting, {}
                 for toxic in waiting.values():
                     self._begin(toxic)
+            if self.deferred:  # this stream may be the N+1-th a toxic waited for: it acts from its HEADERS on
+                for name, toxic in list(self.deferred.items()):
+                    if not self._streams_to_come(toxic, opening=1):
+                        del self.deferred[name]
+                        self._gate(toxic)
         for acting in list(self.acting.values()):
             if acting.effect is not None:
                 acting.effect.on_stream(stream, point)
