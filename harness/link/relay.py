@@ -247,6 +247,7 @@ class Connection:
         for toxic in self.link.toxics.values():
             if toxic.type in CONNECT_TYPES and self._drawn(toxic) and self._take_slot():
                 self.link.metrics.faulted(toxic.type)
+                self.link.began(toxic.name, self)
                 if toxic.attr("mode") == "refuse":
                     self.client.reset()
                     return
@@ -373,6 +374,7 @@ class Connection:
         acting = _Acting(toxic)
         self.acting[toxic.name] = acting
         self.link.metrics.faulted(toxic.type)
+        self.link.began(toxic.name, self)
         if toxic.type in H2_TYPES:
             if self.up.reader is None:
                 return  # not HTTP/2: nothing to act on
