@@ -14,8 +14,9 @@ removed when it ends (`fault_on`/`fault_off`, from the runner's tick), the one-w
   was set; None when one was still open when the fault ended. Read by polling the relay every `POLL_S`
   on the runner's loop: the resolution is POLL_S plus that loop's lateness.
 
-The relay runs in user space: a blackhole (`timeout`) still ACKs at the TCP level, so it exercises HTTP/2
-keepalive, not TCP_USER_TIMEOUT or `tcp_retries2` (issue 48's kernel mode is not built).
+A blackhole (`timeout`) in user space still ACKs at the TCP level, so it exercises HTTP/2 keepalive, not
+TCP_USER_TIMEOUT or `tcp_retries2`; its `mode: kernel` drops the packets too (harness.link.kernel), and the
+summary's `mode` says which.
 
 A stack link with `admin` is a `drill link` already running elsewhere (a compose service, a Kubernetes
 sidecar): the runner starts nothing and sets and removes the toxic through its admin API (`RunningLink`).
