@@ -4,14 +4,16 @@ Promises (each tested in tests/link/):
 - Bytes pass unchanged and in order in both directions while no toxic acts (pass-through exactness).
 - Nothing buffers without bound: a direction's reading pauses while its destination's write buffer is
   past `WRITE_HIGH` or a toxic holds more than `HELD_HIGH` of its bytes, and held bytes wait while the
-  destination is full, as TCP would, so a slow reader slows the writer. The client is not read before
-  the upstream connection is made.
+  destination is full, as TCP would, so a slow reader slows the writer (each direction: `harness.link.pipe`).
+  The client is not read before the upstream connection is made.
 - Each connection's HTTP/2 frames are read as they pass (`harness.link.h2`): its streams, and which
   carry the drill tenant. A connection that is not HTTP/2 is relayed all the same (frames never parsed
   past the first bytes that are not a client preface).
 - A toxic acts on a connection when the link's seeded draw picks it (`harness.link.draw`, by the
   connection's order on the link) and the link set's cap on faulted connections has room; it acts from
-  when it is set (on open connections too) until it is removed. Removing it lets held bytes go at once
+  when it is set (on open connections too; with `after_streams` N, from the connection's N+1-th stream's
+  HEADERS on) until it is removed; each connection it began on is recorded (`Link.began`,
+  `harness.link.ledger`). Removing it lets held bytes go at once
   (as Toxiproxy does); bytes a `timeout` dropped stay dropped. A kernel-mode `timeout` drops the
   connection's packets in the kernel instead (`harness.link.kernel`) from when it begins on a connection
   until it stops there (removed, or the connection closed).
