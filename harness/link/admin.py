@@ -8,7 +8,8 @@ Toxiproxy's codes (400 bad body, unknown toxic type, bad attribute; 404; 409 nam
 and change nothing; a toxic set after the one-way stop is refused with 403. As Toxiproxy, a request from a
 browser (User-Agent `Mozilla/…`) is refused (403), so no web page can set a fault on a loopback link.
 Extension: GET /proxies/{name}/toxics/{toxic}/preview?count=N: which of the link's next connections (by
-order, from the first) the toxic's toxicity hits, as `x` and `.` (the seeded draw, `harness.link.draw`).
+order, from the first) the toxic's toxicity hits, as `x` and `.` (the seeded draw, `harness.link.draw`);
+GET /proxies/{name}/toxics/{toxic}/connections: what the toxic touched so far (`harness.link.ledger`).
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ class AdminApi:
                 return 200, link.add_toxic(parse_toxic(self._json(body))).to_json()
             return 405, {"error": "method not allowed", "status": 405}
         name = parts[3]
+        if n == 5 and parts[4] == "connections":
+            if method != "GET":
+                return 405, {"error": "method not allowed", "status": 405}
+            return 200, link.touched(name)
         if n == 5:
             if parts[4] != "preview" or method != "GET":
                 return 404, {"error": "not found", "status": 404}

@@ -7,7 +7,9 @@ connection's `H2Conn` and its two readers (`harness.link.h2`):
   the client drains the streams up to its last stream id and opens a new connection for new calls; the
   server is not told.
 - `rst_stream`: each drill-tagged stream, past the first `after_streams` and up to `limit`, reset at `at`
-  (its headers, its first DATA, its end): RST_STREAM `code` to the client and CANCEL to the server.
+  (its headers, its first DATA, its end), or with `after_messages` k once its k-th gRPC message of the
+  toxic's direction passed (at the end of the DATA frame that ends it; streams opened while the toxic acts,
+  whose messages were counted from their first byte): RST_STREAM `code` to the client and CANCEL to the server.
   Organic streams on the same connection pass untouched.
 - `ping_blackhole`: PING frames (and their ACKs) of its direction dropped; all else passes.
 - `max_streams`: SETTINGS_MAX_CONCURRENT_STREAMS `streams` sent to the client (the server's own value
@@ -70,7 +72,18 @@ class RstStream(Effect):
 
     def __init__(self, *args) -> None:
         super().__init__(*args)
-        self.passed: set[int] = set()  # drill streams among the first `after_streams`, still open
+        self.passed: set[int] = set()  # drill streams among the first `after_streams` (still open, unless counting)
+        self.messages = self.toxic.attr("after_messages")
+        self.point = f"message_{self.toxic.stream}" if self.messages else self.toxic.attr("at")
+        self.side = 0 if self.toxic.upstream else 1
+
+    def begin(self) -> None:
+        if self.messages:
+            self.conn.count_messages += 1
+
+    def end(self) -> None:
+        if self.messages:
+            self.conn.count_messages -= 1
 
     def on_stream(self, stream: h2.Stream, point: str) -> None:
         if not stream.drill:
@@ -80,10 +93,12 @@ class RstStream(Effect):
             if self.seen <= self.toxic.attr("after_streams"):
                 self.passed.add(stream.id)
         if stream.id in self.passed:
-            if point == "end":
+            if point == "end" and not self.messages:  # counting: its server's messages are still to come
                 self.passed.discard(stream.id)
             return
-        if point != self.toxic.attr("at"):
+        if point != self.point:
+            return
+        if self.messages and stream.messages[self.side] != self.messages:
             return
         limit = self.toxic.attr("limit")
         if limit and self.reset >= limit:

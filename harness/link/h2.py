@@ -71,6 +71,10 @@ class Stream:
     #: the client's first DATA frame passed / its END_STREAM passed
     data: bool = False
     ended: bool = False
+    #: gRPC messages counted per direction (client to server, server to client), on a stream opened while a
+    #: toxic asked for them (`H2Conn.count_messages`); `framing` is each direction's place in its messages
+    messages: list[int] | None = None
+    framing: list[list] | None = None
 
 
 class FrameReader:
@@ -95,6 +99,7 @@ class FrameReader:
         self._collect: bytearray | None = None
         self._hold_buf: bytearray | None = None
         self._feeding = False
+        self._message_stream: Stream | None = None  # the stream whose DATA payload is collected, to count messages
 
     @property
     def at_boundary(self) -> bool:
@@ -188,6 +193,11 @@ class FrameReader:
         """A frame header was read: 0 pass it, 1 drop it, 2 withhold it."""
         ftype, conn = self._ftype, self.conn
         self._collect = None
+        if ftype == DATA and conn.count_messages:
+            st = conn.streams.get(self._stream)
+            if st is not None and st.messages is not None:
+                self._message_stream = st
+                self._collect = bytearray()  # at most a frame (SETTINGS_MAX_FRAME_SIZE)
         if self.to_server:
             if ftype in (HEADERS, CONTINUATION):
                 if not conn.blind and self._left + len(conn._block) > MAX_BLOCK:  # no block read past it: blind
@@ -223,7 +233,11 @@ class FrameReader:
             self.held.append(bytes(self._hold_buf))
             self._hold_buf = None
         self._mode = 0
-        if self._collect is not None:
+        if self._message_stream is not None:
+            st, self._message_stream = self._message_stream, None
+            payload, self._collect = bytes(self._collect), None
+            self.conn.data_messages(st, self.to_server, self._flags, payload)
+        elif self._collect is not None:
             payload, self._collect = bytes(self._collect), None
             if self.to_server:
                 self.conn.client_headers(self._ftype, self._flags, self._stream, payload)
@@ -245,6 +259,9 @@ class H2Conn:
         self.drill_count = 0
         self.organic_count = 0
         self.server_max_streams: int | None = None
+        #: how many acting toxics count gRPC messages (rst_stream `after_messages`): while above 0, streams
+        #: that open have their DATA read for message boundaries
+        self.count_messages = 0
         #: SETTINGS frames the client has yet to acknowledge, in order: True where the relay sent it
         self.settings_fifo: deque[bool] = deque()
         self._block = bytearray()
@@ -292,6 +309,8 @@ class H2Conn:
     def _open(self, sid: int, drill: bool) -> None:
         self.highest = sid
         st = Stream(sid, drill)
+        if self.count_messages:
+            st.messages, st.framing = [0, 0], [[0, b""], [0, b""]]
         self.streams[sid] = st
         if drill:
             self.drill_count += 1
@@ -319,6 +338,35 @@ class H2Conn:
                 self.on_stream(st, "data")
         if flags & END_STREAM:
             self._end(st)
+
+    def data_messages(self, st: Stream, to_server: bool, flags: int, payload: bytes) -> None:
+        """A DATA frame's payload on a counted stream: each gRPC message it ends (a 5-byte prefix, flag and
+        length, then the message) counted, and announced as `message_upstream` / `message_downstream`."""
+        if flags & PADDED and payload:
+            payload = payload[1 : len(payload) - payload[0]]
+        d = 0 if to_server else 1
+        state = st.framing[d]  # [message bytes still to come, the prefix read so far]
+        point = "message_upstream" if to_server else "message_downstream"
+        pos, n = 0, len(payload)
+        while pos < n:
+            if state[0]:
+                take = min(state[0], n - pos)
+                state[0] -= take
+                pos += take
+                if state[0]:
+                    break
+            else:
+                prefix = state[1] + payload[pos : pos + 5 - len(state[1])]
+                pos += len(prefix) - len(state[1])
+                if len(prefix) < 5:
+                    state[1] = prefix
+                    break
+                state[0], state[1] = int.from_bytes(prefix[1:5], "big"), b""
+                if state[0]:
+                    continue
+            st.messages[d] += 1
+            if self.on_stream:
+                self.on_stream(st, point)
 
     def _end(self, st: Stream) -> None:
         if not st.ended:

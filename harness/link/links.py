@@ -26,6 +26,7 @@ from typing import Any
 from harness.core import headers as hdr
 from harness.core.safety import ActiveFaults
 from harness.link import kernel
+from harness.link.ledger import ToxicLedger
 from harness.link.metrics import LinkMetrics
 from harness.link.relay import Connection
 from harness.link.toxics import Toxic, ToxicError, update_toxic
@@ -59,6 +60,8 @@ class Link:
         self.upstream = upstream
         self.loop = asyncio.get_running_loop()
         self.toxics: dict[str, Toxic] = {}
+        #: what each toxic set touched (harness.link.ledger), by its name, until it is removed
+        self.ledgers: dict[str, ToxicLedger] = {}
         self.connections: set[Connection] = set()
         self.metrics = LinkMetrics(name)
         self._server: asyncio.AbstractServer | None = None
@@ -128,6 +131,22 @@ class Link:
 
     def forget(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        if self.ledgers:
+            now = self.loop.time()
+            for ledger in self.ledgers.values():
+                ledger.closed(conn, now)
+
+    def began(self, name: str, conn: Connection) -> None:
+        """The toxic `name` began to act on `conn` (told by the connection)."""
+        ledger = self.ledgers.get(name)
+        if ledger is not None:
+            ledger.began(conn, self.loop.time())
+
+    def touched(self, name: str) -> dict:
+        """What the toxic `name` touched so far (the ledger's JSON); `ToxicError` 404 if it is not set."""
+        if name not in self.toxics:
+            raise ToxicError("toxic not found", 404)
+        return self.ledgers[name].to_json(self.loop.time())
 
     async def stop(self) -> None:
         """Stop listening and close every connection (Toxiproxy's `enabled: false`)."""
@@ -146,11 +165,13 @@ class Link:
             raise ToxicError("toxic already exists", 409)
         self._check_mode(toxic)
         self.toxics[toxic.name] = toxic
+        ledger = self.ledgers[toxic.name] = ToxicLedger(toxic.name, self.loop.time())
         if toxic.mode == "kernel":
             self.kernel_drops()
         with self._batch():
             for conn in list(self.connections):
                 conn.toxic_set(toxic)
+        ledger.setting = False
         log.warning("link %s: toxic %s (%s, %s, toxicity %g, %s) set", self.name, toxic.name, toxic.type,
                     toxic.stream, toxic.toxicity, toxic.mode)  # fmt: skip
         return toxic
@@ -174,6 +195,7 @@ class Link:
     def remove_toxic(self, name: str) -> None:
         if self.toxics.pop(name, None) is None:
             raise ToxicError("toxic not found", 404)
+        self.ledgers.pop(name, None)
         with self._batch():
             for conn in list(self.connections):
                 conn.toxic_removed(name)

@@ -4,14 +4,16 @@ Promises (each tested in tests/link/):
 - Bytes pass unchanged and in order in both directions while no toxic acts (pass-through exactness).
 - Nothing buffers without bound: a direction's reading pauses while its destination's write buffer is
   past `WRITE_HIGH` or a toxic holds more than `HELD_HIGH` of its bytes, and held bytes wait while the
-  destination is full, as TCP would, so a slow reader slows the writer. The client is not read before
-  the upstream connection is made.
+  destination is full, as TCP would, so a slow reader slows the writer (each direction: `harness.link.pipe`).
+  The client is not read before the upstream connection is made.
 - Each connection's HTTP/2 frames are read as they pass (`harness.link.h2`): its streams, and which
   carry the drill tenant. A connection that is not HTTP/2 is relayed all the same (frames never parsed
   past the first bytes that are not a client preface).
 - A toxic acts on a connection when the link's seeded draw picks it (`harness.link.draw`, by the
   connection's order on the link) and the link set's cap on faulted connections has room; it acts from
-  when it is set (on open connections too) until it is removed. Removing it lets held bytes go at once
+  when it is set (on open connections too; with `after_streams` N, from the connection's N+1-th stream's
+  HEADERS on) until it is removed; each connection it began on is recorded (`Link.began`,
+  `harness.link.ledger`). Removing it lets held bytes go at once
   (as Toxiproxy does); bytes a `timeout` dropped stay dropped. A kernel-mode `timeout` drops the
   connection's packets in the kernel instead (`harness.link.kernel`) from when it begins on a connection
   until it stops there (removed, or the connection closed).
@@ -25,20 +27,17 @@ import logging
 import random
 import socket
 import struct
-from collections import deque
 from collections.abc import Callable
 
 from harness.link import draw, effects, h2, kernel, schedule
+from harness.link.pipe import HELD_HIGH as HELD_HIGH  # re-exported: the bounds are the relay's promise
+from harness.link.pipe import WRITE_HIGH, Pipe
 from harness.link.toxics import CONNECT_TYPES, H2_TYPES, Toxic
 
 log = logging.getLogger("drill.link")
 
-#: A destination's write buffer past which its source stops being read (bytes)
-WRITE_HIGH = 256 * 1024
-#: Bytes a toxic may hold in one direction before its source stops being read, and where reading resumes
-HELD_HIGH = 1024 * 1024
-HELD_LOW = HELD_HIGH // 2
-_EOF = object()
+#: toxics whose `after_streams` their effect counts itself (harness.link.effects)
+_OWN_AFTER = frozenset({"goaway", "rst_stream"})
 _LINGER0 = struct.pack("ii", 1, 0)
 
 
@@ -88,122 +87,6 @@ class _Side(asyncio.Protocol):
             self.transport.abort()
 
 
-class Pipe:
-    """One direction of a connection: source side → byte stages → destination side."""
-
-    def __init__(self, conn: Connection, src: _Side, dst: _Side, reader: h2.FrameReader) -> None:
-        self.conn = conn
-        self.src = src
-        self.dst = dst
-        self.reader: h2.FrameReader | None = reader
-        reader.send = self.push
-        self.stages: list[schedule.Stage] = []
-        self.queue: deque = deque()
-        self.held = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._blocked_write = False
-        self._blocked_held = False
-        self._paused = False
-        self.ended = False
-
-    def receive(self, data: bytes) -> None:
-        reader = self.reader
-        if reader is not None:
-            left = reader.preface
-            if left and bytes(data[:left]) != h2.PREFACE[len(h2.PREFACE) - left :][: len(data)]:
-                self.conn.not_h2()
-            else:
-                data = reader.feed(data)
-        if data:
-            self.push(data)
-
-    def push(self, data: bytes) -> None:
-        if not self.stages and not self.queue:
-            dst = self.dst.transport
-            if not dst.is_closing():
-                dst.write(data)
-            return
-        items = [(self.conn.loop.time(), data)]
-        for stage in self.stages:
-            items = stage.feed(items)
-        for due, chunk in items:
-            self._enqueue(due, chunk)
-
-    def eof(self) -> None:
-        t = self.conn.loop.time()
-        for stage in self.stages:
-            t = stage.eof(t)
-        self._enqueue(t, _EOF)
-
-    def _enqueue(self, due: float, item) -> None:
-        if self.queue:
-            due = max(due, self.queue[-1][0])
-        self.queue.append((due, item))
-        if item is not _EOF:
-            self.held += len(item)
-            self.conn.link.metrics.held(len(item))
-            if self.held > HELD_HIGH and not self._blocked_held:
-                self.set_blocked(held=True)
-        if len(self.queue) == 1:
-            self._drain()
-
-    def _drain(self) -> None:
-        self._timer = None
-        loop = self.conn.loop
-        now = loop.time()
-        queue = self.queue
-        while queue and queue[0][0] <= now + 0.0002 and not self._blocked_write:
-            _due, item = queue.popleft()
-            if item is _EOF:
-                self.ended = True
-                dst = self.dst.transport
-                if dst is not None and not self.dst.closed and not dst.is_closing() and dst.can_write_eof():
-                    try:
-                        dst.write_eof()
-                    except OSError:  # the peer is gone already: its own connection_lost ends the connection
-                        pass
-                self.conn.maybe_done()
-                continue
-            self.held -= len(item)
-            self.conn.link.metrics.held(-len(item))
-            if not self.dst.closed and not self.dst.transport.is_closing():
-                self.dst.transport.write(item)
-        if queue and not self._blocked_write:  # else the destination's resume_writing drains it
-            self._timer = loop.call_at(queue[0][0], self._drain)
-        if self._blocked_held and self.held < HELD_LOW:
-            self.set_blocked(held=False)
-
-    def flush(self) -> None:
-        """Everything held goes now, in order (a toxic was removed)."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self.queue = deque((0.0, item) for _due, item in self.queue)
-        if self.queue:
-            self._drain()
-
-    def set_blocked(self, write: bool | None = None, held: bool | None = None) -> None:
-        if write is not None:
-            self._blocked_write = write
-        if held is not None:
-            self._blocked_held = held
-        if write is False and self.queue and self._timer is None:
-            self._drain()
-        pause = self._blocked_write or self._blocked_held
-        src = self.src.transport
-        if pause != self._paused and src is not None and not self.src.closed and not src.is_closing():
-            self._paused = pause
-            (src.pause_reading if pause else src.resume_reading)()
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self.held:
-            self.conn.link.metrics.held(-self.held)
-            self.held = 0
-        self.queue.clear()
-
-
 class _Acting:
     """A toxic acting on one connection: its byte stage or its HTTP/2 effect, and its pending actions."""
 
@@ -236,6 +119,8 @@ class Connection:
         self.hung = False
         #: `drill_only` toxics drawn for this connection, waiting for its first drill stream
         self.waiting: dict[str, Toxic] = {}
+        #: toxics drawn for this connection whose `after_streams` it has not opened yet
+        self.deferred: dict[str, Toxic] = {}
 
     # --- lifecycle ---
     def client_made(self) -> None:
@@ -243,6 +128,7 @@ class Connection:
         for toxic in self.link.toxics.values():
             if toxic.type in CONNECT_TYPES and self._drawn(toxic) and self._take_slot():
                 self.link.metrics.faulted(toxic.type)
+                self.link.began(toxic.name, self)
                 if toxic.attr("mode") == "refuse":
                     self.client.reset()
                     return
@@ -334,10 +220,27 @@ class Connection:
         if self.done or self.hung or toxic.type in CONNECT_TYPES or self.server.transport is None:
             return
         self.waiting.pop(toxic.name, None)
+        self.deferred.pop(toxic.name, None)
         if toxic.name in self.acting:  # an update: the new attributes from now on
             self._stop_acting(toxic.name, flush=True)
         elif not self._drawn(toxic):
             return
+        if self._streams_to_come(toxic):
+            self.deferred[toxic.name] = toxic  # acts from the connection's N+1-th stream on (`_on_stream`)
+            if not self.acting:
+                self._release_slot()
+            return
+        self._gate(toxic)
+
+    def _streams_to_come(self, toxic: Toxic, opening: int = 0) -> bool:
+        """`toxic` waits for more streams on this connection (its `after_streams`) before it acts: it acts once
+        the connection opened that many before the stream `opening` now (1 at a stream's HEADERS, else 0)."""
+        if toxic.type in _OWN_AFTER:
+            return False  # goaway and rst_stream count streams themselves
+        return self.h2.drill_count + self.h2.organic_count - opening < toxic.attributes.get("after_streams", 0)
+
+    def _gate(self, toxic: Toxic) -> None:
+        """A drawn toxic acts now, or (drill_only) waits for this connection's first drill stream."""
         if toxic.drill_only and not self.h2.only_drill:
             if self.h2.organic_count == 0 and self.up.reader is not None:
                 self.waiting[toxic.name] = toxic  # acts from the first drill stream, while only drill streams come
@@ -352,6 +255,7 @@ class Connection:
         acting = _Acting(toxic)
         self.acting[toxic.name] = acting
         self.link.metrics.faulted(toxic.type)
+        self.link.began(toxic.name, self)
         if toxic.type in H2_TYPES:
             if self.up.reader is None:
                 return  # not HTTP/2: nothing to act on
@@ -381,6 +285,7 @@ class Connection:
 
     def toxic_removed(self, name: str) -> None:
         self.waiting.pop(name, None)
+        self.deferred.pop(name, None)
         if name in self.acting:
             self._stop_acting(name, flush=True)
             if not self.acting:
@@ -417,6 +322,11 @@ class Connection:
                 waiting, self.waiting = self.waiting, {}
                 for toxic in waiting.values():
                     self._begin(toxic)
+            if self.deferred:  # this stream may be the N+1-th a toxic waited for: it acts from its HEADERS on
+                for name, toxic in list(self.deferred.items()):
+                    if not self._streams_to_come(toxic, opening=1):
+                        del self.deferred[name]
+                        self._gate(toxic)
         for acting in list(self.acting.values()):
             if acting.effect is not None:
                 acting.effect.on_stream(stream, point)

@@ -48,6 +48,9 @@ class _Attr:
     low: int = 0
     high: int = _BIG
     choices: tuple[str, ...] = ()
+    #: an extension on a Toxiproxy type: absent from the toxic's attributes unless given, so what Toxiproxy's
+    #: clients read back is Toxiproxy's shape (its default applies where it is absent)
+    optional: bool = False
 
     def parse(self, key: str, value: Any) -> Any:
         if self.choices:
@@ -70,17 +73,21 @@ def _code(default: str) -> _Attr:
 
 
 _MS = _Attr(0, 0, MAX_MS)
+#: `after_streams` on a toxic that acts on the whole connection: it acts from the connection's N+1-th stream on
+_AFTER = _Attr(0, 0, _BIG, optional=True)
 #: type -> attribute -> its default and bounds. Units are Toxiproxy's: ms, KB/s (1,000 bytes), bytes, µs.
 TYPES: dict[str, dict[str, _Attr]] = {
-    "latency": {"latency": _MS, "jitter": _MS},
-    "bandwidth": {"rate": _Attr(0, 0, _BIG)},
-    "slow_close": {"delay": _MS},
+    # after_streams (every type but goaway, rst_stream, connect): the toxic acts on a connection from its
+    # N+1-th stream on (all streams, drill and organic; at that stream's HEADERS); 0, the default: at once
+    "latency": {"latency": _MS, "jitter": _MS, "after_streams": _AFTER},
+    "bandwidth": {"rate": _Attr(0, 0, _BIG), "after_streams": _AFTER},
+    "slow_close": {"delay": _MS, "after_streams": _AFTER},
     # mode kernel: the connection's packets dropped by nftables as well, so TCP acknowledges nothing (kernel.py)
-    "timeout": {"timeout": _MS, "mode": _Attr("user", choices=("user", "kernel"))},
-    "reset_peer": {"timeout": _MS},
+    "timeout": {"timeout": _MS, "mode": _Attr("user", choices=("user", "kernel")), "after_streams": _AFTER},
+    "reset_peer": {"timeout": _MS, "after_streams": _AFTER},
     "slicer": {"average_size": _Attr(0, 0, 1 << 24), "size_variation": _Attr(0, 0, 1 << 24),
-               "delay": _Attr(0, 0, MAX_MS * 1000)},  # fmt: skip
-    "limit_data": {"bytes": _Attr(0, 0, _BIG)},
+               "delay": _Attr(0, 0, MAX_MS * 1000), "after_streams": _AFTER},  # fmt: skip
+    "limit_data": {"bytes": _Attr(0, 0, _BIG), "after_streams": _AFTER},
     # HTTP/2 (a relay that reads the frames): last_stream all = 2^31-1, current = the highest stream the client
     # opened, before_in_flight = below the lowest stream in flight (those are then not processed: retryable)
     # after_streams: sent once the connection opened that many streams (0: at once, so new connections serve none)
@@ -88,12 +95,14 @@ TYPES: dict[str, dict[str, _Attr]] = {
                "before_in_flight")), "debug": _Attr(""), "after_streams": _Attr(1, 0, _BIG)},  # fmt: skip
     # on drill-tagged streams only: at their headers, at their first DATA (mid-message), or after their end;
     # after_streams: the first N drill streams of each connection pass; limit: at most N reset per connection
-    # (0: no limit), so a client that retries a REFUSED_STREAM transparently is seen to
+    # (0: no limit), so a client that retries a REFUSED_STREAM transparently is seen to;
+    # after_messages k (instead of `at`): reset once the k-th gRPC message of the toxic's direction passed
     "rst_stream": {"code": _code("CANCEL"), "at": _Attr("headers", choices=("headers", "data", "end")),
-                   "after_streams": _Attr(0, 0, _BIG), "limit": _Attr(0, 0, _BIG)},  # fmt: skip
-    "ping_blackhole": {},
-    "max_streams": {"streams": _Attr(0, 0, (1 << 31) - 1)},
-    "window_stall": {},
+                   "after_streams": _Attr(0, 0, _BIG), "limit": _Attr(0, 0, _BIG),
+                   "after_messages": _Attr(0, 0, _BIG)},  # fmt: skip
+    "ping_blackhole": {"after_streams": _AFTER},
+    "max_streams": {"streams": _Attr(0, 0, (1 << 31) - 1), "after_streams": _AFTER},
+    "window_stall": {"after_streams": _AFTER},
     # new connections only: refuse = accepted then reset at once; hang = accepted, never answered
     "connect": {"mode": _Attr("refuse", choices=("refuse", "hang"))},
 }
@@ -147,9 +156,12 @@ def _attributes(kind: str, given: Any, base: Mapping[str, Any] | None = None) ->
     unknown = sorted(set(given) - set(spec))
     if unknown:
         raise ToxicError(f"bad attribute {unknown[0]}: {kind} takes {', '.join(spec) or 'none'}")
-    out = {key: attr.default for key, attr in spec.items()} if base is None else dict(base)
+    out = {key: attr.default for key, attr in spec.items() if not attr.optional} if base is None else dict(base)
     for key, value in given.items():
         out[key] = spec[key].parse(key, value)
+    if kind == "rst_stream" and out["after_messages"] and out["at"] != "headers":
+        raise ToxicError("bad attribute after_messages: a stream is reset after its k-th message or at `at`, "
+                         "not both (leave `at` out)")  # fmt: skip
     return out
 
 

@@ -14,14 +14,18 @@ removed when it ends (`fault_on`/`fault_off`, from the runner's tick), the one-w
   was set; None when one was still open when the fault ended. Read by polling the relay every `POLL_S`
   on the runner's loop: the resolution is POLL_S plus that loop's lateness.
 
-The relay runs in user space: a blackhole (`timeout`) still ACKs at the TCP level, so it exercises HTTP/2
-keepalive, not TCP_USER_TIMEOUT or `tcp_retries2` (issue 48's kernel mode is not built).
+A blackhole (`timeout`) in user space still ACKs at the TCP level, so it exercises HTTP/2 keepalive, not
+TCP_USER_TIMEOUT or `tcp_retries2`; its `mode: kernel` drops the packets too (harness.link.kernel), and the
+summary's `mode` says which.
 
 A stack link with `admin` is a `drill link` already running elsewhere (a compose service, a Kubernetes
 sidecar): the runner starts nothing and sets and removes the toxic through its admin API (`RunningLink`).
-Its connections live in that process, so the trial's summary counts nothing (None): the link's own /metrics
-do (`drill_link_connections_faulted_total`), and an `expect` on it is refused (detection is not observable
-through the API).
+Its connections live in that process, which records what the toxic touched (harness.link.ledger): the
+runner reads it (`GET /proxies/{name}/toxics/{toxic}/connections`) just before it removes the toxic and
+counts the same summary from it, detection included, so `expect` holds there too. The times are the
+link's own (when its loop saw each connection close, after the toxic was set there), not a poll's:
+`resolution_s` is None. A link that cannot answer (Toxiproxy itself has no such route, or the link's own
+one-way stop removed the toxic first) leaves the trial without a summary, and says why in the log.
 """
 
 from __future__ import annotations
@@ -84,6 +88,16 @@ class RunningLink:
         """Set `toxic`; None when set, else why not (the API's answer)."""
         return self._say("POST", f"/proxies/{self.name}/toxics", toxic, 200)
 
+    def touched(self, name: str) -> tuple[dict | None, str | None]:
+        """What the toxic `name` touched so far, as the link recorded it (harness.link.ledger), or why not."""
+        try:
+            status, answer = self.call("GET", f"/proxies/{self.name}/toxics/{name}/connections")
+        except (OSError, ValueError) as exc:
+            return None, f"{self.admin} did not answer: {exc}"
+        if status != 200 or not isinstance(answer, dict) or not isinstance(answer.get("connections"), list):
+            return None, f"{self.admin} answered {status}: {answer}"
+        return answer, None
+
     def remove(self, name: str) -> str | None:
         """Remove the toxic `name`; None when removed (or already gone), else why not."""
         return self._say("DELETE", f"/proxies/{self.name}/toxics/{name}", None, 204, 404)
@@ -117,6 +131,8 @@ class TrialLinks:
         self.closed_s: list[float] = []
         self._watch: asyncio.Task | None = None
         self._counts: tuple[int, int] | None = None  # (organic, drill) when the toxic was removed
+        #: a running link's record of what the toxic touched, read just before it was removed
+        self._remote_ledger: dict | None = None
         self.stopped: str | None = None
 
     # -- starting ------------------------------------------------------------------------------
@@ -147,9 +163,6 @@ class TrialLinks:
         for spec in self.specs:
             if spec.admin is not None:
                 running = RunningLink(spec.name, spec.admin)
-                if self.fault is not None and self.fault.link == spec.name and self.fault.expect is not None:
-                    raise LinkStartError(f"link {spec.name}: fault.link.expect needs a link the runner starts (a "
-                                         "running link's connections are not observable through its API)")  # fmt: skip
                 toxic = self.fault.toxic_json()["name"] if self.fault is not None else None
                 upstream = await asyncio.to_thread(running.check, toxic)
                 self.running[spec.name] = running
@@ -218,8 +231,12 @@ class TrialLinks:
         remote = self.remote
         if remote is not None:
             if self.on_at is not None and self.off_at is None:
+                name = self.fault.toxic_json()["name"]
+                self._remote_ledger, why_not = remote.touched(name)  # up to now: then it goes
+                if why_not:
+                    self.log(f"link {remote.name}: what the toxic touched NOT read: {why_not}")
                 self.off_at = time.time()
-                why = remote.remove(self.fault.toxic_json()["name"])
+                why = remote.remove(name)
                 self.log(f"link {remote.name}: toxic " + (f"NOT removed: {why}" if why else
                          f"removed through {remote.admin}"))  # fmt: skip
             return
@@ -251,17 +268,42 @@ class TrialLinks:
         drill = sum(c.h2.drill_count - d for c, (_, d) in self.touched.items())
         return organic, drill
 
-    def summary(self) -> dict | None:
-        """What results.json says of the trial's link fault (None without one, or on a running link)."""
-        if self.fault is None or self.remote is not None:
+    def _remote_counts(self) -> tuple[int, int, int, int, list[float], bool] | None:
+        """From a running link's record: (connections, held at start, organic, drill, closed_s, all held closed)."""
+        ledger = self._remote_ledger
+        if ledger is None:
             return None
-        organic, drill = self._counts or self._count()
-        detected = max(self.closed_s) if self.held_at_start and not self.held else None
+        records = ledger["connections"]
+        held = [r for r in records if r.get("open_at_start")]
+        closed = sorted(r["closed_s"] for r in held if r.get("closed_s") is not None)
+
+        def calls(kind: str) -> int:
+            return sum(r["streams"][kind] - r["streams_before"][kind] for r in records if r.get("streams"))
+
+        return (len(records) + int(ledger.get("left_off") or 0), len(held), calls("organic"), calls("drill"), closed,
+                len(closed) == len(held))  # fmt: skip
+
+    def summary(self) -> dict | None:
+        """What results.json says of the trial's link fault (None without one, or when a running link's record
+        could not be read)."""
+        if self.fault is None:
+            return None
+        if self.remote is not None:
+            counted = self._remote_counts()
+            if counted is None:
+                return None
+            faulted, held_at_start, organic, drill, closed_s, all_closed = counted
+            resolution = None
+        else:
+            organic, drill = self._counts or self._count()
+            faulted, held_at_start, closed_s = len(self.touched), self.held_at_start, sorted(self.closed_s)
+            all_closed, resolution = not self.held, POLL_S
+        detected = max(closed_s) if held_at_start and all_closed else None
         out = {
             "link": self.fault.link, "toxic": self.fault.describe(), "mode": self.fault.mode,
-            "set": self.on_at is not None, "connections_faulted": len(self.touched),
-            "connections_held_at_start": self.held_at_start, "calls_touched": {"organic": organic, "drill": drill},
-            "closed_s": sorted(self.closed_s), "detected_s": detected, "resolution_s": POLL_S,
+            "set": self.on_at is not None, "connections_faulted": faulted,
+            "connections_held_at_start": held_at_start, "calls_touched": {"organic": organic, "drill": drill},
+            "closed_s": closed_s, "detected_s": detected, "resolution_s": resolution,
             "acted_s": round(self.off_at - self.on_at, 3) if self.on_at is not None and self.off_at else None,
             "stopped": self.stopped,
         }  # fmt: skip

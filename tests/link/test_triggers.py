@@ -1,0 +1,279 @@
+"""Triggers counted in protocol units (harness.link.toxics, relay, effects, h2): a toxic's `after_streams` (it acts on
+a connection from its N+1-th stream on) and `rst_stream`'s `after_messages` (a drill stream reset once its k-th gRPC
+message of the toxic's direction passed), each against its definition with real grpc-python calls on 127.0.0.1;
+bad values refused (400) with nothing changed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import struct
+import urllib.error
+import urllib.request
+
+import grpc
+import pytest
+from grpc import aio
+
+from harness.link import h2
+from harness.link.admin import serve_admin
+from harness.link.links import LinkSet
+from harness.link.toxics import ToxicError, parse_toxic
+from tests.link.echo import BIG, SERVICE, echo_server, unary
+from tests.link.test_relay import DRILL, ORGANIC, through, toxic
+
+APART = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connection
+
+
+async def _ok(call) -> bool:
+    try:
+        await call
+        return True
+    except aio.AioRpcError as exc:
+        assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED, exc
+        return False
+
+
+def test_after_streams_blackholes_a_connection_from_its_n_plus_1th_stream_on():
+    """`timeout` (a blackhole) with after_streams 2: on each connection the first two calls are answered and every
+    later one waits out its deadline; a connection past two streams when it is set is held at once."""
+
+    async def main():
+        async with echo_server() as port:
+            links = LinkSet()
+            link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
+            address = f"127.0.0.1:{link.port}"
+            try:
+                async with aio.insecure_channel(address, options=[*BIG, *APART]) as old:
+                    for _ in range(3):  # three streams before the toxic is set
+                        assert await unary(old)(b"x", timeout=5) == b"x"
+                    link.add_toxic(toxic("timeout", after_streams=2))
+                    old_now = await _ok(unary(old)(b"x", timeout=1))
+                    async with aio.insecure_channel(address, options=[*BIG, *APART]) as new:
+                        # one at a time, so each is its connection's next stream
+                        new_calls = [await _ok(unary(new)(b"x", metadata=ORGANIC, timeout=1)) for _ in range(4)]
+                return old_now, new_calls, link.accepted
+            finally:
+                await links.close()
+
+    old_now, new_calls, accepted = asyncio.run(main())
+    assert old_now is False  # its 4th stream: past 2, blackholed
+    assert new_calls == [True, True, False, False]
+    assert accepted == 2
+
+
+def test_after_streams_on_latency_adds_the_delay_from_that_stream_on():
+    """latency 400 ms upstream, after_streams 1: the connection's first call is not delayed by it, the second is.
+    Each call is timed against a deadline of 300 ms: the first passes (loopback answers in milliseconds; 300 ms
+    leaves a busy box its slack), the second cannot (400 ms added to its request before the server sees it)."""
+
+    async def body(link, channel):
+        link.add_toxic(toxic("latency", "upstream", latency=400, after_streams=1))
+        first = await _ok(unary(channel)(b"a", timeout=0.3))
+        second = await _ok(unary(channel)(b"b", timeout=0.3))
+        third = await unary(channel)(b"c", timeout=5)  # it still arrives, late
+        return first, second, third
+
+    assert through(body) == (True, False, b"c")
+
+
+MESSAGE = 40_000  # bytes: more than a DATA frame (16,384 by default), so a message's boundary falls mid-frame
+
+
+async def _spaced(request: bytes, context):
+    """`n` messages (from `x-n`) of MESSAGE bytes, 50 ms apart, so each leaves in frames of its own."""
+    n = int(dict(context.invocation_metadata()).get("x-n", "5"))
+    for i in range(n):
+        yield bytes([i]) * MESSAGE
+        await asyncio.sleep(0.05)
+
+
+SPACED = grpc.method_handlers_generic_handler("t.T", {"Spaced": grpc.unary_stream_rpc_method_handler(_spaced)})
+
+
+def _through_spaced(body):
+    async def main():
+        server = aio.server(options=BIG)
+        server.add_generic_rpc_handlers((SPACED,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        links = LinkSet()
+        try:
+            link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
+            async with aio.insecure_channel(f"127.0.0.1:{link.port}", options=BIG) as channel:
+                return await body(link, channel)
+        finally:
+            await links.close()
+            await server.stop(0)
+
+    return asyncio.run(main())
+
+
+async def _read(call) -> tuple[list[int], grpc.StatusCode]:
+    got = []
+    try:
+        async for reply in call:
+            assert len(reply) == MESSAGE
+            got.append(reply[0])
+    except aio.AioRpcError as exc:
+        return got, exc.code()
+    return got, grpc.StatusCode.OK
+
+
+def test_after_messages_downstream_resets_a_drill_stream_right_after_its_kth_answer():
+    async def body(link, channel):
+        before = link.metrics.streams_reset._value.get()  # the counter is the process's, by link name
+        link.add_toxic(toxic("rst_stream", "downstream", code="INTERNAL_ERROR", after_messages=3))
+        spaced = channel.unary_stream("/t.T/Spaced")
+        drill = await _read(spaced(b"", metadata=(*DRILL, ("x-n", "6")), timeout=10))
+        organic = await _read(spaced(b"", metadata=(*ORGANIC, ("x-n", "6")), timeout=10))
+        short = await _read(spaced(b"", metadata=(*DRILL, ("x-n", "2")), timeout=10))  # never reaches a 3rd
+        return drill, organic, short, link.metrics.streams_reset._value.get() - before
+
+    drill, organic, short, resets = _through_spaced(body)
+    assert drill == ([0, 1, 2], grpc.StatusCode.INTERNAL)  # three answers, then the reset: not before, not after
+    assert organic == ([0, 1, 2, 3, 4, 5], grpc.StatusCode.OK)
+    assert short == ([0, 1], grpc.StatusCode.OK)
+    assert resets == 1
+
+
+def test_after_messages_upstream_resets_once_the_kth_request_passed():
+    """Bidi echo, after_messages 2 upstream: the 1st request's echo comes back; the 2nd request is the last the
+    stream carries (the client is told CANCELLED before any echo of it can come back: the reset is sent the
+    moment its frame passed); the same on a stream past `after_streams` only."""
+
+    async def body(link, channel):
+        link.add_toxic(toxic("rst_stream", "upstream", code="CANCEL", after_messages=2, after_streams=1))
+        bidi = channel.stream_stream(SERVICE + "Bidi")
+
+        async def exchange(metadata):
+            call = bidi(metadata=metadata, timeout=10)
+            echoed = []
+            try:
+                for part in (b"one", b"two", b"three"):
+                    await call.write(part)
+                    echoed.append(await call.read())
+                await call.done_writing()
+                return echoed, (await call.code())
+            except aio.AioRpcError as exc:
+                return echoed, exc.code()
+
+        spared = await exchange(DRILL)  # the connection's first drill stream: after_streams 1 lets it pass
+        drill = await exchange(DRILL)
+        organic = await exchange(ORGANIC)
+        return spared, drill, organic
+
+    spared, drill, organic = through(body)
+    assert spared == ([b"one", b"two", b"three"], grpc.StatusCode.OK)
+    assert drill == ([b"one"], grpc.StatusCode.CANCELLED)
+    assert organic == ([b"one", b"two", b"three"], grpc.StatusCode.OK)
+
+
+def _grpc_messages(*sizes: int) -> bytes:
+    return b"".join(b"\0" + struct.pack(">I", n) + b"m" * n for n in sizes)
+
+
+@pytest.mark.parametrize("cut", [1, 3, 5, 6, 7, 11, 1000])
+def test_messages_are_counted_across_any_frame_cut_with_padding_and_empty_messages(cut):
+    """The counting itself (h2.H2Conn.data_messages), on bytes cut into DATA frames at every kind of place:
+    inside a prefix, at its end, inside a message; a padded frame; messages of 0 bytes (a prefix alone)."""
+    conn = h2.H2Conn(frozenset())
+    conn.count_messages = 1
+    seen = []
+    conn.on_stream = lambda st, point: seen.append((point, st.messages[0]))
+    conn._open(1, True)
+    seen.clear()
+    data = _grpc_messages(3, 0, 20, 0, 0, 7)
+    st = conn.streams[1]
+    for i in range(0, len(data), cut):
+        chunk = data[i : i + cut]
+        if i % 2:  # every other frame padded: pad length, data, padding
+            conn.data_messages(st, True, h2.PADDED, bytes([4]) + chunk + b"\0" * 4)
+        else:
+            conn.data_messages(st, True, 0, chunk)
+    assert seen == [("message_upstream", k) for k in range(1, 7)]
+    assert st.messages == [6, 0]
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"type": "timeout", "attributes": {"after_streams": -1}}, "bad attribute after_streams"),
+    ({"type": "latency", "attributes": {"after_streams": "2"}}, "not an integer"),
+    ({"type": "connect", "attributes": {"after_streams": 1}}, "bad attribute after_streams"),
+    ({"type": "rst_stream", "attributes": {"after_messages": -1}}, "bad attribute after_messages"),
+    ({"type": "rst_stream", "attributes": {"after_messages": 1.5}}, "not an integer"),
+    ({"type": "rst_stream", "attributes": {"after_messages": 2, "at": "data"}}, "not both"),
+    ({"type": "latency", "attributes": {"after_messages": 2}}, "bad attribute after_messages"),
+])  # fmt: skip
+def test_bad_trigger_values_get_400_through_the_admin_api_and_change_nothing(body, words):
+    async def main():
+        links = LinkSet()
+        async with echo_server() as port:
+            link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
+            link.add_toxic(toxic("latency", latency=5))
+            admin = await serve_admin(links, "127.0.0.1", 0)
+            base = f"http://127.0.0.1:{admin.sockets[0].getsockname()[1]}/proxies/t/toxics"
+
+            def ask(method: str, url: str, payload=None):
+                req = urllib.request.Request(url, method=method, data=None if payload is None else
+                                             json.dumps(payload).encode())  # fmt: skip
+                try:
+                    with urllib.request.urlopen(req, timeout=5) as resp:
+                        return resp.status, json.loads(resp.read())
+                except urllib.error.HTTPError as exc:
+                    return exc.code, json.loads(exc.read())
+
+            try:
+                before = await asyncio.to_thread(ask, "GET", base)
+                new = await asyncio.to_thread(ask, "POST", base, body)
+                update = (400, None)
+                if body["type"] == "latency":  # an update of the latency toxic there with the same bad attributes
+                    update = await asyncio.to_thread(ask, "POST", base + "/latency_downstream",
+                                                     {"attributes": body["attributes"]})
+                after = await asyncio.to_thread(ask, "GET", base)
+            finally:
+                admin.close()
+                await links.close()
+            return before, new, update, after
+
+    before, new, update, after = asyncio.run(main())
+    assert new[0] == 400 and words in json.dumps(new[1])
+    assert update[0] == 400
+    assert after == before and [t["attributes"] for t in after[1]] == [{"latency": 5, "jitter": 0}]
+
+
+def test_toxiproxys_types_read_back_without_the_extension_unless_it_is_given():
+    assert "after_streams" not in parse_toxic({"type": "timeout"}).attributes
+    assert parse_toxic({"type": "timeout", "attributes": {"after_streams": 2}}).attributes == {
+        "timeout": 0, "mode": "user", "after_streams": 2}
+    with pytest.raises(ToxicError):
+        parse_toxic({"type": "goaway", "attributes": {"after_streams": "x"}})
+
+
+def test_a_connection_that_is_not_http2_has_no_streams_so_after_streams_never_acts():
+    async def main():
+        async def echo(reader, writer):
+            while data := await reader.read(65536):
+                writer.write(data)
+            writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        links = LinkSet()
+        link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        link.add_toxic(toxic("timeout", after_streams=0, stream="downstream"))
+        link.add_toxic(parse_toxic({"name": "later", "type": "reset_peer", "attributes": {"after_streams": 1}}))
+        reader, writer = await asyncio.open_connection("127.0.0.1", link.port)
+        writer.write(os.urandom(100))
+        try:
+            got = await asyncio.wait_for(reader.read(100), 0.5)
+        except asyncio.TimeoutError:
+            got = None
+        (conn,) = link.connections
+        acting, deferred = sorted(conn.acting), sorted(conn.deferred)
+        writer.close()
+        await links.close()
+        server.close()
+        return got, acting, deferred
+
+    # the blackhole (after_streams 0) acts at once and holds the echo; the reset waits for a stream that never comes
+    assert asyncio.run(main()) == (None, ["timeout_downstream"], ["later"])
