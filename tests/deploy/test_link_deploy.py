@@ -115,7 +115,7 @@ def test_compose_stack_file_drives_the_running_link_with_the_plans_configuration
                                "-f compose/blackhole.yml up -d --wait account")  # fmt: skip
     assert stack["stack"]["emergency_stop"].endswith("kill -s SIGUSR1 link-ledger-1")
     fault = dict(plan["fault"]["link"])
-    fault.pop("expect")  # refused on a running link (its connections are not observable through the API)
+    fault.pop("expect")  # the compose file carries none (its saved transcript ran without one)
     assert stack["fault"]["link"] == fault
     for key in ("traffic", "slo", "seed"):
         assert stack[key] == plan[key], key
