@@ -83,6 +83,7 @@ def test_at_the_limit_the_next_call_is_refused_at_once_never_faulted_then_admitt
                 # proxy forwards it and the service answers UNIMPLEMENTED, not the limit)
                 with pytest.raises(aio.AioRpcError) as probe_call:
                     await channel.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=10)
+                probe_details = probe_call.value.details()
                 counts = [sample("drill_server_refused_total", **refused_calls),
                           sample("drill_fault_hits_total", service="probe", grpc_method=ECHO, mode="abort"),
                           sample("drill_server_calls_total", traffic="drill", **exhausted),
@@ -97,7 +98,7 @@ def test_at_the_limit_the_next_call_is_refused_at_once_never_faulted_then_admitt
                         assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, err
                         await asyncio.sleep(0.01)
                 deltas = [a - b for a, b in zip(counts, before, strict=True)]
-                return drill, organic, probe_call.value.code(), deltas, admitted
+                return drill, organic, (probe_call.value.code(), probe_details), deltas, admitted
         finally:
             await server.stop(0)
             await upstream.close()
@@ -106,7 +107,12 @@ def test_at_the_limit_the_next_call_is_refused_at_once_never_faulted_then_admitt
         drill, organic, health_code, deltas, admitted = asyncio.run(main())
     assert drill == (grpc.StatusCode.RESOURCE_EXHAUSTED, "drill: in-flight limit 3 reached", None)  # no marker
     assert organic == (grpc.StatusCode.RESOURCE_EXHAUSTED, "drill: in-flight limit 3 reached", None)
-    assert health_code is grpc.StatusCode.UNIMPLEMENTED
+    # forwarded, not refused: the service's UNIMPLEMENTED, relayed. On a busy box the proxy's own grpc.aio call to
+    # the service now and then reads that trailers-only answer as INTERNAL "Internal error from Core" (a grpc.aio
+    # client race, grpc/grpc#36066, seen beside two CPU hogs about once in 20 runs), which the proxy relays: still
+    # the service's answer to a forwarded call, never the limit's RESOURCE_EXHAUSTED
+    assert health_code in ((grpc.StatusCode.UNIMPLEMENTED, "unknown service grpc.health.v1.Health"),
+                           (grpc.StatusCode.INTERNAL, "Internal error from Core")), health_code
     assert deltas == [2, 0, 1, 1]  # refused twice, no hit, each call counted under its traffic class
     lines = [r.getMessage() for r in caplog.records if '"call_refused"' in r.getMessage()]
     assert len(lines) == 2 and all('"reason":"in_flight"' in line and '"limit":3' in line for line in lines), lines
