@@ -23,17 +23,17 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/drill demo --out drill-out
 
-# six workers on two cores: most of the suite waits on wall-clock drill phases, not on the CPU (with five, at
-# a566a69, the box used 1.28 of its 2 cores over a CI run: 508 s of CPU in 398 s of pytest, over the 6-min budget);
-# six fill more of those waits. (An earlier, smaller suite starved a guard test at six; its trips are now judged
-# by what the method guarantees.) Every test holds beside two CPU hogs at four
+# five workers on two cores: most of the suite waits on wall-clock drill phases, not on the CPU (with four, the
+# box used 1.5 of its 2 cores over a run: 501 s of CPU in 320 s); five fill those waits (pytest 288 s and 300 s in
+# two runs here against 316-321 s with four), six starve the live drills (a guard test missed its trip at 293 s).
+# Every test holds beside two CPU hogs at four
 test: $(STAMP)
 	scripts/system-deps
 	@# the suite starts a few hundred Python processes; where PYTHONDONTWRITEBYTECODE is set (CI) none of them
 	@# would cache its imports: compiled once here, each start is ~0.2 s of CPU cheaper
 	$(PY) -m compileall -q harness loadtests tests >/dev/null
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -p no:cacheprovider -n 6 --dist loadfile --durations=15
+	$(PY) -m pytest -q -p no:cacheprovider -n 5 --dist loadfile --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check harness tests benchmarks loadtests dashboards
