@@ -275,6 +275,8 @@ def run(args: argparse.Namespace) -> int:
     conditions = parse_conditions(args.fail_on)
     hops = args.hops
     if args.series:
+        from harness.drills.readings.series import trial_extras
+
         header, series = _from_series(args)  # read first: a file that is not a series.json leaves nothing behind
         out = _analysis_dir(args)
         fault = None
@@ -290,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
         slo = _slo(args, ctx["slo"])
         source = {"series": str(args.series), "slo_from": ctx["from"]}
         results = assemble(series, slo, hops or ctx["hops"], plan_name=ctx["plan"] or "series", fault=ctx["fault"],
-                           source=source).model_dump()  # fmt: skip
+                           extras=trial_extras(header), source=source).model_dump()  # fmt: skip
         results["seed"] = ctx["seed"]
     else:
         from harness.drills.readings.prom import EDGE_SERVICES, read_drill

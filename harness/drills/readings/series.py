@@ -223,8 +223,11 @@ SERIES_FORMAT = 2
 
 
 def series_document(results: dict, trials: Mapping[str, Sequence[RunSeries]]) -> dict:
-    """series.json: format 2 = `{format, plan, seed, slo, hops, configs: {NAME: [trial series, …]}}`."""
-    return {
+    """series.json: format 2 = `{format, plan, seed, slo, hops, fault, configs: {NAME: [trial series, …]}}`, and
+    with a link fault `links: {NAME: [each trial's link record or None]}`: what the relay saw (connections it
+    held, when the callers closed them) is in no series, and the re-analysis needs it for its notes and for
+    `--fail-on expect`."""
+    doc = {
         "format": SERIES_FORMAT,
         "plan": results.get("plan"),
         "seed": results.get("seed"),
@@ -233,6 +236,21 @@ def series_document(results: dict, trials: Mapping[str, Sequence[RunSeries]]) ->
         "fault": results.get("fault"),
         "configs": {n: [s.to_json() for s in runs] for n, runs in trials.items()},
     }
+    configs = results.get("configs") or {}
+    links = {n: [t.get("link") for t in (configs.get(n) or {}).get("trials") or []] for n in trials}
+    if any(lk for per in links.values() for lk in per):
+        doc["links"] = links
+    return doc
+
+
+def trial_extras(header: Mapping) -> dict[str, list[dict]]:
+    """What a series.json keeps beside the series, per configuration and trial, as the analysis takes it
+    (`assemble(extras=…)`): each trial's `link` record."""
+    links = header.get("links")
+    if not isinstance(links, Mapping):
+        return {}
+    return {n: [{"link": lk} if isinstance(lk, Mapping) else {} for lk in per]
+            for n, per in links.items() if isinstance(per, list)}  # fmt: skip
 
 
 def read_series_document(data: dict) -> tuple[dict, dict[str, list[RunSeries]]]:

@@ -105,3 +105,41 @@ def test_a_file_that_is_not_json_is_named_in_words(tmp_path):
     line = assert_one_line(drill("analyze", "--series", str(tmp_path / "t.json")), 2, "not a series.json")
     assert "Error" not in line and "indices" not in line
     line = assert_one_line(drill("analyze", "--series", "/bin/ls"), 2, "/bin/ls: not a series.json: not text")
+
+
+def _link_record(detected_s: float | None, within: float = 3.0) -> dict:
+    """A trial's `link` record as the runner writes it (`stack.links.TrialLinks.summary`)."""
+    return {"link": "ledger-1", "toxic": "timeout downstream (timeout 0)", "mode": "user space", "set": True,
+            "connections_faulted": 2, "connections_held_at_start": 2, "calls_touched": {"organic": 5, "drill": 7},
+            "closed_s": [] if detected_s is None else [detected_s], "detected_s": detected_s, "resolution_s": 0.05,
+            "acted_s": 10.0, "stopped": False,
+            "expect": {"detect_within_s": within, "met": detected_s is not None and detected_s <= within}}  # fmt: skip
+
+
+def test_a_link_faults_records_survive_the_reanalysis_of_its_series(tmp_path):
+    """The relay's record of each trial (connections held, when callers closed them, `expect`) is in no series:
+    series.json keeps it, so `drill analyze --series` says the same of it as the run did, and `--fail-on expect`
+    holds there too (exit 3). Before, the re-analysis dropped it: no link note, and `expect` never failed."""
+    run = tmp_path / "drill-out"
+    rates = [0.0] * 10 + [0.5] * 10 + [0.0] * 10
+    series = {n: [make_series(rates, config=n), make_series(rates, config=n)] for n in ("naive", "detects")}
+    extras = {"naive": [{"link": _link_record(None)}, {"link": _link_record(None)}],
+              "detects": [{"link": _link_record(2.1)}, {"link": _link_record(2.4)}]}  # fmt: skip
+    results = assemble(series, Slo(), ["gateway", "ledger"], plan_name="blackhole", extras=extras).model_dump()
+    write_outputs(run, results, series)
+    saved = json.loads((run / "series.json").read_text())
+    assert saved["links"]["detects"] == [extras["detects"][0]["link"], extras["detects"][1]["link"]]
+
+    proc = drill("analyze", "--series", str(run / "series.json"), "--fail-on", "expect")
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "naive did not detect within 3 s in 2 of 2 trials (never, never)" in proc.stderr
+    again = json.loads((run / "analysis" / "results.json").read_text())
+    for name in ("naive", "detects"):
+        assert [t["link"] for t in again["configs"][name]["trials"]] == [e["link"] for e in extras[name]]
+    assert again["notes"] == results["notes"] and any("ledger-1" in n for n in again["notes"]), again["notes"]
+
+
+def test_a_series_without_link_faults_keeps_its_old_shape(tmp_path):
+    run = tmp_path / "drill-out"
+    _a_run(run)
+    assert "links" not in json.loads((run / "series.json").read_text())
