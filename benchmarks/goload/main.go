@@ -9,9 +9,14 @@
 // Once every call has ended (each within its deadline) it prints one JSON object on stdout: the calls sent,
 // how far the sender fell behind its schedule, the time from the first call to the last answer, the count per
 // status code, latency percentiles (ms) of the calls of each status, and (-within MS) how many OK calls were
-// answered within MS.
+// answered within MS, and the count of calls per x-drill-fault trailer (the fault the server side injected).
+//
+// With -fault DIRECTIVE every call carries the drill's keys (x-tenant-id, x-fault, x-fault-ratio, and its own
+// x-request-id, goload-I), for what a fault costs the plane that injects it (benchmarks/call_fault_planes.py).
 //
 // Usage: goload -addr 127.0.0.1:PORT -rate 3000 -seconds 10 -timeout 1 [-conns 4] [-method /probe.v1.Probe/Echo]
+//
+//	[-fault abort:UNAVAILABLE -ratio 50 -tenant tenant-drill]
 package main
 
 import (
@@ -22,10 +27,12 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -70,6 +77,7 @@ func request(id string, body int, mode string) []byte {
 type result struct {
 	code    string
 	latency time.Duration
+	marked  string // the x-drill-fault trailer: the fault the server side says it injected, or ""
 }
 
 func percentiles(xs []time.Duration) map[string]float64 {
@@ -102,6 +110,9 @@ func main() {
 	body := flag.Int("body", 64, "request body bytes")
 	mode := flag.String("mode", "", "probe.v1.Msg mode (tests/proxy/probe.proto)")
 	within := flag.Float64("within", 0, "also count the OK calls answered within this many ms (0: no)")
+	fault := flag.String("fault", "", "tag every call as the drill's with this directive (x-fault), e.g. abort:UNAVAILABLE")
+	ratio := flag.Float64("ratio", 100, "with -fault: x-fault-ratio, percent of the drill's calls to fault")
+	tenant := flag.String("tenant", "tenant-drill", "with -fault: x-tenant-id")
 	flag.Parse()
 	switch {
 	case *addr == "":
@@ -116,6 +127,8 @@ func main() {
 		fail("-conns must be 1-%d", maxConns)
 	case *body < 0 || *body > 1<<20:
 		fail("-body must be 0-%d", 1<<20)
+	case !(*ratio >= 0 && *ratio <= 100):
+		fail("-ratio must be in [0, 100]")
 	}
 	clients := make([]*grpc.ClientConn, *conns)
 	for i := range clients {
@@ -151,9 +164,18 @@ func main() {
 			var out []byte
 			t0 := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
-			err := clients[i%len(clients)].Invoke(ctx, *method, &in, &out)
+			if *fault != "" { // the drill's keys, each call its own request id (the hit formula draws on it)
+				ctx = metadata.AppendToOutgoingContext(ctx, "x-tenant-id", *tenant, "x-fault", *fault,
+					"x-fault-ratio", strconv.FormatFloat(*ratio, 'g', -1, 64), "x-request-id", fmt.Sprintf("goload-%d", i))
+			}
+			var trailer metadata.MD
+			err := clients[i%len(clients)].Invoke(ctx, *method, &in, &out, grpc.Trailer(&trailer))
 			cancel()
-			results[i] = result{status.Code(err).String(), time.Since(t0)}
+			marked := ""
+			if v := trailer.Get("x-drill-fault"); len(v) > 0 {
+				marked = v[0]
+			}
+			results[i] = result{status.Code(err).String(), time.Since(t0), marked}
 		}(i)
 	}
 	sent := time.Since(start)
@@ -162,7 +184,11 @@ func main() {
 	counts := map[string]int{}
 	byCode := map[string][]time.Duration{}
 	okWithin := 0
+	marked := map[string]int{}
 	for _, r := range results {
+		if r.marked != "" {
+			marked[r.marked]++
+		}
 		counts[r.code]++
 		byCode[r.code] = append(byCode[r.code], r.latency)
 		if r.code == "OK" && float64(r.latency.Microseconds()) <= *within*1000 {
@@ -184,6 +210,7 @@ func main() {
 		"ok_within":       okWithin,
 		"max_send_lag_ms": float64(maxLag.Microseconds()) / 1000,
 		"status":          counts,
+		"marked":          marked,
 		"latency_ms":      latency,
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
