@@ -65,6 +65,10 @@ _GATED = tuple(k.encode() for k in h.GATE_KEYS)
 _STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 _TIMEOUT_UNIT = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _ENDS = h2.END_STREAM | h2.END_HEADERS
+#: A caller's reset this close to its deadline (or after) is its deadline: the link's deadline is the `grpc-timeout`
+#: the client wrote, counted from when its HEADERS arrived, so it is late by their transit, and the reset is late by
+#: its own; on a loaded box either is milliseconds to tens of them (a grpc server decides with its own timer instead)
+LEFT_BY_DEADLINE_S = 0.05
 
 
 # --- header blocks the link writes: literals without indexing, no Huffman (they change no table) ----------------
@@ -462,7 +466,7 @@ class ConnCalls:
             self.conn.up.inject(_window_update(credit))
         self._drop_held(call)
         deadline = call.plan.deadline
-        late = deadline is not None and time.monotonic() >= deadline - DEADLINE_SLACK_S
+        late = deadline is not None and time.monotonic() >= deadline - max(DEADLINE_SLACK_S, LEFT_BY_DEADLINE_S)
         self._finish(call, grpc.StatusCode.DEADLINE_EXCEEDED if late else grpc.StatusCode.CANCELLED)
         self._client_ended(call)
 
