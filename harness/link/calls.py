@@ -16,6 +16,13 @@ what it decides on the frames, where `drill proxy` performs it around grpc.aio h
   fault's answer sent; a response stream's messages pass and its trailers are replaced. A delay holds the trailers
   MS (the call completes MS late). A response bigger than the caller's flow-control window cannot be held whole:
   it waits (the call ends at its deadline, or when the stop releases it).
+- `@after=N` / `@read=N`: the stream passes while the pipeline's `Tripwire` counts its messages (the server's for
+  `@after`, the client's for `@read`, read from the 5-byte gRPC prefixes in DATA; a frame is cut at the boundary
+  when a message ends inside it), and fires after the N-th (for `@read`: once the client's N-th passed, where the
+  handler would ask for the next). An abort or a drop then ends the caller's call with the fault's trailers (MS
+  later for a drop), resets the stream toward the server (RST_STREAM CANCEL: the handler is cancelled, as by a
+  proxy whose caller got its answer) and drops what either side still sends on it, each side's connection window
+  given back; a delay holds what follows in the counted direction MS (a delay line).
 - the emergency stop releases what is held at once (a drop answers, a delay line empties, an `@served` hold lets the
   server's answer through), as `releasable_sleep` does in process; a caller that leaves (its RST_STREAM) gets
   nothing more.
@@ -32,14 +39,15 @@ stream is never cut (the fault passes it, said in the log). The blocks the link 
 indexing (RFC 7541 §6.2.2), no Huffman: they change no table. Stream ids the server then never sees are legal
 (RFC 9113 §5.1.1: a higher id closes the idle streams below it).
 
-Not yet here: `@after=N` / `@read=N` (a hit with them passes, said in the log; `drill proxy` carries them).
+After the link ends a stream toward the caller it keeps dropping the server's late frames on it: a frame after
+END_STREAM is a connection error for the client (RFC 9113 §5.1, "closed"), so none may leak through. Such a stream is
+forgotten `SINK_S` after the reset the link sent the server (the server sends nothing on it once it has read it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 
 import grpc
@@ -50,9 +58,10 @@ from harness.core.faults import Kind, Mode
 from harness.core.gate import Outcome
 from harness.core.safety import EmergencyStop
 from harness.core.settings import FaultSettings
+from harness.interceptors._fault_steps import Step
 from harness.interceptors._server_pipeline import DEADLINE_SLACK_S, CallPlan, ServerCore, abort_details, marker
 from harness.link import h2
-from harness.link.hscan import HeaderScanner, HpackError
+from harness.link import hblock as hb
 
 log = logging.getLogger("drill.link")
 
@@ -62,82 +71,15 @@ KEYS = frozenset(
                          h.ORIGIN_DEADLINE, ":path", "grpc-timeout")
 )  # fmt: skip
 _GATED = tuple(k.encode() for k in h.GATE_KEYS)
-_STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
-_TIMEOUT_UNIT = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _ENDS = h2.END_STREAM | h2.END_HEADERS
+_CANCEL = 0x8
 #: A caller's reset this close to its deadline (or after) is its deadline: the link's deadline is the `grpc-timeout`
 #: the client wrote, counted from when its HEADERS arrived, so it is late by their transit, and the reset is late by
 #: its own; on a loaded box either is milliseconds to tens of them (a grpc server decides with its own timer instead)
 LEFT_BY_DEADLINE_S = 0.05
-
-
-# --- header blocks the link writes: literals without indexing, no Huffman (they change no table) ----------------
-def _int7(value: int) -> bytes:
-    if value < 0x7F:
-        return bytes((value,))
-    out, value = bytearray((0x7F,)), value - 0x7F
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def literal(name: str, value: str) -> bytes:
-    """One field as a literal without indexing, new name (RFC 7541 §6.2.2)."""
-    n, v = name.encode(), value.encode()
-    return b"\x00" + _int7(len(n)) + n + _int7(len(v)) + v
-
-
-def _percent(text: str) -> str:
-    """grpc-message's percent-encoding (gRPC over HTTP/2: bytes outside 0x20-0x7E, and `%`)."""
-    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in text.encode())
-
-
-_STATUS_200 = b"\x88"  # `:status: 200`, static entry 8 (RFC 7541 Appendix A)
-_CONTENT_TYPE = literal("content-type", "application/grpc")
-
-
-def response_headers(mode: str) -> bytes:
-    return _STATUS_200 + _CONTENT_TYPE + literal(h.FAULT_MARKER, mode)
-
-
-def trailers(code: grpc.StatusCode, details: str, mode: str, headers_out: bool) -> bytes:
-    """The fault's status as trailers (trailers-only, with `:status` and `content-type`, unless headers went out)."""
-    head = b"" if headers_out else _STATUS_200 + _CONTENT_TYPE
-    return (head + literal("grpc-status", str(code.value[0])) + literal("grpc-message", _percent(details))
-            + literal(h.FAULT_MARKER, mode))  # fmt: skip
-
-
-def _fragment(ftype: int, flags: int, payload: bytes) -> tuple[bytes, bytes]:
-    """(what precedes the block in a HEADERS frame: its priority fields; the block fragment), padding dropped."""
-    if ftype != h2.HEADERS:
-        return b"", payload
-    start, end = 0, len(payload)
-    if flags & h2.PADDED and payload:
-        start, end = 1, len(payload) - payload[0]
-    head = b""
-    if flags & h2.PRIORITY_FLAG:
-        head, start = payload[start : start + 5], start + 5
-    return head, payload[start:end]
-
-
-def _with_field(frame_bytes: bytes, field: bytes) -> bytes:
-    """A HEADERS / CONTINUATION frame that ends its block, with one more field at the block's end (no padding)."""
-    ftype, flags, stream = frame_bytes[3], frame_bytes[4], int.from_bytes(frame_bytes[5:9], "big")
-    head, block = _fragment(ftype, flags, frame_bytes[9:])
-    payload = head + block + field
-    if len(payload) > 16384:  # SETTINGS_MAX_FRAME_SIZE's floor: never past what every peer takes
-        return frame_bytes
-    return h2.frame(ftype, flags & ~h2.PADDED, stream, payload)
-
-
-def grpc_timeout(value: bytes | None) -> float | None:
-    """`grpc-timeout` (digits and a unit) in seconds, or None."""
-    if not value or len(value) > 9 or not value[:-1].isdigit():
-        return None
-    unit = _TIMEOUT_UNIT.get(chr(value[-1]))
-    return None if unit is None else int(value[:-1]) * unit
+#: How long a stream the link reset toward the server keeps dropping the server's frames on it: those the server sent
+#: before it read the reset are on the wire, a round trip on any network a drill runs on
+SINK_S = 10.0
 
 
 class LinkCalls:
@@ -179,13 +121,15 @@ class LinkCalls:
 class _Call:
     """A stream the pipeline decided to fault: its plan, and what the link holds or waits for."""
 
-    __slots__ = ("sid", "plan", "t0", "cut", "delay", "served", "hold", "done", "client_ended", "timer", "line",
-                 "held", "headers_out", "server_headers", "trailers", "block")  # fmt: skip
+    __slots__ = ("sid", "plan", "t0", "cut", "sink", "delay", "up", "served", "hold", "done", "client_ended", "timer",
+                 "line", "held", "headers_out", "server_headers", "trailers", "block", "trip", "framing")  # fmt: skip
 
     def __init__(self, sid: int, plan: CallPlan, t0: float) -> None:
         self.sid, self.plan, self.t0 = sid, plan, t0
-        self.cut = False  # the server never sees the stream (abort/drop at the start)
-        self.delay = 0.0  # seconds each server frame waits (a delay; the trailers of an `@served` delay)
+        self.cut = False  # the client's frames never reach the server (a fault at the start, or one that fired)
+        self.sink = False  # the server's frames never reach the client (a fault that fired mid-stream)
+        self.delay = 0.0  # seconds each frame of the delayed direction waits
+        self.up = False  # the delayed direction is the client's (`@read` delay), else the server's
         self.served = False  # the server's trailers are taken: the fault acts there (`@served`), or they pass
         self.hold = False  # a single response held until its trailers (`@served`)
         self.done = False  # the call is recorded (`ServerCore.end`)
@@ -198,12 +142,15 @@ class _Call:
         self.server_headers = False  # the server's response headers came
         self.trailers = False  # the server's block being read is its trailers
         self.block: list[bytes] = []  # the server's trailers, frame by frame, until their block ends
+        self.trip = None  # the pipeline's Tripwire (`@after` / `@read`) until it fired
+        self.framing = [0, b""]  # the counted direction's place in its messages (`hblock.message_ends`)
 
 
 class ConnCalls:
     """One connection's call faults: asked about every frame as it starts (`frame_start`), handed the frames it
-    takes (`took`), told of each new client stream (`cut`). A call stays in `calls` until it is recorded, and a cut
-    one until the client's side of it ended too (its late frames are dropped, never reach the server)."""
+    takes (`took`), told of each new client stream (`cut`). A call stays in `calls` until it is recorded, a cut one
+    until the client's side of it ended too (its late frames are dropped, never reach the server), a sink one
+    `SINK_S` longer."""
 
     def __init__(self, owner: LinkCalls, conn: h2.H2Conn, loop: asyncio.AbstractEventLoop) -> None:
         self.owner, self.core, self.conn, self.loop = owner, owner.core, conn, loop
@@ -227,7 +174,7 @@ class ConnCalls:
                 return h2.PASS
             if call.cut:
                 if ftype == h2.DATA and length:
-                    self.conn.down.inject(_window_update(length))  # its connection window, given back
+                    self.conn.down.inject(hb.window_update(length))  # its connection window, given back
                 if ftype == h2.RST_STREAM and not call.done:
                     self._left(call)
                 if ftype == h2.RST_STREAM or ftype == h2.DATA and flags & h2.END_STREAM:
@@ -235,11 +182,18 @@ class ConnCalls:
                 return h2.DROP
             if ftype == h2.RST_STREAM:
                 self._left(call)  # forwarded: the server's handler is cancelled, as by a caller that leaves
+                return h2.PASS
+            if ftype == h2.DATA and (call.trip is not None and call.trip.reads or call.up and call.delay):
+                return h2.TAKE  # counted (`@read`), or delayed
             return h2.PASS
         call = self.calls.get(sid)
         if call is None:
             return h2.PASS
-        if call.delay and not call.served:
+        if call.sink:
+            if ftype == h2.DATA and length:
+                self.conn.up.inject(hb.window_update(length))  # the server's connection window, given back
+            return h2.DROP
+        if call.delay and not call.served and not call.up:
             return h2.TAKE  # the delay line
         if call.trailers or ftype == h2.RST_STREAM:
             return h2.TAKE
@@ -248,23 +202,29 @@ class ConnCalls:
                 call.trailers = True
                 return h2.TAKE
             call.server_headers = True
+        if ftype == h2.DATA and call.trip is not None and not call.trip.reads:
+            return h2.TAKE  # counted (`@after`)
         return h2.TAKE if call.hold else h2.PASS
 
     def took(self, reader: h2.FrameReader, ftype: int, flags: int, sid: int, data: bytes) -> None:
         if ftype == h2.SETTINGS:
-            reader.inject(self._settings_rewritten(reader.to_server, data))
-        elif reader.to_server:
+            reader.inject(hb.settings_table_zero(data, not self._settings[reader.to_server]))
+            self._settings[reader.to_server] = True
+            return
+        if reader.to_server and ftype in (h2.HEADERS, h2.CONTINUATION):
             self._client_block(reader, ftype, flags, data)
+            return
+        call = self.calls.get(sid)
+        if call is None:
+            reader.inject(data)
+        elif ftype == h2.DATA and call.trip is not None and call.trip.reads == reader.to_server:
+            self._count(call, reader, data)
+        elif call.delay and not call.served and call.up == reader.to_server:
+            self._delayed(call, data)
+        elif call.trailers or ftype == h2.RST_STREAM:
+            self._server_end(call, data)
         else:
-            call = self.calls.get(sid)
-            if call is None:
-                reader.inject(data)
-            elif call.delay and not call.served:
-                self._delayed(call, data)
-            elif call.trailers or ftype == h2.RST_STREAM:
-                self._server_end(call, data)
-            else:
-                call.held.append(data)
+            call.held.append(data)
 
     def cut(self, sid: int, found: dict[bytes, bytes], standalone: bool) -> bool:
         """A client's new stream: asks the pipeline once; True when the server must never see it."""
@@ -279,21 +239,22 @@ class ConnCalls:
         if d.outcome is not Outcome.HIT:
             return False  # counted (and a refusal audited) by `plan`
         directive = d.directive
-        cuts = d.mode is not Mode.DELAY and not directive.served
-        if directive.after or directive.read or (cuts and not standalone):
+        at_start = not (directive.served or directive.after or directive.read)
+        if at_start and d.mode is not Mode.DELAY and not standalone:
             if not self._warned:
                 self._warned = True
-                why = ("@after/@read is not carried by the link yet" if directive.after or directive.read else
-                       "its header block used the HPACK dynamic table (sent before SETTINGS_HEADER_TABLE_SIZE=0 "
-                       "reached the client)")  # fmt: skip
-                log.warning("link: a fault hit %s passed untouched: %s (said once per connection)", path, why)
+                log.warning("link: a fault hit %s passed untouched: its header block used the HPACK dynamic table "
+                            "(sent before SETTINGS_HEADER_TABLE_SIZE=0 reached the client; said once per connection)",
+                            path)  # fmt: skip
             return False
-        t0, token = core.begin(plan, grpc_timeout(found.get(b"grpc-timeout")), md)
+        t0, token = core.begin(plan, hb.grpc_timeout(found.get(b"grpc-timeout")), md)
         scope.leave(token)  # no task of ours runs the call: the scope is not left entered in the loop's context
         call = _Call(sid, plan, t0)
         self.calls[sid] = call
         if plan.decision.outcome is not Outcome.HIT:  # the stop or the cap: passes, recorded at its end
-            call.served = True
+            return False
+        if plan.trip is not None:
+            call.trip = plan.trip
             return False
         if directive.served:
             call.served = True
@@ -315,16 +276,6 @@ class ConnCalls:
         return True
 
     # --- what the link does ----------------------------------------------------------------------------------
-    def _settings_rewritten(self, to_server: bool, data: bytes) -> bytes:
-        """A side's SETTINGS with SETTINGS_HEADER_TABLE_SIZE = 0 (inserted into its first: the default is 4,096)."""
-        payload = data[9:]
-        pairs = [struct.unpack_from(">HI", payload, i) for i in range(0, len(payload) - 5, 6)]
-        out = [(k, 0 if k == h2.SETTINGS_HEADER_TABLE_SIZE else v) for k, v in pairs]
-        if not self._settings[to_server] and all(k != h2.SETTINGS_HEADER_TABLE_SIZE for k, _ in pairs):
-            out.append((h2.SETTINGS_HEADER_TABLE_SIZE, 0))
-        self._settings[to_server] = True
-        return h2.frame(h2.SETTINGS, data[4], 0, b"".join(struct.pack(">HI", k, v) for k, v in out))
-
     def _client_block(self, reader: h2.FrameReader, ftype: int, flags: int, data: bytes) -> None:
         """A client's header block goes on whole once read (`cut` has judged a new stream by then), or not at all."""
         if ftype == h2.HEADERS:
@@ -341,13 +292,67 @@ class ConnCalls:
         for frame_bytes in frames:
             reader.inject(frame_bytes)
 
+    def _count(self, call: _Call, reader: h2.FrameReader, data: bytes) -> None:
+        """A DATA frame of the counted direction (`@after`: the server's, `@read`: the client's): it passes, each
+        message it ends told to the tripwire; where the tripwire fires, the frame is cut there and the fault acts."""
+        payload, flags, trip = hb.data_payload(data), data[4], call.trip
+        for end in hb.message_ends(call.framing, payload):
+            if trip.reads:
+                trip.read()
+                steps = trip.before_read()  # the handler asks for the next message once this one is in
+            else:
+                steps = trip.sent()
+            if steps:  # (none once the stop has tripped: the tripwire never fires then, the stream passes)
+                call.trip = None
+                rest = payload[end:]
+                padding = len(data) - 9 - len(payload)
+                if rest or padding:  # the boundary inside the frame (or padding, which is dropped): cut there
+                    data = h2.frame(h2.DATA, flags & ~(h2.PADDED | h2.END_STREAM) if rest else flags & ~h2.PADDED,
+                                    call.sid, payload[:end])  # fmt: skip
+                    if padding:  # its sender's window back
+                        (self.conn.down if reader.to_server else self.conn.up).inject(hb.window_update(padding))
+                reader.inject(data)
+                self._fire(call, steps, reader.to_server, rest, flags)
+                return
+        reader.inject(data)
+
+    def _fire(self, call: _Call, steps: tuple, to_server: bool, rest: bytes, flags: int) -> None:
+        """A mid-stream fault acts: `steps` as the pipeline's Tripwire answered them; `rest` the counted direction's
+        data past the boundary."""
+        plan = call.plan
+        if Step.HEADERS in steps and not call.server_headers and not call.headers_out:
+            self._headers(call)
+        call.headers_out = call.headers_out or call.server_headers
+        rest_frame = h2.frame(h2.DATA, flags & ~h2.PADDED, call.sid, rest) if rest else b""
+        if plan.decision.mode is Mode.DELAY:
+            call.delay, call.up = self.core.wait_s(plan), to_server
+            if rest_frame:
+                self._line(call, rest_frame, None)
+            return
+        # the service's side ends (as a proxy cancels its upstream call); what either side sends later is dropped
+        self.conn.up.inject(h2.rst_stream(call.sid, _CANCEL))
+        if rest:  # the data past the boundary was read by the link only: its sender's window back
+            (self.conn.down if to_server else self.conn.up).inject(hb.window_update(len(rest)))
+        call.cut = call.sink = True
+        if flags & h2.END_STREAM and to_server:
+            call.client_ended = True
+        self.loop.call_later(SINK_S, self._forget, call)
+        if plan.decision.mode is Mode.ABORT:
+            self._answer(call)
+        else:
+            self._wait(call, self.core.wait_s(plan))
+
+    def _forget(self, call: _Call) -> None:
+        if self.calls.get(call.sid) is call and call.done:
+            del self.calls[call.sid]
+
     def _delayed(self, call: _Call, data: bytes) -> None:
-        """A server frame of a delayed stream: into the line, its trailers marked, its status read."""
+        """A frame of a delayed direction: into the line; the server's trailers marked and their status read."""
         ftype, flags = data[3], data[4]
         ends = None
         if ftype == h2.RST_STREAM:
             ends = grpc.StatusCode.CANCELLED
-        elif ftype == h2.DATA and flags & h2.END_STREAM:
+        elif ftype == h2.DATA and flags & h2.END_STREAM and not call.up:
             ends = grpc.StatusCode.UNKNOWN  # ended without trailers
         elif ftype == h2.HEADERS and flags & h2.END_STREAM or call.trailers and ftype == h2.CONTINUATION:
             call.trailers = True
@@ -355,7 +360,7 @@ class ConnCalls:
             if not flags & h2.END_HEADERS:
                 return
             block, call.block = call.block, []
-            ends = _status(block)
+            ends = hb.status(block)
             block[-1] = self._marked(call, block[-1])
             for frame_bytes in block[:-1]:
                 self._line(call, frame_bytes, None)
@@ -374,16 +379,17 @@ class ConnCalls:
     def _drain(self, call: _Call, everything: bool = False) -> None:
         call.timer = None
         now = self.loop.time()
+        reader = self.conn.up if call.up else self.conn.down
         while call.line and (everything or call.line[0][0] <= now + 0.0002):
             _due, data, ends = call.line.pop(0)
-            self.conn.down.inject(data)
+            reader.inject(data)
             if ends is not None:
                 self._finish(call, ends)
         if call.line:
             call.timer = self.loop.call_at(call.line[0][0], self._drain, call)
 
     def _server_end(self, call: _Call, data: bytes) -> None:
-        """The server's trailers (or its reset) on an `@served` call: the fault acts now, or its answer passes."""
+        """The server's trailers (or its reset): an `@served` fault acts now; any other call's answer passes."""
         if data[3] == h2.RST_STREAM:
             call.hold = False
             self._pass_held(call, data)
@@ -394,19 +400,20 @@ class ConnCalls:
             return
         block, call.block = call.block, []
         plan = call.plan
-        if plan.decision.outcome is not Outcome.HIT or not self.core.answered(plan):
+        if not call.served or plan.decision.outcome is not Outcome.HIT or not self.core.answered(plan):
             call.hold = False
-            self._pass_held(call, *block)  # the stop tripped while the service worked: its answer untouched
-            self._finish(call, _status(block))
+            block[-1] = self._marked(call, block[-1])  # a mid-stream delay that fired is marked
+            self._pass_held(call, *block)  # (an `@served` fault the stop kept from acting: the answer untouched)
+            self._finish(call, hb.status(block))
             return
         mode = plan.decision.mode
         if mode is Mode.DELAY:  # its answer MS late (the trailers: a call completes with them), marked
             call.served = False
             self._pass_held(call)
             block[-1] = self._marked(call, block[-1])
-            status = _status(block)
+            code = hb.status(block)
             for i, frame_bytes in enumerate(block):
-                self._line(call, frame_bytes, status if i == len(block) - 1 else None)
+                self._line(call, frame_bytes, code if i == len(block) - 1 else None)
             return
         call.hold = False
         self._drop_held(call)
@@ -427,12 +434,12 @@ class ConnCalls:
         held, call.held = call.held, []
         credit = sum(len(f) - 9 for f in held if f[3] == h2.DATA)
         if credit:
-            self.conn.up.inject(_window_update(credit))  # the server's connection window, given back
+            self.conn.up.inject(hb.window_update(credit))  # the server's connection window, given back
 
     def _headers(self, call: _Call) -> None:
         call.headers_out = True
         mode = call.plan.decision.mode.value
-        self.conn.down.inject(h2.frame(h2.HEADERS, h2.END_HEADERS, call.sid, response_headers(mode)))
+        self.conn.down.inject(h2.frame(h2.HEADERS, h2.END_HEADERS, call.sid, hb.response_headers(mode)))
 
     def _answer(self, call: _Call) -> None:
         """The fault's status to the client (trailers-only unless response headers went out); the call recorded."""
@@ -441,7 +448,7 @@ class ConnCalls:
             return
         code_name, details = abort_details(call.plan.decision)
         code = grpc.StatusCode[code_name]
-        block = trailers(code, details, call.plan.decision.mode.value, call.headers_out)
+        block = hb.trailers(code, details, call.plan.decision.mode.value, call.headers_out)
         self.conn.down.inject(h2.frame(h2.HEADERS, _ENDS, call.sid, block))
         self._finish(call, code)
 
@@ -453,7 +460,7 @@ class ConnCalls:
 
     def _marked(self, call: _Call, data: bytes) -> bytes:
         pair = marker(call.plan)
-        return _with_field(data, literal(*pair)) if pair is not None else data
+        return hb.with_field(data, hb.literal(*pair)) if pair is not None else data
 
     def _left(self, call: _Call) -> None:
         """The caller reset the stream: nothing more is sent to it; what was held is dropped."""
@@ -462,8 +469,8 @@ class ConnCalls:
             call.timer = None
         line, call.line = call.line, []
         credit = sum(len(f) - 9 for _due, f, _ends in line if f[3] == h2.DATA)
-        if credit:
-            self.conn.up.inject(_window_update(credit))
+        if credit:  # held frames of the delayed direction: its sender's window back
+            (self.conn.down if call.up else self.conn.up).inject(hb.window_update(credit))
         self._drop_held(call)
         deadline = call.plan.deadline
         late = deadline is not None and time.monotonic() >= deadline - max(DEADLINE_SLACK_S, LEFT_BY_DEADLINE_S)
@@ -472,7 +479,7 @@ class ConnCalls:
 
     def _client_ended(self, call: _Call) -> None:
         call.client_ended = True
-        if call.done:
+        if call.done and not call.sink:
             self.calls.pop(call.sid, None)
 
     def _finish(self, call: _Call, code: grpc.StatusCode) -> None:
@@ -480,13 +487,13 @@ class ConnCalls:
             return
         call.done = True
         self.core.end(call.plan, scope.enter(call.plan.scope), code, call.t0)  # `end` leaves the scope it is given
-        if not call.cut or call.client_ended:
+        if not (call.cut and not call.client_ended) and not call.sink:
             self.calls.pop(call.sid, None)
 
     # --- the stop, the end of the connection -----------------------------------------------------------------
     def release(self, call: _Call) -> None:
         """The emergency stop: what this call waits for happens now (a drop answers, a delay's frames go, a held
-        answer passes)."""
+        answer passes; a tripwire that has not fired never will)."""
         if call.done:
             return
         call.delay = 0.0
@@ -514,17 +521,3 @@ class ConnCalls:
             call.line, call.held = [], []
             self._finish(call, grpc.StatusCode.CANCELLED)
         self.calls.clear()
-
-
-def _status(block: list[bytes]) -> grpc.StatusCode:
-    """The grpc-status of the server's trailers, frame by frame (its blocks stand alone: read with a fresh table)."""
-    fragment = b"".join(_fragment(f[3], f[4], f[9:])[1] for f in block)
-    try:
-        value = HeaderScanner(frozenset({b"grpc-status"})).scan(fragment).get(b"grpc-status", b"")
-    except HpackError:
-        return grpc.StatusCode.UNKNOWN
-    return _STATUS_BY_VALUE.get(int(value), grpc.StatusCode.UNKNOWN) if value.isdigit() else grpc.StatusCode.UNKNOWN
-
-
-def _window_update(n: int) -> bytes:
-    return h2.frame(h2.WINDOW_UPDATE, 0, 0, struct.pack(">I", n & h2.MAX_STREAM_ID))
