@@ -29,7 +29,8 @@ from harness.link.links import LinkSet
 
 SERVICE = "/calls.Rec/"
 KINDS = {SERVICE + "Unary": Kind.UNARY, SERVICE + "Stream": Kind.SERVER_STREAMING,
-         SERVICE + "Collect": Kind.CLIENT_STREAMING}  # fmt: skip
+         SERVICE + "Slow": Kind.SERVER_STREAMING, SERVICE + "Collect": Kind.CLIENT_STREAMING,
+         SERVICE + "Chat": Kind.BIDI_STREAMING}  # fmt: skip
 BIG = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 #: A lower bound on a wait the link holds: asyncio may run a timer up to its clock resolution early, and the link
 #: sends what is due within 0.2 ms (`ConnCalls._drain`): 1 ms covers both
@@ -40,7 +41,7 @@ SLACK_S = 0.5
 
 
 class Recorder:
-    """What the service handled: request id -> what it did ("answered", "wrote", "done")."""
+    """What the service handled: request id -> what it did ("answered", "wrote", "done", "read")."""
 
     def __init__(self) -> None:
         self.seen: dict[str, list[str]] = {}
@@ -62,15 +63,33 @@ class Recorder:
                 yield request
             self.note(context, "done")
 
+        async def slow(request: bytes, context):  # 5 messages 50 ms apart
+            for i in range(5):
+                if i:
+                    await asyncio.sleep(0.05)
+                self.note(context, "wrote")
+                yield request
+            self.note(context, "done")
+
         async def collect(requests, context) -> bytes:
-            out = [r async for r in requests]
+            out = []
+            async for r in requests:
+                self.note(context, "read")
+                out.append(r)
             self.note(context, "answered")
             return b"".join(out)
+
+        async def chat(requests, context):
+            async for r in requests:
+                self.note(context, "read")
+                yield r
 
         return grpc.method_handlers_generic_handler("calls.Rec", {
             "Unary": grpc.unary_unary_rpc_method_handler(unary),
             "Stream": grpc.unary_stream_rpc_method_handler(stream),
+            "Slow": grpc.unary_stream_rpc_method_handler(slow),
             "Collect": grpc.stream_unary_rpc_method_handler(collect),
+            "Chat": grpc.stream_stream_rpc_method_handler(chat),
         })  # fmt: skip
 
 
