@@ -70,7 +70,7 @@ KEYS = frozenset(
     k.encode() for k in (*h.DRILL_KEYS, h.BAGGAGE, h.PREVIOUS_RPC_ATTEMPTS, h.DRILL_PREVIOUS_RPC_ATTEMPTS,
                          h.ORIGIN_DEADLINE, ":path", "grpc-timeout")
 )  # fmt: skip
-_GATED = tuple(k.encode() for k in h.GATE_KEYS)
+_FAULT, _BAGGAGE = h.FAULT.encode(), h.BAGGAGE.encode()
 _ENDS = h2.END_STREAM | h2.END_HEADERS
 _CANCEL = 0x8
 #: A caller's reset this close to its deadline (or after) is its deadline: the link's deadline is the `grpc-timeout`
@@ -228,8 +228,8 @@ class ConnCalls:
 
     def cut(self, sid: int, found: dict[bytes, bytes], standalone: bool) -> bool:
         """A client's new stream: asks the pipeline once; True when the server must never see it."""
-        if not any(k in found for k in _GATED):
-            return False  # organic: no gate, as without call faults
+        if _FAULT not in found and _BAGGAGE not in found:
+            return False  # no directive can be there: the gate would pass it (`FaultGate._decide`), uncounted
         path = found.get(b":path", b"").decode("utf-8", "replace")
         md = tuple((k.decode(), v.decode("utf-8", "replace")) for k, v in found.items() if k[:1] != b":")
         kind = self.owner.kinds.get(path, Kind.BIDI_STREAMING)

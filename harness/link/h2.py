@@ -239,12 +239,13 @@ class FrameReader:
 
     def _frame_done(self) -> None:
         taken = None
-        if self._mode == HOLD:
-            self.held.append(bytes(self._hold_buf))
-            self._hold_buf = None
-        elif self._mode == TAKE:
-            taken, self._hold_buf = bytes(self._hold_buf), None
-        self._mode = PASS
+        if self._mode:
+            if self._mode == HOLD:
+                self.held.append(bytes(self._hold_buf))
+                self._hold_buf = None
+            elif self._mode == TAKE:
+                taken, self._hold_buf = bytes(self._hold_buf), None
+            self._mode = PASS
         if self._message_stream is not None:
             st, self._message_stream = self._message_stream, None
             payload, self._collect = bytes(self._collect), None

@@ -137,6 +137,8 @@ class HeaderScanner:
             else:
                 name, _, pos = self._string(data, pos, True)
             want = name in keys
+            if indexed and not self.max_size and not self.table:
+                indexed = False  # a table of size 0 stays empty (RFC 7541 §4.4): the value's length is not needed
             value, value_len, pos = self._string(data, pos, want or indexed)
             if want and value is not None:
                 found[name] = value
