@@ -355,3 +355,19 @@ def test_hpack_survives_a_thousand_mixed_calls_on_one_connection():
     wrong = [g for g in got if g[2:] != expect[g[1]]]
     replies = [o["reply"] == r.encode() for (r, d), o in zip(plan, out, strict=True) if expect[d][0] == "OK"]
     assert wrong == [] and all(replies) and connections == 1
+
+
+def test_the_drill_keys_in_baggage_reach_the_gate_as_the_interceptors_read_them():
+    header = "vendor=1,drill.tenant=tenant-drill,drill.fault=abort:UNAUTHENTICATED,drill.request-id=bag"
+    bad = "drill.tenant=tenant-drill,drill.fault=abort:INTERNAL,drill.request-id=%zz"  # %zz: not percent-encoding
+
+    async def body(link, channel, rec, stop):
+        return (await outcome(unary(channel, b"x", ((h.BAGGAGE, header),))),
+                await outcome(unary(channel, b"x", ((h.BAGGAGE, bad), (h.REQUEST_ID, "bad"))))), set(rec.seen)  # fmt: skip
+
+    (hit, malformed), seen = run(body, service="lc-baggage")
+    assert (hit["code"], hit["marker"]) == ("UNAUTHENTICATED", "abort")
+    # drill entries it cannot read: refused (counted, audited), never acted on; the call reaches the service
+    assert (malformed["code"], malformed["marker"], seen) == ("OK", None, {"bad"})
+    m = "calls.Rec/Unary"
+    assert sample("drill_fault_rejected_total", service="lc-baggage", grpc_method=m, reason="bad_baggage") == 1
