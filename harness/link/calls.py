@@ -40,8 +40,8 @@ indexing (RFC 7541 §6.2.2), no Huffman: they change no table. Stream ids the se
 (RFC 9113 §5.1.1: a higher id closes the idle streams below it).
 
 After the link ends a stream toward the caller it keeps dropping the server's late frames on it: a frame after
-END_STREAM is a connection error for the client (RFC 9113 §5.1, "closed"), so none may leak through. Such a stream is
-forgotten `SINK_S` after the reset the link sent the server (the server sends nothing on it once it has read it).
+END_STREAM is a connection error for the client (RFC 9113 §5.1, "closed"), so none may leak through. Such a stream
+is forgotten `callops.SINK_S` after the reset the link sent the server (which sends nothing on it once it read it).
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ from harness.core.faults import Kind, Mode
 from harness.core.gate import Outcome
 from harness.core.safety import EmergencyStop
 from harness.core.settings import FaultSettings
-from harness.interceptors._fault_steps import Step
-from harness.interceptors._server_pipeline import DEADLINE_SLACK_S, CallPlan, ServerCore, abort_details, marker
+from harness.interceptors._server_pipeline import DEADLINE_SLACK_S, ServerCore
 from harness.link import h2
 from harness.link import hblock as hb
+from harness.link.callops import Call, CallOps
 
 log = logging.getLogger("drill.link")
 
@@ -71,15 +71,10 @@ KEYS = frozenset(
                          h.ORIGIN_DEADLINE, ":path", "grpc-timeout")
 )  # fmt: skip
 _FAULT, _BAGGAGE = h.FAULT.encode(), h.BAGGAGE.encode()
-_ENDS = h2.END_STREAM | h2.END_HEADERS
-_CANCEL = 0x8
 #: A caller's reset this close to its deadline (or after) is its deadline: the link's deadline is the `grpc-timeout`
 #: the client wrote, counted from when its HEADERS arrived, so it is late by their transit, and the reset is late by
 #: its own; on a loaded box either is milliseconds to tens of them (a grpc server decides with its own timer instead)
 LEFT_BY_DEADLINE_S = 0.05
-#: How long a stream the link reset toward the server keeps dropping the server's frames on it: those the server sent
-#: before it read the reset are on the wire, a round trip on any network a drill runs on
-SINK_S = 10.0
 
 
 class LinkCalls:
@@ -118,43 +113,15 @@ class LinkCalls:
             conn.release_all()
 
 
-class _Call:
-    """A stream the pipeline decided to fault: its plan, and what the link holds or waits for."""
-
-    __slots__ = ("sid", "plan", "t0", "cut", "sink", "delay", "up", "served", "hold", "done", "client_ended", "timer",
-                 "line", "held", "headers_out", "server_headers", "trailers", "block", "trip", "framing")  # fmt: skip
-
-    def __init__(self, sid: int, plan: CallPlan, t0: float) -> None:
-        self.sid, self.plan, self.t0 = sid, plan, t0
-        self.cut = False  # the client's frames never reach the server (a fault at the start, or one that fired)
-        self.sink = False  # the server's frames never reach the client (a fault that fired mid-stream)
-        self.delay = 0.0  # seconds each frame of the delayed direction waits
-        self.up = False  # the delayed direction is the client's (`@read` delay), else the server's
-        self.served = False  # the server's trailers are taken: the fault acts there (`@served`), or they pass
-        self.hold = False  # a single response held until its trailers (`@served`)
-        self.done = False  # the call is recorded (`ServerCore.end`)
-        self.client_ended = False  # the client's END_STREAM or RST_STREAM came: nothing more of it to drop
-        self.timer: asyncio.TimerHandle | None = None
-        #: the delay line: (when it leaves, the frame, the call's status when it is the last)
-        self.line: list[tuple[float, bytes, grpc.StatusCode | None]] = []
-        self.held: list[bytes] = []
-        self.headers_out = False  # response headers reached the client (the fault's answer is then trailers)
-        self.server_headers = False  # the server's response headers came
-        self.trailers = False  # the server's block being read is its trailers
-        self.block: list[bytes] = []  # the server's trailers, frame by frame, until their block ends
-        self.trip = None  # the pipeline's Tripwire (`@after` / `@read`) until it fired
-        self.framing = [0, b""]  # the counted direction's place in its messages (`hblock.message_ends`)
-
-
-class ConnCalls:
+class ConnCalls(CallOps):
     """One connection's call faults: asked about every frame as it starts (`frame_start`), handed the frames it
     takes (`took`), told of each new client stream (`cut`). A call stays in `calls` until it is recorded, a cut one
     until the client's side of it ended too (its late frames are dropped, never reach the server), a sink one
-    `SINK_S` longer."""
+    `callops.SINK_S` longer."""
 
     def __init__(self, owner: LinkCalls, conn: h2.H2Conn, loop: asyncio.AbstractEventLoop) -> None:
         self.owner, self.core, self.conn, self.loop = owner, owner.core, conn, loop
-        self.calls: dict[int, _Call] = {}
+        self.calls: dict[int, Call] = {}
         self._block: list[bytes] = []  # the client's header block, frame by frame, until it ends
         self._block_sid = 0
         self._settings = [False, False]  # each side's first SETTINGS seen (from the server, from the client)
@@ -249,7 +216,7 @@ class ConnCalls:
             return False
         t0, token = core.begin(plan, hb.grpc_timeout(found.get(b"grpc-timeout")), md)
         scope.leave(token)  # no task of ours runs the call: the scope is not left entered in the loop's context
-        call = _Call(sid, plan, t0)
+        call = Call(sid, plan, t0)
         self.calls[sid] = call
         if plan.decision.outcome is not Outcome.HIT:  # the stop or the cap: passes, recorded at its end
             return False
@@ -292,103 +259,7 @@ class ConnCalls:
         for frame_bytes in frames:
             reader.inject(frame_bytes)
 
-    def _count(self, call: _Call, reader: h2.FrameReader, data: bytes) -> None:
-        """A DATA frame of the counted direction (`@after`: the server's, `@read`: the client's): it passes, each
-        message it ends told to the tripwire; where the tripwire fires, the frame is cut there and the fault acts."""
-        payload, flags, trip = hb.data_payload(data), data[4], call.trip
-        for end in hb.message_ends(call.framing, payload):
-            if trip.reads:
-                trip.read()
-                steps = trip.before_read()  # the handler asks for the next message once this one is in
-            else:
-                steps = trip.sent()
-            if steps:  # (none once the stop has tripped: the tripwire never fires then, the stream passes)
-                call.trip = None
-                rest = payload[end:]
-                padding = len(data) - 9 - len(payload)
-                if rest or padding:  # the boundary inside the frame (or padding, which is dropped): cut there
-                    data = h2.frame(h2.DATA, flags & ~(h2.PADDED | h2.END_STREAM) if rest else flags & ~h2.PADDED,
-                                    call.sid, payload[:end])  # fmt: skip
-                    if padding:  # its sender's window back
-                        (self.conn.down if reader.to_server else self.conn.up).inject(hb.window_update(padding))
-                reader.inject(data)
-                self._fire(call, steps, reader.to_server, rest, flags)
-                return
-        reader.inject(data)
-
-    def _fire(self, call: _Call, steps: tuple, to_server: bool, rest: bytes, flags: int) -> None:
-        """A mid-stream fault acts: `steps` as the pipeline's Tripwire answered them; `rest` the counted direction's
-        data past the boundary."""
-        plan = call.plan
-        if Step.HEADERS in steps and not call.server_headers and not call.headers_out:
-            self._headers(call)
-        call.headers_out = call.headers_out or call.server_headers
-        rest_frame = h2.frame(h2.DATA, flags & ~h2.PADDED, call.sid, rest) if rest else b""
-        if plan.decision.mode is Mode.DELAY:
-            call.delay, call.up = self.core.wait_s(plan), to_server
-            if rest_frame:
-                self._line(call, rest_frame, None)
-            return
-        # the service's side ends (as a proxy cancels its upstream call); what either side sends later is dropped
-        self.conn.up.inject(h2.rst_stream(call.sid, _CANCEL))
-        if rest:  # the data past the boundary was read by the link only: its sender's window back
-            (self.conn.down if to_server else self.conn.up).inject(hb.window_update(len(rest)))
-        call.cut = call.sink = True
-        if flags & h2.END_STREAM and to_server:
-            call.client_ended = True
-        self.loop.call_later(SINK_S, self._forget, call)
-        if plan.decision.mode is Mode.ABORT:
-            self._answer(call)
-        else:
-            self._wait(call, self.core.wait_s(plan))
-
-    def _forget(self, call: _Call) -> None:
-        if self.calls.get(call.sid) is call and call.done:
-            del self.calls[call.sid]
-
-    def _delayed(self, call: _Call, data: bytes) -> None:
-        """A frame of a delayed direction: into the line; the server's trailers marked and their status read."""
-        ftype, flags = data[3], data[4]
-        ends = None
-        if ftype == h2.RST_STREAM:
-            ends = grpc.StatusCode.CANCELLED
-        elif ftype == h2.DATA and flags & h2.END_STREAM and not call.up:
-            ends = grpc.StatusCode.UNKNOWN  # ended without trailers
-        elif ftype == h2.HEADERS and flags & h2.END_STREAM or call.trailers and ftype == h2.CONTINUATION:
-            call.trailers = True
-            call.block.append(data)
-            if not flags & h2.END_HEADERS:
-                return
-            block, call.block = call.block, []
-            ends = hb.status(block)
-            block[-1] = self._marked(call, block[-1])
-            for frame_bytes in block[:-1]:
-                self._line(call, frame_bytes, None)
-            data = block[-1]
-        self._line(call, data, ends)
-
-    def _line(self, call: _Call, data: bytes, ends: grpc.StatusCode | None) -> None:
-        """`data` leaves `delay` after it came, and after the frame before it."""
-        due = self.loop.time() + call.delay
-        if call.line:
-            due = max(due, call.line[-1][0])
-        call.line.append((due, data, ends))
-        if call.timer is None:
-            call.timer = self.loop.call_at(due, self._drain, call)
-
-    def _drain(self, call: _Call, everything: bool = False) -> None:
-        call.timer = None
-        now = self.loop.time()
-        reader = self.conn.up if call.up else self.conn.down
-        while call.line and (everything or call.line[0][0] <= now + 0.0002):
-            _due, data, ends = call.line.pop(0)
-            reader.inject(data)
-            if ends is not None:
-                self._finish(call, ends)
-        if call.line:
-            call.timer = self.loop.call_at(call.line[0][0], self._drain, call)
-
-    def _server_end(self, call: _Call, data: bytes) -> None:
+    def _server_end(self, call: Call, data: bytes) -> None:
         """The server's trailers (or its reset): an `@served` fault acts now; any other call's answer passes."""
         if data[3] == h2.RST_STREAM:
             call.hold = False
@@ -425,44 +296,7 @@ class ConnCalls:
         else:
             self._wait(call, self.core.wait_s(plan))
 
-    def _pass_held(self, call: _Call, *more: bytes) -> None:
-        held, call.held = call.held, []
-        for data in (*held, *more):
-            self.conn.down.inject(data)
-
-    def _drop_held(self, call: _Call) -> None:
-        held, call.held = call.held, []
-        credit = sum(len(f) - 9 for f in held if f[3] == h2.DATA)
-        if credit:
-            self.conn.up.inject(hb.window_update(credit))  # the server's connection window, given back
-
-    def _headers(self, call: _Call) -> None:
-        call.headers_out = True
-        mode = call.plan.decision.mode.value
-        self.conn.down.inject(h2.frame(h2.HEADERS, h2.END_HEADERS, call.sid, hb.response_headers(mode)))
-
-    def _answer(self, call: _Call) -> None:
-        """The fault's status to the client (trailers-only unless response headers went out); the call recorded."""
-        call.timer = None
-        if call.done:
-            return
-        code_name, details = abort_details(call.plan.decision)
-        code = grpc.StatusCode[code_name]
-        block = hb.trailers(code, details, call.plan.decision.mode.value, call.headers_out)
-        self.conn.down.inject(h2.frame(h2.HEADERS, _ENDS, call.sid, block))
-        self._finish(call, code)
-
-    def _wait(self, call: _Call, seconds: float) -> None:
-        """A drop's wait, then its answer; the stop ends it at once."""
-        call.timer = self.loop.call_later(seconds, self._answer, call)
-        if self.core.stop.check():
-            self.release(call)
-
-    def _marked(self, call: _Call, data: bytes) -> bytes:
-        pair = marker(call.plan)
-        return hb.with_field(data, hb.literal(*pair)) if pair is not None else data
-
-    def _left(self, call: _Call) -> None:
+    def _left(self, call: Call) -> None:
         """The caller reset the stream: nothing more is sent to it; what was held is dropped."""
         if call.timer is not None:
             call.timer.cancel()
@@ -477,21 +311,13 @@ class ConnCalls:
         self._finish(call, grpc.StatusCode.DEADLINE_EXCEEDED if late else grpc.StatusCode.CANCELLED)
         self._client_ended(call)
 
-    def _client_ended(self, call: _Call) -> None:
+    def _client_ended(self, call: Call) -> None:
         call.client_ended = True
         if call.done and not call.sink:
             self.calls.pop(call.sid, None)
 
-    def _finish(self, call: _Call, code: grpc.StatusCode) -> None:
-        if call.done:
-            return
-        call.done = True
-        self.core.end(call.plan, scope.enter(call.plan.scope), code, call.t0)  # `end` leaves the scope it is given
-        if not (call.cut and not call.client_ended) and not call.sink:
-            self.calls.pop(call.sid, None)
-
     # --- the stop, the end of the connection -----------------------------------------------------------------
-    def release(self, call: _Call) -> None:
+    def release(self, call: Call) -> None:
         """The emergency stop: what this call waits for happens now (a drop answers, a delay's frames go, a held
         answer passes; a tripwire that has not fired never will)."""
         if call.done:

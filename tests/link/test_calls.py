@@ -362,8 +362,8 @@ def test_the_drill_keys_in_baggage_reach_the_gate_as_the_interceptors_read_them(
     bad = "drill.tenant=tenant-drill,drill.fault=abort:INTERNAL,drill.request-id=%zz"  # %zz: not percent-encoding
 
     async def body(link, channel, rec, stop):
-        return (await outcome(unary(channel, b"x", ((h.BAGGAGE, header),))),
-                await outcome(unary(channel, b"x", ((h.BAGGAGE, bad), (h.REQUEST_ID, "bad"))))), set(rec.seen)  # fmt: skip
+        hit = await outcome(unary(channel, b"x", ((h.BAGGAGE, header),)))
+        return (hit, await outcome(unary(channel, b"x", ((h.BAGGAGE, bad), (h.REQUEST_ID, "bad"))))), set(rec.seen)
 
     (hit, malformed), seen = run(body, service="lc-baggage")
     assert (hit["code"], hit["marker"]) == ("UNAUTHENTICATED", "abort")
