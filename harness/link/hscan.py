@@ -41,9 +41,11 @@ class HeaderScanner:
         self.values: deque[bytes | None] = deque()  # the entries' values where kept (a key's), else None
         self._huff: dict[bytes, bytes] = {}
         self._static_keys = any(name in keys for name, _ in _STATIC)
-        #: the last block scanned used the dynamic table (changed it, or named an entry in it): it does not decode
-        #: alone, so a relay must not drop, hold or reorder it (harness.link.calls). An entry added to a table of
-        #: size 0 is evicted at once (RFC 7541 §4.4): that block still stands alone
+        #: the last block scanned used the dynamic table (named an entry in it, or left it in a state later blocks
+        #: depend on: an entry kept, an eviction from a table that goes on), so a relay must not drop it
+        #: (harness.link.calls). An entry added to a table of size 0 is evicted at once (RFC 7541 §4.4), and a size
+        #: update to 0 empties the table for good while the encoder's limit is 0: such a block may be dropped (the
+        #: peer's decoder then keeps entries the encoder will never name)
         self.touched = False
 
     def _string(self, data: bytes, pos: int, need: bool) -> tuple[bytes | None, int, int]:
@@ -88,7 +90,7 @@ class HeaderScanner:
         self.values.appendleft(value if name in self.keys else None)
         self.size += size
         self._shrink()
-        if changed or self.table:  # an entry added to a table of size 0 leaves it empty: nothing changed
+        if self.table or changed and self.max_size:  # added to a table of size 0: gone at once (RFC 7541 §4.4)
             self.touched = True
 
     def _shrink(self) -> None:
@@ -125,7 +127,7 @@ class HeaderScanner:
                 if size > self.max_allowed:
                     raise HpackError(f"table size {size} above the allowed {self.max_allowed}")
                 self.max_size = size
-                if self.size > size:  # entries evicted: the table changed
+                if self.size > size and size:  # entries evicted from a table that goes on (to 0: none can be named)
                     self.touched = True
                 self._shrink()
                 continue
