@@ -7,6 +7,8 @@ never the link's: a fault at the start leaves it empty (the link answered alone)
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 import urllib.request
 
@@ -89,3 +91,31 @@ def test_call_faults_through_drill_link_in_front_of_the_go_service(service, prob
             mode = line.split('mode="')[1].split('"')[0]
             hits[mode] = hits.get(mode, 0) + float(line.rsplit(" ", 1)[1])
     assert hits == {"abort": 4, "delay": 1}
+
+
+def test_sigusr1_releases_the_calls_the_link_holds_within_a_second(service, probe):  # noqa: F811
+    _, msg, tmp = probe
+    args = ("--upstream", service, "--port", "0", "--enable-faults", "--service", "probe")
+    with drill_link(tmp, *args) as (proc, ready):
+        address = f"127.0.0.1:{ready['port']}"
+        results: dict[str, dict] = {}
+
+        def held(rid: str, directive: str) -> None:
+            with grpc.insecure_channel(address) as channel:
+                results[rid] = _call(channel, msg, "Echo", rid, _md(directive, rid))
+
+        threads = [threading.Thread(target=held, args=a) for a in (("d", "delay:20000"), ("p", "drop:20000"))]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)  # both calls held at the link
+        stopped = time.perf_counter()
+        proc.send_signal(signal.SIGUSR1)
+        for t in threads:
+            t.join(10)
+        took = time.perf_counter() - stopped
+        with grpc.insecure_channel(address) as channel:
+            after = _call(channel, msg, "Echo", "after", _md("abort:INTERNAL", "after"))
+    # the delay's answer goes, the drop answers (its wait cut short); then no fault acts any more
+    assert (results["d"]["code"], results["d"]["marker"]) == ("OK", "delay")
+    assert (results["p"]["code"], results["p"]["marker"]) == ("UNAVAILABLE", "drop")
+    assert took < 1.0 and (after["code"], after["marker"]) == ("OK", None)
