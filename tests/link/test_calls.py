@@ -330,6 +330,11 @@ def test_a_caller_that_leaves_gets_nothing_more_and_the_call_is_recorded_as_canc
     m = "calls.Rec/Unary"
     assert sample("drill_server_calls_total", service="lc-left", grpc_method=m, grpc_status="DEADLINE_EXCEEDED",
                   traffic="drill", fault_mode="drop") == 1  # fmt: skip
+    # the deadline gap, as in process: the drop would have answered 3 s after the call began, its caller gave up at
+    # 0.3 s (the `grpc-timeout` it wrote, at most 0.3 s, counted from when the link read it): 2.7 s, plus at most
+    # the transit of that header over loopback on one event loop (0.1 s bounds it on a busy box)
+    gap = sample("drill_deadline_gap_seconds_sum", service="lc-left", grpc_method=m, fault_mode="drop")
+    assert 2.7 - 0.001 <= gap < 2.8
 
 
 # --- HPACK: every block stands alone -------------------------------------------------------------------------
