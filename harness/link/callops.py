@@ -32,7 +32,8 @@ class Call:
     """A stream the pipeline decided to fault: its plan, and what the link holds or waits for."""
 
     __slots__ = ("sid", "plan", "t0", "cut", "sink", "delay", "up", "served", "hold", "done", "client_ended", "timer",
-                 "line", "held", "headers_out", "server_headers", "trailers", "block", "trip", "framing")  # fmt: skip
+                 "line", "held", "held_bytes", "released", "headers_out", "server_headers", "trailers", "block", "trip",
+                 "framing")  # fmt: skip
 
     def __init__(self, sid: int, plan: CallPlan, t0: float) -> None:
         self.sid, self.plan, self.t0 = sid, plan, t0
@@ -48,6 +49,8 @@ class Call:
         #: the delay line: (when it leaves, the frame, the call's status when it is the last)
         self.line: list[tuple[float, bytes, grpc.StatusCode | None]] = []
         self.held: list[bytes] = []
+        self.held_bytes = 0  # the DATA held (`hold`), which the link has credited to the server's connection window
+        self.released = False  # the held response went on (past the caller's stream window, or at the stop)
         self.headers_out = False  # response headers reached the client (the fault's answer is then trailers)
         self.server_headers = False  # the server's response headers came
         self.trailers = False  # the server's block being read is its trailers
@@ -64,6 +67,9 @@ class CallOps:
     loop: asyncio.AbstractEventLoop
     core: ServerCore
     calls: dict[int, Call]
+    #: connection window the link credited the server for held DATA it then passed on, which the client will credit
+    #: again once it reads them: that much of the client's own connection WINDOW_UPDATEs is kept back
+    debt: int
 
     def release(self, call: Call) -> None:  # pragma: no cover - the connection's
         raise NotImplementedError
@@ -164,16 +170,31 @@ class CallOps:
         if call.line:
             call.timer = self.loop.call_at(call.line[0][0], self._drain, call)
 
+    def _hold(self, call: Call, data: bytes, stream_window: int) -> None:
+        """A frame of a single response `@served` holds: its DATA credited to the server's connection window at once
+        (many calls held on one connection must not stall it, organic streams with them); once the held DATA reach
+        the caller's stream window (`stream_window`), the server could send no more: the response goes on, and the
+        fault will replace its status (the caller gets the message, then the fault)."""
+        call.held.append(data)
+        if data[3] == h2.DATA and len(data) > 9:
+            self.conn.up.inject(hb.window_update(len(data) - 9))
+            call.held_bytes += len(data) - 9
+            if call.held_bytes >= stream_window:
+                call.hold = False
+                self._pass_held(call)
+
     def _pass_held(self, call: Call, *more: bytes) -> None:
         held, call.held = call.held, []
+        if held:
+            call.released = True
+            self.debt += call.held_bytes  # credited once by the link: the client's credit for them is kept back
+            call.held_bytes = 0
         for data in (*held, *more):
             self.conn.down.inject(data)
 
     def _drop_held(self, call: Call) -> None:
-        held, call.held = call.held, []
-        credit = sum(len(f) - 9 for f in held if f[3] == h2.DATA)
-        if credit:
-            self.conn.up.inject(hb.window_update(credit))  # the server's connection window, given back
+        """The held response is dropped: its connection window was credited when it was held; nothing more."""
+        call.held, call.held_bytes = [], 0
 
     def _headers(self, call: Call) -> None:
         call.headers_out = True

@@ -12,10 +12,11 @@ what it decides on the frames, where `drill proxy` performs it around grpc.aio h
 - delay:MS: the client's frames pass; the server's frames of that stream each leave MS after they came, in order
   (a delay line: the one response, or every message of a stream, is MS late); other streams pass.
 - `@served`: the server answers, then the fault replaces its answer (`ServerCore.answered`): a single response's
-  frames are held until its trailers, then dropped (their connection window given back to the server) and the
-  fault's answer sent; a response stream's messages pass and its trailers are replaced. A delay holds the trailers
-  MS (the call completes MS late). A response bigger than the caller's flow-control window cannot be held whole:
-  it waits (the call ends at its deadline, or when the stop releases it).
+  frames are held until its trailers, then dropped and the fault's answer sent; a response stream's messages pass
+  and its trailers are replaced. A delay holds the trailers MS (the call completes MS late). Held DATA are credited
+  to the server's connection window as they come (the client's later credit for any the link passes on is kept
+  back, `CallOps.debt`), and a response that reaches the caller's stream window goes on: its status is then the
+  fault's (`CallOps._hold`).
 - `@after=N` / `@read=N`: the stream passes while the pipeline's `Tripwire` counts its messages (the server's for
   `@after`, the client's for `@read`, read from the 5-byte gRPC prefixes in DATA; a frame is cut at the boundary
   when a message ends inside it), and fires after the N-th (for `@read`: once the client's N-th passed, where the
@@ -125,6 +126,8 @@ class ConnCalls(CallOps):
         self._block: list[bytes] = []  # the client's header block, frame by frame, until it ends
         self._block_sid = 0
         self._settings = [False, False]  # each side's first SETTINGS seen (from the server, from the client)
+        self.debt = 0
+        self.stream_window = 65535  # the client's SETTINGS_INITIAL_WINDOW_SIZE (RFC 9113 §6.5.2: 65,535 by default)
         self._warned = False
 
     # --- the reader's questions ------------------------------------------------------------------------------
@@ -132,7 +135,7 @@ class ConnCalls(CallOps):
         if ftype == h2.SETTINGS:
             return h2.PASS if flags & h2.ACK else h2.TAKE
         if not sid:
-            return h2.PASS
+            return h2.TAKE if to_server and ftype == h2.WINDOW_UPDATE and self.debt else h2.PASS
         if to_server:
             if ftype in (h2.HEADERS, h2.CONTINUATION):
                 return h2.PASS if self.conn.blind and not self._block else h2.TAKE
@@ -160,6 +163,8 @@ class ConnCalls(CallOps):
             if ftype == h2.DATA and length:
                 self.conn.up.inject(hb.window_update(length))  # the server's connection window, given back
             return h2.DROP
+        if ftype == h2.WINDOW_UPDATE:
+            return h2.PASS  # the server's credit for the client's request, not its answer: never held
         if call.delay and not call.served and not call.up:
             return h2.TAKE  # the delay line
         if call.trailers or ftype == h2.RST_STREAM:
@@ -177,6 +182,15 @@ class ConnCalls(CallOps):
         if ftype == h2.SETTINGS:
             reader.inject(hb.settings_table_zero(data, not self._settings[reader.to_server]))
             self._settings[reader.to_server] = True
+            if reader.to_server:
+                self.stream_window = hb.initial_window(data, self.stream_window)
+            return
+        if not sid:  # the client's connection WINDOW_UPDATE while the link owes it: the debt kept back first
+            increment = int.from_bytes(data[9:13], "big") & h2.MAX_STREAM_ID
+            kept = min(increment, self.debt)
+            self.debt -= kept
+            if increment > kept:
+                reader.inject(hb.window_update(increment - kept))
             return
         if reader.to_server and ftype in (h2.HEADERS, h2.CONTINUATION):
             self._client_block(reader, ftype, flags, data)
@@ -191,7 +205,7 @@ class ConnCalls(CallOps):
         elif call.trailers or ftype == h2.RST_STREAM:
             self._server_end(call, data)
         else:
-            call.held.append(data)
+            self._hold(call, data, self.stream_window)
 
     def cut(self, sid: int, found: dict[bytes, bytes], standalone: bool) -> bool:
         """A client's new stream: asks the pipeline once; True when the server must never see it."""
@@ -288,7 +302,7 @@ class ConnCalls(CallOps):
             return
         call.hold = False
         self._drop_held(call)
-        call.headers_out = call.server_headers and plan.kind.response_streaming
+        call.headers_out = call.server_headers and (plan.kind.response_streaming or call.released)
         if plan.decision.directive.headers_sent and not call.headers_out:
             self._headers(call)
         if mode is Mode.ABORT:

@@ -119,6 +119,16 @@ def settings_table_zero(data: bytes, first: bool) -> bytes:
     return h2.frame(h2.SETTINGS, data[4], 0, b"".join(struct.pack(">HI", k, v) for k, v in out))
 
 
+def initial_window(data: bytes, current: int) -> int:
+    """SETTINGS_INITIAL_WINDOW_SIZE in a SETTINGS frame, else `current`."""
+    payload = data[9:]
+    for i in range(0, len(payload) - 5, 6):
+        key, value = struct.unpack_from(">HI", payload, i)
+        if key == 0x4:
+            current = value
+    return current
+
+
 def window_update(n: int, stream: int = 0) -> bytes:
     return h2.frame(h2.WINDOW_UPDATE, 0, stream, struct.pack(">I", n & h2.MAX_STREAM_ID))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -93,7 +94,7 @@ class Recorder:
         })  # fmt: skip
 
 
-def run(body, *, service: str, stop: EmergencyStop | None = None, **settings):
+def run(body, *, service: str, stop: EmergencyStop | None = None, channel_options=(), **settings):
     """`body(link, channel, recorder, stop)` with a channel to a link carrying call faults (switch on, `service`) in
     front of a recording server; its result."""
     stop = stop or EmergencyStop()
@@ -108,7 +109,7 @@ def run(body, *, service: str, stop: EmergencyStop | None = None, **settings):
         links = LinkSet(calls=calls)
         link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
         try:
-            async with aio.insecure_channel(f"127.0.0.1:{link.port}", options=BIG) as channel:
+            async with aio.insecure_channel(f"127.0.0.1:{link.port}", options=[*BIG, *channel_options]) as channel:
                 return await body(link, channel, recorder, stop)
         finally:
             await links.close()
@@ -376,3 +377,30 @@ def test_the_drill_keys_in_baggage_reach_the_gate_as_the_interceptors_read_them(
     assert (malformed["code"], malformed["marker"], seen) == ("OK", None, {"bad"})
     m = "calls.Rec/Unary"
     assert sample("drill_fault_rejected_total", service="lc-baggage", grpc_method=m, reason="bad_baggage") == 1
+
+
+def test_a_served_fault_on_an_answer_past_the_callers_window_still_acts():
+    """A single response `@served` holds reaches the caller's stream window (grpc-core's: 4 MiB) before its end: the
+    link lets it go on (the server could send no more) and replaces its status."""
+
+    async def body(link, channel, rec, stop):
+        big = os.urandom(8 << 20)
+        return await outcome(unary(channel, big, drill("abort:INTERNAL@served", "big"), timeout=10)), rec.seen
+
+    out, seen = run(body, service="lc-big")
+    assert (out["code"], out["marker"], seen) == ("INTERNAL", "abort", {"big": ["answered"]})
+
+
+def test_served_calls_held_at_once_do_not_stall_the_connection():
+    """Twenty `@served` answers held at once (30 KB each) pass the caller's connection window (64 KiB here: BDP off):
+    the link credits the server for what it holds, so neither they nor an organic call on the connection wait."""
+
+    async def body(link, channel, rec, stop):
+        data = os.urandom(30_000)
+        held = await asyncio.gather(*(outcome(unary(channel, data, drill("abort:INTERNAL@served", f"h{i}"), timeout=4))
+                                      for i in range(20)))  # fmt: skip
+        return [o["code"] for o in held], await outcome(unary(channel, b"o", organic("o")))
+
+    held, after = run(body, service="lc-window-served",
+                      channel_options=[("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536)])  # fmt: skip
+    assert held == ["INTERNAL"] * 20 and after["code"] == "OK"
