@@ -11,9 +11,10 @@ DRILL_FAULT_STOP_FILE) removes every toxic at once and refuses new ones for the 
 Runs until SIGINT or SIGTERM, which delete its kernel-mode rules on the way out (and it deletes, at start,
 those a relay killed outright left: `harness.link.kernel`).
 
-With the fault switch on (`--enable-faults`, else DRILL_FAULT_ENABLED, as `drill proxy`; off by default) its links
-also carry the drill's per-call faults (`harness.link.calls`): the same settings as `drill proxy` and the
-interceptors (`settings_from_args`: DRILL_FAULT_* with `--service`, `--seed`, `--instance-id` over them), each
+With `--enable-faults` (off by default; DRILL_FAULT_ENABLED alone does not turn a relay into an injecting hop, and
+its /metrics then publish no fault switch) its links also carry the drill's per-call faults (`harness.link.calls`):
+the same settings as `drill proxy` and the interceptors (`settings_from_args`: DRILL_FAULT_* with `--service`,
+`--seed`, `--instance-id` over them), each
 method's kind from `--descriptor-set` or `--proto` (else every method is judged a bidi stream, as `drill proxy`
 judges one it does not know), and the stop releases the calls they hold.
 """
@@ -68,8 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the event loop: uvloop (less CPU per call, docs/link.md) or asyncio's own; "
                    "auto (the default): uvloop where installed")  # fmt: skip
     p.add_argument("--enable-faults", action="store_true",
-                   help="carry the drill's per-call faults (abort, delay, drop, @served) on every link, decided as "
-                   "drill proxy decides them (else DRILL_FAULT_ENABLED; off by default)")  # fmt: skip
+                   help="carry the drill's per-call faults (abort, delay, drop, @served, @after, @read) on every link, "
+                   "decided as drill proxy decides them, with its DRILL_FAULT_* settings (off by default)")  # fmt: skip
     p.add_argument("--service", default=os.environ.get("DRILL_SERVICE", "drill"),
                    help="the upstream's service name for call faults (labels, x-fault-target)")  # fmt: skip
     p.add_argument("--instance-id", default=None, help="instance id (else DRILL_INSTANCE_ID or host:pid)")
@@ -105,14 +106,14 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("link: --toxic applies to the first link: give --upstream and --port")
     toxics = _toxics(args)
     settings = settings_from_args(args, "link")
-    kinds = _kinds(args, settings)
+    kinds = _kinds(args)
     return _run_loop(args.event_loop, _link(args, settings, toxics, kinds))
 
 
-def _kinds(args: argparse.Namespace, settings: FaultSettings) -> dict[str, Kind] | None:
-    """Each method's kind for call faults (None: call faults off)."""
+def _kinds(args: argparse.Namespace) -> dict[str, Kind] | None:
+    """Each method's kind for call faults (None: call faults off: no `--enable-faults`)."""
     given = args.descriptor_set or args.proto or args.proto_path
-    if not settings.enabled:
+    if not args.enable_faults:
         if given:
             raise BadInput("link: --descriptor-set/--proto apply to call faults: give --enable-faults too")
         return None
