@@ -10,7 +10,8 @@ what it decides on the frames, where `drill proxy` performs it around grpc.aio h
   drop (UNAVAILABLE "injected drop"); with `@headers=sent` response headers first. The client's DATA the link drops
   used its connection window: it is given back (WINDOW_UPDATE on stream 0), else the connection would stall.
 - delay:MS: the client's frames pass; the server's frames of that stream each leave MS after they came, in order
-  (a delay line: the one response, or every message of a stream, is MS late); other streams pass.
+  (a delay line: the one response, or every message of a stream, is MS late); other streams pass, and so do the
+  server's WINDOW_UPDATEs on that stream (its credit for the request, never part of its answer).
 - `@served`: the server answers, then the fault replaces its answer (`ServerCore.answered`): a single response's
   frames are held until its trailers, then dropped and the fault's answer sent; a response stream's messages pass
   and its trailers are replaced. A delay holds the trailers MS (the call completes MS late). Held DATA are credited
