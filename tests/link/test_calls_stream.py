@@ -125,3 +125,29 @@ def test_read_n_on_a_client_stream_lets_the_service_read_n_then_ends_the_call():
     assert delayed == ("OK", b"r0r1r2r3r4", "delay") and seen["l"] == ["read"] * 5 + ["answered"]
     # bidi: the first request passes at once, the second (sent 50 ms later) waits 300 ms before the service reads it
     assert echoes == [b"1", b"2"] and stamps[1] >= 0.35 - EARLY_S and seen["c"] == ["read", "read"]
+
+
+def test_the_stop_releases_a_mid_stream_delay_in_either_direction_within_a_second():
+    async def body(link, channel, rec, stop):
+        async def two():
+            yield b"1"
+            await asyncio.sleep(0.05)
+            yield b"2"
+
+        async def chat() -> list:
+            call = channel.stream_stream(SERVICE + "Chat")(two(), metadata=drill("delay:15000@read=1", "c"), timeout=20)
+            return [m async for m in call]
+
+        async def stream() -> list:
+            call = channel.unary_stream(SERVICE + "Stream")(b"s", metadata=drill("delay:15000@after=1", "s"),
+                                                            timeout=20)  # fmt: skip
+            return [m async for m in call]
+
+        held = [asyncio.ensure_future(chat()), asyncio.ensure_future(stream())]
+        await asyncio.sleep(0.5)  # the second request and the later messages are held
+        t = time.perf_counter()
+        link.links.stop("test")
+        return await asyncio.gather(*held), time.perf_counter() - t
+
+    (echoes, messages), took = run(body, service="lc-mid-stop")
+    assert echoes == [b"1", b"2"] and messages == [b"s"] * 3 and took < 1.0
