@@ -284,9 +284,6 @@ class H2Conn:
         self._block_flags = 0
         #: the call-fault executor (`harness.link.calls.ConnCalls`), when the link carries call faults
         self.calls = None
-        #: what the last client header block carried, for the executor: (stream, the keys found, whether it decodes
-        #: alone, whether it opened the stream)
-        self.last_block: tuple[int, dict[bytes, bytes], bool, bool] | None = None
         self.up = FrameReader(self, to_server=True)
         self.down = FrameReader(self, to_server=False)
         #: called as a client's stream reaches a point: (stream, "headers" | "data" | "end")
@@ -325,10 +322,8 @@ class H2Conn:
             except Exception:  # noqa: BLE001 - a block it cannot read (HpackError, or worse): blind from now on
                 self.blind = True
         sid = self._block_stream
-        if self.calls is not None:
-            new = sid > self.highest and sid not in self.streams
-            self.last_block = (sid, found, not self.blind and not self.scanner.touched, new)
-            if new and self.calls.cut(sid, found, self.last_block[2]):  # the server never sees this stream
+        if self.calls is not None and sid > self.highest and sid not in self.streams:  # a new stream: judged now
+            if self.calls.cut(sid, found, not self.blind and not self.scanner.touched):  # the server never sees it
                 self.highest = sid
                 return
         if sid in self.streams or sid <= self.highest:  # trailers of a client stream
