@@ -107,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     toxics = _toxics(args)
     settings = settings_from_args(args, "link")
     kinds = _kinds(args)
+    if kinds is not None:  # an injecting hop: its audit lines (INFO) on stderr, as `drill proxy` writes them
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     return _run_loop(args.event_loop, _link(args, settings, toxics, kinds))
 
 

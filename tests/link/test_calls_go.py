@@ -7,6 +7,7 @@ never the link's: a fault at the start leaves it empty (the link answered alone)
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -68,6 +69,11 @@ def test_call_faults_through_drill_link_in_front_of_the_go_service(service, prob
             ]
             out = {rid: _call(channel, msg, method, rid, md) for rid, method, md in calls}
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{ready['metrics_port']}/metrics", timeout=5).read().decode()
+    # the audit lines, as `drill proxy` writes them: one fault_hit per hit, on the link's stderr (drill_link keeps it)
+    logs = max(tmp.glob("link-*.stderr"), key=lambda p: p.stat().st_mtime).read_text()  # this link's (the latest)
+    audited = [json.loads(line.split(" INFO ", 1)[1]) for line in logs.splitlines() if '"event":"fault_hit"' in line]
+    assert sorted(a["request_id"] for a in audited if a["service"] == "probe") == sorted(
+        ["abort", "abort-stream", "served", "served-stream", "delay"])
 
     def got(rid):
         o = out[rid]
