@@ -33,6 +33,8 @@ def test_after_n_ends_a_response_stream_after_its_nth_message():
             "slow": await outcome(stream(SERVICE + "Slow")(b"s", metadata=drill("abort:INTERNAL@after=2", "slow"))),
             "d": await outcome(stream(SERVICE + "Slow")(b"s", metadata=drill("drop:300@after=1", "d"))),
             "u": await outcome(unary(channel, b"u", drill("abort:INTERNAL@after=1", "u"))),
+            "ru": await outcome(unary(channel, b"u", drill("abort:INTERNAL@read=1", "ru"))),
+            "ds": await outcome(stream(SERVICE + "Stream")(b"s", metadata=drill("drop:200", "ds"))),  # at the start
             "o": await outcome(stream(SERVICE + "Stream")(b"o", metadata=organic("o"))),
         }
         await asyncio.sleep(0.3)  # the Slow handlers would have written all 5 by now, were they not cancelled
@@ -47,10 +49,13 @@ def test_after_n_ends_a_response_stream_after_its_nth_message():
     assert 0.3 - EARLY_S <= out["d"]["took"]
     # the service's handler was cancelled at the fault: it never finished its 5 messages (50 ms apart)
     assert "done" not in seen["slow"] and len(seen["slow"]) <= 3 and "done" not in seen["d"]
-    # `@after` on a unary method is refused by the gate (nothing to count), the call passes untouched
-    assert (out["u"]["code"], out["u"]["marker"]) == ("OK", None)
+    # `@after` / `@read` on a unary method are refused by the gate (nothing to count), the calls pass untouched
+    assert (out["u"]["code"], out["u"]["marker"], out["ru"]["code"], out["ru"]["marker"]) == ("OK", None, "OK", None)
     m = "calls.Rec/Unary"
-    assert sample("drill_fault_rejected_total", service="lc-after", grpc_method=m, reason="wrong_kind") == 1
+    assert sample("drill_fault_rejected_total", service="lc-after", grpc_method=m, reason="wrong_kind") == 2
+    # a drop at the start of a response stream: no message, UNAVAILABLE 200 ms later, the service never called
+    assert (out["ds"]["code"], out["ds"]["marker"], "ds" in seen) == ("UNAVAILABLE", "drop", False)
+    assert out["ds"]["took"] >= 0.2 - EARLY_S
     assert (out["o"]["code"], out["o"]["reply"]) == ("OK", [b"o"] * 3)
 
 
