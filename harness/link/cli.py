@@ -10,6 +10,13 @@ connections toxics act on at once. The one-way stop (SIGUSR1, `drill stop PID`, 
 DRILL_FAULT_STOP_FILE) removes every toxic at once and refuses new ones for the life of the process.
 Runs until SIGINT or SIGTERM, which delete its kernel-mode rules on the way out (and it deletes, at start,
 those a relay killed outright left: `harness.link.kernel`).
+
+With `--enable-faults` (off by default; DRILL_FAULT_ENABLED alone does not turn a relay into an injecting hop, and
+its /metrics then publish no fault switch) its links also carry the drill's per-call faults (`harness.link.calls`):
+the same settings as `drill proxy` and the interceptors (`settings_from_args`: DRILL_FAULT_* with `--service`,
+`--seed`, `--instance-id` over them), each
+method's kind from `--descriptor-set` or `--proto` (else every method is judged a bidi stream, as `drill proxy`
+judges one it does not know), and the stop releases the calls they hold.
 """
 
 from __future__ import annotations
@@ -18,15 +25,19 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 
+from harness import protos
 from harness.core import cliargs
 from harness.core.errors import BadInput, RunFailed
+from harness.core.faults import Kind
 from harness.core.safety import PROCESS_STOP, install_stop_signal
 from harness.core.settings import FaultSettings
-from harness.demo.lifecycle import announce, check_free, serve_metrics
+from harness.demo.lifecycle import announce, check_free, serve_metrics, settings_from_args
 from harness.link import kernel
 from harness.link.admin import serve_admin
+from harness.link.calls import LinkCalls
 from harness.link.links import DEFAULT_MAX_FAULTED, LinkSet
 from harness.link.toxics import ToxicError, parse_toxic
 
@@ -57,6 +68,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
                    help="the event loop: uvloop (less CPU per call, docs/link.md) or asyncio's own; "
                    "auto (the default): uvloop where installed")  # fmt: skip
+    p.add_argument("--enable-faults", action="store_true",
+                   help="carry the drill's per-call faults (abort, delay, drop, @served, @after, @read) on every link, "
+                   "decided as drill proxy decides them, with its DRILL_FAULT_* settings (off by default)")  # fmt: skip
+    p.add_argument("--service", default=os.environ.get("DRILL_SERVICE", "drill"),
+                   help="the upstream's service name for call faults (labels, x-fault-target)")  # fmt: skip
+    p.add_argument("--instance-id", default=None, help="instance id (else DRILL_INSTANCE_ID or host:pid)")
+    p.add_argument("--descriptor-set", default=None,
+                   help="each method's kind for call faults (protoc --descriptor_set_out --include_imports)")
+    p.add_argument("--proto", default=None, help="each method's kind for call faults, from a .proto")
+    p.add_argument("--proto-path", action="append", default=[], help="import path for --proto (repeatable)")
+    p.set_defaults(max_in_flight=None)  # `settings_from_args` reads it; a link bounds no calls in flight itself
     p.add_argument("--port-file", type=cliargs.new_file, default=None,
                    help="write the first link's port (else the admin port) here once serving")  # fmt: skip
     p.add_argument("--ready-file", type=cliargs.new_file, default=None,
@@ -83,8 +105,31 @@ def run(args: argparse.Namespace) -> int:
     if args.toxic and args.upstream is None:
         raise BadInput("link: --toxic applies to the first link: give --upstream and --port")
     toxics = _toxics(args)
-    settings = FaultSettings.from_env(seed=args.seed)
-    return _run_loop(args.event_loop, _link(args, settings, toxics))
+    settings = settings_from_args(args, "link")
+    kinds = _kinds(args)
+    if kinds is not None:  # an injecting hop: its audit lines (INFO) on stderr, as `drill proxy` writes them
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return _run_loop(args.event_loop, _link(args, settings, toxics, kinds))
+
+
+def _kinds(args: argparse.Namespace) -> dict[str, Kind] | None:
+    """Each method's kind for call faults (None: call faults off: no `--enable-faults`)."""
+    given = args.descriptor_set or args.proto or args.proto_path
+    if not args.enable_faults:
+        if given:
+            raise BadInput("link: --descriptor-set/--proto apply to call faults: give --enable-faults too")
+        return None
+    if args.descriptor_set and args.proto:
+        raise BadInput("link: give --descriptor-set or --proto, not both")
+    if args.proto_path and not args.proto:
+        raise BadInput("link: --proto-path applies to --proto; give --proto too")
+    if args.descriptor_set:
+        with protos.from_descriptor_set(args.descriptor_set, option="link: --descriptor-set") as types:
+            return types.kinds()
+    if args.proto:
+        with protos.from_proto(args.proto, args.proto_path, option="link: --proto") as types:
+            return types.kinds()
+    return {}
 
 
 def _run_loop(choice: str, main) -> int:
@@ -101,8 +146,9 @@ def _run_loop(choice: str, main) -> int:
     return asyncio.run(main)
 
 
-async def _link(args: argparse.Namespace, settings: FaultSettings, toxics: list) -> int:
-    links = LinkSet(seed=settings.seed, drill_tenants=settings.tenants, max_faulted=args.max_faulted)
+async def _link(args: argparse.Namespace, settings: FaultSettings, toxics: list, kinds: dict | None) -> int:
+    calls = None if kinds is None else LinkCalls(settings, kinds=kinds)  # the process's stop (PROCESS_STOP)
+    links = LinkSet(seed=settings.seed, drill_tenants=settings.tenants, max_faulted=args.max_faulted, calls=calls)
     kernel.clean_stale()  # the tables of a relay killed outright (kernel mode), where this one may
     for host, port in ((args.host, args.port), (args.admin_host, args.admin_port)):
         if port:
@@ -130,8 +176,9 @@ async def _link(args: argparse.Namespace, settings: FaultSettings, toxics: list)
     done = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, done.set)
-    log.warning("link on %s: %s → %s, admin API on :%s, seed %d, at most %d faulted connections, metrics on :%s",
-                args.host, port or "-", args.upstream or "-", admin_port or "-", settings.seed, args.max_faulted,
+    log.warning("link on %s: %s → %s, admin API on :%s, seed %d, at most %d faulted connections, call faults %s, "
+                "metrics on :%s", args.host, port or "-", args.upstream or "-", admin_port or "-", settings.seed,
+                args.max_faulted, f"ON for {settings.service} ({len(kinds)} methods known)" if calls else "off",
                 metrics_port or "-")  # fmt: skip
     # the port file holds the first link's port, else (admin API alone) the API's
     files = argparse.Namespace(port_file=args.port_file, ready_file=args.ready_file, host=args.host)

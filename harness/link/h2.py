@@ -6,7 +6,9 @@ CONTINUATION) blocks are read, all of them in order (the dynamic table needs eve
 keys that tag a drill's stream (`harness.link.hscan`); from the server only frame headers are read,
 and its SETTINGS. A reader hands back the bytes
 to forward: the same chunk when nothing changed (the common case: no copy), else the chunk with
-frames dropped (`drop`), withheld (`hold`) or frames inserted at a frame boundary (`inject`). A
+frames dropped (`drop`), withheld (`hold`) or frames inserted at a frame boundary (`inject`); with call
+faults on (`H2Conn.calls`, `harness.link.calls`) that executor is asked about every frame as it starts, and a
+frame it takes (`TAKE`) is handed to it whole once read, to forward, hold, drop or rewrite. A
 header cut by the end of a chunk is held back until its 9 bytes are in, so a frame is always
 judged whole. A block that fails to decode makes the connection blind: its streams count as organic
 from then on (a fault never acts on a stream it cannot tell is a drill's).
@@ -31,6 +33,9 @@ MAX_STREAM_ID = (1 << 31) - 1
 #: (a server's own limit, SETTINGS_MAX_HEADER_LIST_SIZE, is grpc's 8 KiB to 16 KiB by default)
 MAX_BLOCK = 1 << 20
 _HEAD = struct.Struct(">BHBBI")  # 24-bit length as a byte and a short, type, flags, stream id
+#: what a frame's start may ask of its reader: pass it, drop it, withhold it (`FrameReader.held`), or hand it whole
+#: to the call-fault executor (`H2Conn.calls.took`)
+PASS, DROP, HOLD, TAKE = 0, 1, 2, 3
 
 
 def frame(ftype: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -95,7 +100,7 @@ class FrameReader:
         self._left = 0  # payload bytes of the current frame still to come
         self._in_frame = False
         self._ftype = self._flags = self._stream = 0
-        self._mode = 0  # 0 pass, 1 drop, 2 hold
+        self._mode = PASS  # PASS, DROP, HOLD or TAKE
         self._collect: bytearray | None = None
         self._hold_buf: bytearray | None = None
         self._feeding = False
@@ -144,7 +149,7 @@ class FrameReader:
                     if self._collect is not None:
                         self._collect += piece
                     if self._mode:
-                        if self._mode == 2:
+                        if self._mode >= HOLD:
                             self._hold_buf += piece
                         if out is None:
                             out = []
@@ -180,7 +185,7 @@ class FrameReader:
                 if out is None:
                     out = []
                 out.append(data[keep:pos])
-                if self._mode == 2:
+                if self._mode >= HOLD:
                     self._hold_buf = bytearray(data[pos : pos + 9])
                 keep = pos + 9
             pos += 9
@@ -222,6 +227,10 @@ class FrameReader:
                 conn.streams.pop(self._stream, None)
         if ftype == RST_STREAM:
             conn.streams.pop(self._stream, None)
+        if conn.calls is not None:
+            mode = conn.calls.frame_start(self.to_server, ftype, self._flags, self._stream, self._left)
+            if mode:
+                return mode
         if ftype in self.drop:
             return 1
         if ftype in self.hold:
@@ -229,10 +238,14 @@ class FrameReader:
         return 0
 
     def _frame_done(self) -> None:
-        if self._mode == 2:
-            self.held.append(bytes(self._hold_buf))
-            self._hold_buf = None
-        self._mode = 0
+        taken = None
+        if self._mode:
+            if self._mode == HOLD:
+                self.held.append(bytes(self._hold_buf))
+                self._hold_buf = None
+            elif self._mode == TAKE:
+                taken, self._hold_buf = bytes(self._hold_buf), None
+            self._mode = PASS
         if self._message_stream is not None:
             st, self._message_stream = self._message_stream, None
             payload, self._collect = bytes(self._collect), None
@@ -243,6 +256,8 @@ class FrameReader:
                 self.conn.client_headers(self._ftype, self._flags, self._stream, payload)
             else:
                 self.conn.server_settings(payload)
+        if taken is not None:  # after the block was read: the executor decides with what it carried
+            self.conn.calls.took(self, self._ftype, self._flags, self._stream, taken)
         self.started = True
 
 
@@ -267,10 +282,18 @@ class H2Conn:
         self._block = bytearray()
         self._block_stream = 0
         self._block_flags = 0
+        #: the call-fault executor (`harness.link.calls.ConnCalls`), when the link carries call faults
+        self.calls = None
         self.up = FrameReader(self, to_server=True)
         self.down = FrameReader(self, to_server=False)
         #: called as a client's stream reaches a point: (stream, "headers" | "data" | "end")
         self.on_stream: Callable[[Stream, str], None] | None = None
+
+    def attach_calls(self, calls, keys: frozenset[bytes]) -> None:
+        """Carry call faults (before the first byte): `calls` sees every frame, the client's blocks are read for
+        `keys` too (every key the gate reads, the method, the deadline)."""
+        self.calls = calls
+        self.scanner = HeaderScanner(KEYS | keys)
 
     @property
     def only_drill(self) -> bool:
@@ -299,6 +322,10 @@ class H2Conn:
             except Exception:  # noqa: BLE001 - a block it cannot read (HpackError, or worse): blind from now on
                 self.blind = True
         sid = self._block_stream
+        if self.calls is not None and sid > self.highest and sid not in self.streams:  # a new stream: judged now
+            if self.calls.cut(sid, found, not self.blind and not self.scanner.touched):  # the server never sees it
+                self.highest = sid
+                return
         if sid in self.streams or sid <= self.highest:  # trailers of a client stream
             st = self.streams.get(sid)
             if st is not None and self._block_flags & END_STREAM:

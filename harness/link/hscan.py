@@ -41,6 +41,12 @@ class HeaderScanner:
         self.values: deque[bytes | None] = deque()  # the entries' values where kept (a key's), else None
         self._huff: dict[bytes, bytes] = {}
         self._static_keys = any(name in keys for name, _ in _STATIC)
+        #: the last block scanned used the dynamic table (named an entry in it, or left it in a state later blocks
+        #: depend on: an entry kept, an eviction from a table that goes on), so a relay must not drop it
+        #: (harness.link.calls). An entry added to a table of size 0 is evicted at once (RFC 7541 §4.4), and a size
+        #: update to 0 empties the table for good while the encoder's limit is 0: such a block may be dropped (the
+        #: peer's decoder then keeps entries the encoder will never name)
+        self.touched = False
 
     def _string(self, data: bytes, pos: int, need: bool) -> tuple[bytes | None, int, int]:
         """A string literal at `pos`: (its octets if `need`, else None), its decoded length, the next position."""
@@ -72,16 +78,20 @@ class HeaderScanner:
             name, value = _STATIC[index - 1]
             return name, value
         i = index - _STATIC_LEN - 1
+        self.touched = True
         if i >= len(self.table):
             raise HpackError(f"index {index} past the table")
         return self.table[i][0], self.values[i]
 
     def _add(self, name: bytes, value: bytes | None, value_len: int) -> None:
         size = len(name) + value_len + 32
+        changed = bool(self.table)
         self.table.appendleft((name, size))
         self.values.appendleft(value if name in self.keys else None)
         self.size += size
         self._shrink()
+        if self.table or changed and self.max_size:  # added to a table of size 0: gone at once (RFC 7541 §4.4)
+            self.touched = True
 
     def _shrink(self) -> None:
         while self.size > self.max_size and self.table:
@@ -92,6 +102,7 @@ class HeaderScanner:
         """One header block: {key: value} for the keys asked for that it carries (the last one of each)."""
         found: dict[bytes, bytes] = {}
         keys = self.keys
+        self.touched = False
         n, pos = len(data), 0
         while pos < n:
             b = data[pos]
@@ -116,6 +127,8 @@ class HeaderScanner:
                 if size > self.max_allowed:
                     raise HpackError(f"table size {size} above the allowed {self.max_allowed}")
                 self.max_size = size
+                if self.size > size and size:  # entries evicted from a table that goes on (to 0: none can be named)
+                    self.touched = True
                 self._shrink()
                 continue
             else:  # literal without indexing / never indexed
@@ -126,6 +139,8 @@ class HeaderScanner:
             else:
                 name, _, pos = self._string(data, pos, True)
             want = name in keys
+            if indexed and not self.max_size and not self.table:
+                indexed = False  # a table of size 0 stays empty (RFC 7541 §4.4): the value's length is not needed
             value, value_len, pos = self._string(data, pos, want or indexed)
             if want and value is not None:
                 found[name] = value

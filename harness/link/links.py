@@ -26,6 +26,7 @@ from typing import Any
 from harness.core import headers as hdr
 from harness.core.safety import ActiveFaults
 from harness.link import kernel
+from harness.link.calls import LinkCalls
 from harness.link.ledger import ToxicLedger
 from harness.link.metrics import LinkMetrics
 from harness.link.relay import Connection
@@ -214,8 +215,11 @@ class LinkSet:
     """Every link of a process, their seed, their cap on faulted connections and the one-way stop."""
 
     def __init__(self, *, seed: int = 0, drill_tenants: Iterable[str] = (hdr.DEFAULT_DRILL_TENANT,),
-                 max_faulted: int = DEFAULT_MAX_FAULTED) -> None:  # fmt: skip
+                 max_faulted: int = DEFAULT_MAX_FAULTED, calls: LinkCalls | None = None) -> None:  # fmt: skip
         self.seed = seed
+        #: the drill's per-call faults, carried by every link's connections opened while its switch is on
+        #: (`harness.link.calls`; None: the link reads no more than the drill tenant)
+        self.calls = calls
         self.drill_tenants = frozenset(drill_tenants)
         self.slots = ActiveFaults(max_faulted)
         self.links: dict[str, Link] = {}
@@ -309,6 +313,8 @@ class LinkSet:
     def stop(self, reason: str = "stop") -> None:
         """The one-way stop: every toxic removed at once, none set again for the life of the process."""
         self.stopped = True
+        if self.calls is not None:
+            self.calls.core.stop.trip(reason)  # held calls released, no fault decided again
         for link in self.links.values():
             link.remove_all()
             for conn in list(link.connections):

@@ -109,6 +109,9 @@ class Connection:
         self.server = _Side(self, client=False)
         self.h2 = h2.H2Conn(link.drill_tenants)
         self.h2.on_stream = self._on_stream
+        calls = link.links.calls
+        #: the drill's per-call faults on this connection (`harness.link.calls`), when the link set carries them
+        self.calls = calls.connection(self.h2, self.loop) if calls is not None and calls.enabled else None
         self.up = Pipe(self, self.client, self.server, self.h2.up)
         self.down = Pipe(self, self.server, self.client, self.h2.down)
         self.acting: dict[str, _Acting] = {}
@@ -183,6 +186,8 @@ class Connection:
         self.done = True
         for name in list(self.acting):
             self._stop_acting(name, flush=False)
+        if self.calls is not None:
+            self.calls.close()
         self.up.close()
         self.down.close()
         self._release_slot()

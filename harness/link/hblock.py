@@ -1,0 +1,158 @@
+"""The bytes the link's call faults read and write: header blocks that change no HPACK table, SETTINGS with a table
+size of 0, trailers' status, gRPC message boundaries in DATA (harness.link.calls performs the faults with them).
+
+Every block written here is literals without indexing and static-table indices (RFC 7541 §6.1, §6.2.2), no Huffman:
+it changes neither side's dynamic table, so it may be inserted anywhere in a connection whose blocks stand alone.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import grpc
+
+from harness.core import headers as h
+from harness.link import h2
+from harness.link.hscan import HeaderScanner, HpackError
+
+_STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
+_TIMEOUT_UNIT = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_STATUS_200 = b"\x88"  # `:status: 200`, static entry 8 (RFC 7541 Appendix A)
+#: SETTINGS_MAX_FRAME_SIZE's floor (RFC 9113 §6.5.2): a frame the link rewrites never grows past what every peer takes
+MIN_MAX_FRAME = 16384
+
+
+def _int7(value: int) -> bytes:
+    """An HPACK integer with a 7-bit prefix and the Huffman bit clear (RFC 7541 §5.1)."""
+    if value < 0x7F:
+        return bytes((value,))
+    out, value = bytearray((0x7F,)), value - 0x7F
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def literal(name: str, value: str) -> bytes:
+    """One field as a literal without indexing, new name (RFC 7541 §6.2.2)."""
+    n, v = name.encode(), value.encode()
+    return b"\x00" + _int7(len(n)) + n + _int7(len(v)) + v
+
+
+def percent(text: str) -> str:
+    """grpc-message's percent-encoding (gRPC over HTTP/2: bytes outside 0x20-0x7E, and `%`)."""
+    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in text.encode())
+
+
+_CONTENT_TYPE = literal("content-type", "application/grpc")
+
+
+def response_headers(mode: str) -> bytes:
+    """The response headers a fault sends (`@headers=sent`): `:status`, `content-type` and the marker."""
+    return _STATUS_200 + _CONTENT_TYPE + literal(h.FAULT_MARKER, mode)
+
+
+def trailers(code: grpc.StatusCode, details: str, mode: str, headers_out: bool) -> bytes:
+    """The fault's status as trailers (trailers-only, with `:status` and `content-type`, unless headers went out)."""
+    head = b"" if headers_out else _STATUS_200 + _CONTENT_TYPE
+    return (head + literal("grpc-status", str(code.value[0])) + literal("grpc-message", percent(details))
+            + literal(h.FAULT_MARKER, mode))  # fmt: skip
+
+
+def fragment(ftype: int, flags: int, payload: bytes) -> tuple[bytes, bytes]:
+    """(what precedes the block in a HEADERS frame: its priority fields; the block fragment), padding dropped."""
+    if ftype != h2.HEADERS:
+        return b"", payload
+    start, end = 0, len(payload)
+    if flags & h2.PADDED and payload:
+        start, end = 1, len(payload) - payload[0]
+    head = b""
+    if flags & h2.PRIORITY_FLAG:
+        head, start = payload[start : start + 5], start + 5
+    return head, payload[start:end]
+
+
+def with_field(frame_bytes: bytes, field: bytes) -> bytes:
+    """A HEADERS / CONTINUATION frame that ends its block, with one more field at the block's end (no padding)."""
+    ftype, flags, stream = frame_bytes[3], frame_bytes[4], int.from_bytes(frame_bytes[5:9], "big")
+    head, block = fragment(ftype, flags, frame_bytes[9:])
+    payload = head + block + field
+    if len(payload) > MIN_MAX_FRAME:
+        return frame_bytes
+    return h2.frame(ftype, flags & ~h2.PADDED, stream, payload)
+
+
+def data_payload(frame_bytes: bytes) -> bytes:
+    """A DATA frame's data, padding dropped."""
+    payload = frame_bytes[9:]
+    if frame_bytes[4] & h2.PADDED and payload:
+        return payload[1 : len(payload) - payload[0]]
+    return payload
+
+
+def status(block: list[bytes]) -> grpc.StatusCode:
+    """The grpc-status of trailers, frame by frame (blocks that stand alone: read with a fresh table)."""
+    data = b"".join(fragment(f[3], f[4], f[9:])[1] for f in block)
+    try:
+        value = HeaderScanner(frozenset({b"grpc-status"})).scan(data).get(b"grpc-status", b"")
+    except HpackError:
+        return grpc.StatusCode.UNKNOWN
+    return _STATUS_BY_VALUE.get(int(value), grpc.StatusCode.UNKNOWN) if value.isdigit() else grpc.StatusCode.UNKNOWN
+
+
+def grpc_timeout(value: bytes | None) -> float | None:
+    """`grpc-timeout` (up to 8 digits and a unit) in seconds, or None."""
+    if not value or len(value) > 9 or not value[:-1].isdigit():
+        return None
+    unit = _TIMEOUT_UNIT.get(chr(value[-1]))
+    return None if unit is None else int(value[:-1]) * unit
+
+
+def settings_table_zero(data: bytes, first: bool) -> bytes:
+    """A SETTINGS frame with SETTINGS_HEADER_TABLE_SIZE = 0 (added to a side's `first`: absent, it is 4,096)."""
+    payload = data[9:]
+    pairs = [struct.unpack_from(">HI", payload, i) for i in range(0, len(payload) - 5, 6)]
+    out = [(k, 0 if k == h2.SETTINGS_HEADER_TABLE_SIZE else v) for k, v in pairs]
+    if first and all(k != h2.SETTINGS_HEADER_TABLE_SIZE for k, _ in pairs):
+        out.append((h2.SETTINGS_HEADER_TABLE_SIZE, 0))
+    return h2.frame(h2.SETTINGS, data[4], 0, b"".join(struct.pack(">HI", k, v) for k, v in out))
+
+
+def initial_window(data: bytes, current: int) -> int:
+    """SETTINGS_INITIAL_WINDOW_SIZE in a SETTINGS frame, else `current`."""
+    payload = data[9:]
+    for i in range(0, len(payload) - 5, 6):
+        key, value = struct.unpack_from(">HI", payload, i)
+        if key == 0x4:
+            current = value
+    return current
+
+
+def window_update(n: int, stream: int = 0) -> bytes:
+    return h2.frame(h2.WINDOW_UPDATE, 0, stream, struct.pack(">I", n & h2.MAX_STREAM_ID))
+
+
+def message_ends(state: list, payload: bytes) -> list[int]:
+    """Where gRPC messages (a 5-byte prefix: flag, length; then the message) end in `payload`, a stream's next data:
+    offsets just past each. `state` ([message bytes still to come, the prefix read so far]) carries across frames."""
+    ends: list[int] = []
+    pos, n = 0, len(payload)
+    while pos < n:
+        if state[0]:
+            take = min(state[0], n - pos)
+            state[0] -= take
+            pos += take
+            if state[0]:
+                break
+        else:
+            prefix = state[1] + payload[pos : pos + 5 - len(state[1])]
+            pos += len(prefix) - len(state[1])
+            if len(prefix) < 5:
+                state[1] = prefix
+                break
+            state[0], state[1] = int.from_bytes(prefix[1:5], "big"), b""
+            if state[0]:
+                continue
+        ends.append(pos)
+    return ends
