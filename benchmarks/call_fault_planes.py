@@ -13,10 +13,12 @@ the fault replaces its answer). Per plane, load and rate: the calls answered OK 
 p50 and p99, and the plane's CPU per call from /proc.
 
 Exactness across planes: goload's request ids are the same on both (`goload-I`), so the hit formula must fault
-the same calls on each: the calls answered with the `x-drill-fault` trailer are counted per load and compared
-at the lowest rate (at a rate a plane cannot carry, a call it sheds is not faulted). The last line is
-machine-readable: `call_fault_planes <load>_<rate>_cpu_ratio=… …` (the link's CPU per call over the proxy's)
-and `same_hits=…` (at the lowest rate, every faulted load marked as many calls on both planes, every round).
+the same calls on each: the calls answered with the `x-drill-fault` trailer are counted per load, and those of
+the two loads at ratio 50 compared at the lowest rate (at a rate a plane cannot carry, a call it sheds is never
+faulted). A call that ends neither OK nor UNAVAILABLE is counted as `other`, with the first message of its code.
+The last line is machine-readable: `call_fault_planes <load>_<rate>_cpu_ratio=… …` (the link's CPU per call over
+the proxy's) and `same_hits=…` (at the lowest rate, both loads at ratio 50 marked as many calls on both planes,
+every round).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ LOADS = (
     ("abort", ["-fault", "abort:UNAVAILABLE", "-ratio", "50"]),
     ("served", ["-fault", "abort:UNAVAILABLE@served", "-ratio", "50"]),
 )
-DELAY_MS = 20
+#: the loads whose hits the formula draws (ratio 50): the same ids must be hit on both planes
+DRAWN = ("abort", "served")
 
 
 def load(goload: pathlib.Path, cpu: int, port: int, rate: float, seconds: float, pid: int, extra: list[str]) -> dict:
@@ -57,6 +60,7 @@ def load(goload: pathlib.Path, cpu: int, port: int, rate: float, seconds: float,
     ok, unavailable = out["status"].get("OK", 0), out["status"].get("Unavailable", 0)  # grpc-go's names of the codes
     return {"sent": sent, "ok": ok, "unavailable": unavailable, "other": sent - ok - unavailable,
             "marked": sum(out.get("marked", {}).values()),
+            "why": {code: msg for code, msg in (out.get("messages") or {}).items() if code != "Unavailable"},
             "p50": lat.get("p50", float("nan")), "p99": lat.get("p99", float("nan")),
             "cpu_us": (cpu_seconds(pid) - c0) / sent * 1e6 if sent else float("nan")}  # fmt: skip
 
@@ -107,7 +111,8 @@ def main() -> None:
                             print(f"round {r + 1} {rate:>5.0f}/s {lname:8s} {name:12s} OK {res['ok']:>6d} "
                                   f"UNAVAILABLE {res['unavailable']:>6d} other {res['other']:>5d} marked "
                                   f"{res['marked']:>6d}  OK p50 "
-                                  f"{res['p50']:8.3f} ms p99 {res['p99']:8.3f} ms  {res['cpu_us']:6.0f} µs CPU/call",
+                                  f"{res['p50']:8.3f} ms p99 {res['p99']:8.3f} ms  {res['cpu_us']:6.0f} µs CPU/call"
+                                  + (f"  other: {res['why']}" if res["other"] else ""),
                                   flush=True)  # fmt: skip
         finally:
             stop_all(procs)
@@ -129,7 +134,7 @@ def main() -> None:
             fields.append(f"{lname}_{rate:.0f}_cpu_ratio={ratio:.2f}")
             if lname != "organic":
                 counts = {p: [x["marked"] for x in results[(p, lname, rate)]] for p in ("drill proxy", "drill link")}
-                if rate == rates[0]:  # where both planes carry the load: a shed call is never marked
+                if rate == rates[0] and lname in DRAWN:  # where both carry the load (a shed call is never marked)
                     same = same and counts["drill proxy"] == counts["drill link"]
                 print(f"{rate:>5.0f}/s {lname:8s} calls marked x-drill-fault per round: proxy {counts['drill proxy']}, "
                       f"link {counts['drill link']}")  # fmt: skip

@@ -9,7 +9,8 @@
 // Once every call has ended (each within its deadline) it prints one JSON object on stdout: the calls sent,
 // how far the sender fell behind its schedule, the time from the first call to the last answer, the count per
 // status code, latency percentiles (ms) of the calls of each status, and (-within MS) how many OK calls were
-// answered within MS, and the count of calls per x-drill-fault trailer (the fault the server side injected).
+// answered within MS, the count of calls per x-drill-fault trailer (the fault the server side injected), and
+// per failing status the first message seen.
 //
 // With -fault DIRECTIVE every call carries the drill's keys (x-tenant-id, x-fault, x-fault-ratio, and its own
 // x-request-id, goload-I), for what a fault costs the plane that injects it (benchmarks/call_fault_planes.py).
@@ -78,6 +79,7 @@ type result struct {
 	code    string
 	latency time.Duration
 	marked  string // the x-drill-fault trailer: the fault the server side says it injected, or ""
+	message string // the status message of a call that failed
 }
 
 func percentiles(xs []time.Duration) map[string]float64 {
@@ -175,7 +177,7 @@ func main() {
 			if v := trailer.Get("x-drill-fault"); len(v) > 0 {
 				marked = v[0]
 			}
-			results[i] = result{status.Code(err).String(), time.Since(t0), marked}
+			results[i] = result{status.Code(err).String(), time.Since(t0), marked, status.Convert(err).Message()}
 		}(i)
 	}
 	sent := time.Since(start)
@@ -185,7 +187,11 @@ func main() {
 	byCode := map[string][]time.Duration{}
 	okWithin := 0
 	marked := map[string]int{}
+	messages := map[string]string{} // per failing code, the first message seen
 	for _, r := range results {
+		if _, seen := messages[r.code]; !seen && r.code != "OK" {
+			messages[r.code] = r.message
+		}
 		if r.marked != "" {
 			marked[r.marked]++
 		}
@@ -211,6 +217,7 @@ func main() {
 		"max_send_lag_ms": float64(maxLag.Microseconds()) / 1000,
 		"status":          counts,
 		"marked":          marked,
+		"messages":        messages,
 		"latency_ms":      latency,
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
