@@ -60,6 +60,13 @@ def trailers(code: grpc.StatusCode, details: str, mode: str, headers_out: bool) 
             + literal(h.FAULT_MARKER, mode))  # fmt: skip
 
 
+def refusal(code: grpc.StatusCode, details: str) -> bytes:
+    """A trailers-only answer of the link's own (the in-flight limit): `:status`, `content-type`, the status; no
+    fault marker (no fault acted)."""
+    status = literal("grpc-status", str(code.value[0]))
+    return _STATUS_200 + _CONTENT_TYPE + status + literal("grpc-message", percent(details))
+
+
 def fragment(ftype: int, flags: int, payload: bytes) -> tuple[bytes, bytes]:
     """(what precedes the block in a HEADERS frame: its priority fields; the block fragment), padding dropped."""
     if ftype != h2.HEADERS:
