@@ -101,7 +101,9 @@ class LinkCalls:
 
     @property
     def enabled(self) -> bool:
-        return self.core.settings.enabled
+        """Whether connections carry this executor: with faults on, and on a hop always (its readings and its
+        in-flight limit do not wait for the fault switch)."""
+        return self.hop or self.core.settings.enabled
 
     def connection(self, conn: h2.H2Conn, loop: asyncio.AbstractEventLoop) -> ConnCalls:
         """Carry call faults on a new connection (before its first byte)."""

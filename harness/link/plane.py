@@ -38,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
     """`drill proxy --plane link` until SIGINT or SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.workers > 1:
-        raise BadInput("proxy: --plane link runs one process (no --workers yet): drop --workers or use --plane aio")
+        raise BadInput("proxy: --workers: --plane link runs one process (no --workers yet): drop it or use --plane aio")
     if args.max_backlog is not None:
-        raise BadInput("proxy: --max-backlog bounds grpc's core queue, which --plane link has not (its bound is "
+        raise BadInput("proxy: --max-backlog: it bounds grpc's core queue, which --plane link has not (its bound is "
                        "--max-in-flight): drop it or use --plane aio")  # fmt: skip
     if args.tap:
         if args.enable_faults:

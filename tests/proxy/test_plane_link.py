@@ -50,15 +50,22 @@ CASES = [
     (tf, "test_with_a_drill_secret_only_signed_directives_inject_and_a_named_authority_still_goes_upstream", {}),
     *[(ts, "test_at_served_the_service_handles_the_call_and_the_caller_gets_the_fault", {"method": m, "table": t})
       for m in ts.KINDS for t in ("descriptors", "none")],  # fmt: skip
-    (ts, "test_the_services_own_failure_is_replaced_and_its_trailers_kept", {}),
+    pytest.param(ts, "test_the_services_own_failure_is_replaced_and_its_trailers_kept", {},
+                 marks=pytest.mark.xfail(strict=True, reason="the link's @served answer is its own trailers: the "
+                                         "service's trailers are dropped with its status (docs/proxy.md)")),
     (ts, "test_served_hits_through_the_proxy_are_the_ids_drill_hits_predicts_and_all_did_the_work", {}),
     (ts, "test_a_served_drop_past_the_callers_deadline_is_its_deadline_after_the_work", {}),
     (ts, "test_through_the_proxy_each_retry_of_a_served_abort_is_work_the_service_does_again", {}),
 ]
 
 
+def _id(case) -> str:
+    _, name, params = case.values if hasattr(case, "values") else case
+    return f"{name}[{','.join(map(str, params.values()))}]" if params else name
+
+
 @pytest.mark.parametrize(("module", "name", "params"), CASES,
-                         ids=[f"{n}[{','.join(map(str, p.values()))}]" if p else n for _, n, p in CASES])  # fmt: skip
+                         ids=[_id(c) for c in CASES])  # fmt: skip
 def test_on_the_link_plane(module, name, params, request, monkeypatch):
     monkeypatch.setattr(tf, "start_proxy", _start_link)
     test = getattr(module, name)
