@@ -58,6 +58,7 @@ from harness.core import headers as h
 from harness.core import scope
 from harness.core.faults import Kind, Mode
 from harness.core.gate import Outcome
+from harness.core.metrics import is_infrastructure
 from harness.core.safety import EmergencyStop
 from harness.core.settings import FaultSettings
 from harness.interceptors._server_pipeline import DEADLINE_SLACK_S, ServerCore
@@ -223,6 +224,8 @@ class ConnCalls(CallOps):
             return False  # no directive can be there: the gate would pass it (`FaultGate._decide`), uncounted
         path = found.get(b":path", b"").decode("utf-8", "replace")
         md = tuple((k.decode(), v.decode("utf-8", "replace")) for k, v in found.items() if k[:1] != b":")
+        if owner.hop and is_infrastructure(path):
+            return False  # health and reflection: neither faulted, recorded nor refused, as the interceptors leave them
         kind = owner.kinds.get(path, Kind.BIDI_STREAMING)
         core = self.core
         if owner.limit and owner.in_flight >= owner.limit and standalone:

@@ -92,8 +92,8 @@ def test_every_call_is_a_hops_reading_with_the_services_own_status_and_sigusr1_s
 def test_past_the_in_flight_limit_a_new_call_is_refused_at_once_and_never_reaches_the_service(service, probe,  # noqa: F811
                                                                                               tmp_path):  # fmt: skip
     """Two calls the probe holds fill `--max-in-flight 2`: a third is RESOURCE_EXHAUSTED at once with the proxy's
-    details, counted under reason in_flight with its audit line, and the probe never saw it; once the held calls
-    end, a call passes again."""
+    details, counted under reason in_flight with its audit line, and the probe never saw it; a health check still
+    passes (to the probe, which serves none: UNIMPLEMENTED); once the held calls end, a call passes again."""
     _, ds, msg, _ = probe
     args = ("--upstream", service, "--port", "0", "--metrics-port", "-1", "--service", "probe",
             "--descriptor-set", str(ds), "--plane", "link", "--max-in-flight", "2")  # fmt: skip
@@ -108,12 +108,18 @@ def test_past_the_in_flight_limit_a_new_call_is_refused_at_once_and_never_reache
                 t0 = time.monotonic()
                 refused = await _echo(channel, msg, "over", timeout=10)
                 took = time.monotonic() - t0
+                try:  # a health check is never refused by the limit: it reaches the probe, which serves no health
+                    await channel.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=5)
+                    health = "OK"
+                except aio.AioRpcError as e:
+                    health = e.code().name
                 ends = await asyncio.gather(*held)
                 after = await _echo(channel, msg, "after")
                 seen = await channel.unary_unary(SERVICE + "Seen")(msg(id="over").SerializeToString(), timeout=5)
-                return first, refused, took, ends, after, msg.FromString(seen).body
+                return first, refused, took, health, ends, after, msg.FromString(seen).body
 
-        first, refused, took, ends, after, seen = asyncio.run(main())
+        first, refused, took, health, ends, after, seen = asyncio.run(main())
+        assert health == "UNIMPLEMENTED"
         assert first == ("OK", "") and after == ("OK", "")
         assert refused == ("RESOURCE_EXHAUSTED", "drill: in-flight limit 2 reached")
         # "at once": answered by the link without the service; far below the held calls' 3-s deadline
