@@ -98,11 +98,16 @@ def data_payload(frame_bytes: bytes) -> bytes:
     return payload
 
 
+_GRPC_STATUS = frozenset({b"grpc-status"})
+#: the Huffman strings of servers' trailers, decoded once for every call's (bounded as a scanner's own cache is)
+_STATUS_HUFFMAN: dict[bytes, bytes] = {}
+
+
 def status(block: list[bytes]) -> grpc.StatusCode:
     """The grpc-status of trailers, frame by frame (blocks that stand alone: read with a fresh table)."""
     data = b"".join(fragment(f[3], f[4], f[9:])[1] for f in block)
     try:
-        value = HeaderScanner(frozenset({b"grpc-status"})).scan(data).get(b"grpc-status", b"")
+        value = HeaderScanner(_GRPC_STATUS, huffman_cache=_STATUS_HUFFMAN).scan(data).get(b"grpc-status", b"")
     except HpackError:
         return grpc.StatusCode.UNKNOWN
     return _STATUS_BY_VALUE.get(int(value), grpc.StatusCode.UNKNOWN) if value.isdigit() else grpc.StatusCode.UNKNOWN
