@@ -10,10 +10,11 @@ from __future__ import annotations
 import struct
 
 import grpc
+from hpack.huffman_table import decode_huffman
 
 from harness.core import headers as h
 from harness.link import h2
-from harness.link.hscan import HeaderScanner, HpackError
+from harness.link.hscan import HeaderScanner, HpackError, _integer
 
 _STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 _TIMEOUT_UNIT = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -103,12 +104,65 @@ _GRPC_STATUS = frozenset({b"grpc-status"})
 _STATUS_HUFFMAN: dict[bytes, bytes] = {}
 
 
+#: "grpc-status" as a literal name: raw, and Huffman-coded (RFC 7541 Appendix B; a string has one Huffman code, its
+#: padding the EOS prefix, so equal codes are equal names)
+_NAME_RAW, _NAME_HUFFMAN = b"grpc-status", b"\x9a\xca\xc8\xb2\x124\xda\x8f"
+_STATIC_LEN = 61
+
+
+def _status_value(data: bytes) -> bytes | None:
+    """grpc-status's value in a block that names no dynamic table entry (b"" when absent), reading no string but
+    the names' codes and that value; None when the block names a dynamic entry or is cut short (`status` then reads
+    it whole). No static entry is grpc-status, so an indexed name never is."""
+    found, pos, n = b"", 0, len(data)
+    try:
+        while pos < n:
+            b = data[pos]
+            if b & 0x80:  # indexed field
+                index, pos = _integer(data, pos, 7)
+                if index > _STATIC_LEN:
+                    return None
+                continue
+            if b & 0xE0 == 0x20:  # dynamic table size update
+                _, pos = _integer(data, pos, 5)
+                continue
+            index, pos = _integer(data, pos, 6 if b & 0x40 else 4)
+            if index > _STATIC_LEN:
+                return None
+            match = False
+            if not index:
+                huffman = data[pos] & 0x80
+                length, pos = _integer(data, pos, 7)
+                match = data[pos : pos + length] == (_NAME_HUFFMAN if huffman else _NAME_RAW)
+                pos += length
+            huffman = data[pos] & 0x80
+            length, pos = _integer(data, pos, 7)
+            if pos + length > n:
+                return None
+            if match:
+                raw = data[pos : pos + length]
+                found = raw if not huffman else _STATUS_HUFFMAN.get(raw) or _decoded(raw)
+            pos += length
+    except (IndexError, HpackError):
+        return None
+    return found
+
+
+def _decoded(raw: bytes) -> bytes:
+    if len(_STATUS_HUFFMAN) >= 4096:
+        _STATUS_HUFFMAN.clear()
+    value = _STATUS_HUFFMAN[raw] = decode_huffman(raw)
+    return value
+
+
 def status(block: list[bytes]) -> grpc.StatusCode:
     """The grpc-status of trailers, frame by frame (blocks that stand alone: read with a fresh table)."""
     data = b"".join(fragment(f[3], f[4], f[9:])[1] for f in block)
     try:
-        value = HeaderScanner(_GRPC_STATUS, huffman_cache=_STATUS_HUFFMAN).scan(data).get(b"grpc-status", b"")
-    except HpackError:
+        value = _status_value(data)
+        if value is None:
+            value = HeaderScanner(_GRPC_STATUS, huffman_cache=_STATUS_HUFFMAN).scan(data).get(b"grpc-status", b"")
+    except Exception:  # noqa: BLE001 - HpackError, a bad Huffman code: not a status
         return grpc.StatusCode.UNKNOWN
     return _STATUS_BY_VALUE.get(int(value), grpc.StatusCode.UNKNOWN) if value.isdigit() else grpc.StatusCode.UNKNOWN
 
