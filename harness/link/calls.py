@@ -347,6 +347,7 @@ class ConnCalls(CallOps):
             return
         call.hold = False
         self._drop_held(call)
+        call.kept = hb.kept_trailers(block)  # the service's trailers stay, beside the fault's status (as in process)
         call.headers_out = call.server_headers and (plan.kind.response_streaming or call.released)
         if plan.decision.directive.headers_sent and not call.headers_out:
             self._headers(call)

@@ -54,11 +54,12 @@ def response_headers(mode: str) -> bytes:
     return _STATUS_200 + _CONTENT_TYPE + literal(h.FAULT_MARKER, mode)
 
 
-def trailers(code: grpc.StatusCode, details: str, mode: str, headers_out: bool) -> bytes:
-    """The fault's status as trailers (trailers-only, with `:status` and `content-type`, unless headers went out)."""
+def trailers(code: grpc.StatusCode, details: str, mode: str, headers_out: bool, kept: bytes = b"") -> bytes:
+    """The fault's status as trailers (trailers-only, with `:status` and `content-type`, unless headers went out);
+    `kept`: the service's own trailers an `@served` fault keeps (`kept_trailers`)."""
     head = b"" if headers_out else _STATUS_200 + _CONTENT_TYPE
     return (head + literal("grpc-status", str(code.value[0])) + literal("grpc-message", percent(details))
-            + literal(h.FAULT_MARKER, mode))  # fmt: skip
+            + kept + literal(h.FAULT_MARKER, mode))  # fmt: skip
 
 
 def refusal(code: grpc.StatusCode, details: str) -> bytes:
@@ -66,6 +67,27 @@ def refusal(code: grpc.StatusCode, details: str) -> bytes:
     fault marker (no fault acted)."""
     status = literal("grpc-status", str(code.value[0]))
     return _STATUS_200 + _CONTENT_TYPE + status + literal("grpc-message", percent(details))
+
+
+#: fields of a server's trailers its status owns (or the transport's): never kept beside a fault's status
+_NOT_KEPT = frozenset({b"content-type", b"grpc-status", b"grpc-message", b"grpc-status-details-bin",
+                       h.FAULT_MARKER.encode()})  # fmt: skip
+
+
+def kept_trailers(block: list[bytes]) -> bytes:
+    """The service's own trailers in its trailers block (`x-…` and the like: not its status, details, rich status or
+    pseudo-headers), as literals that change no table, for a fault's answer to carry as the aio plane's does; b""
+    when the block cannot be read alone (it names the dynamic table) or they would not fit one frame."""
+    from hpack import Decoder  # only for an `@served` fault's answer: not on a passing call's path
+
+    data = b"".join(fragment(f[3], f[4], f[9:])[1] for f in block)
+    try:
+        fields = Decoder().decode(data, raw=True)
+    except Exception:  # noqa: BLE001 - hpack's errors: the block names entries a fresh table has not
+        return b""
+    out = b"".join(b"\x00" + _int7(len(k)) + k + _int7(len(v)) + v for k, v in fields
+                   if k[:1] != b":" and k not in _NOT_KEPT)  # fmt: skip
+    return out if len(out) <= MIN_MAX_FRAME // 2 else b""
 
 
 def fragment(ftype: int, flags: int, payload: bytes) -> tuple[bytes, bytes]:

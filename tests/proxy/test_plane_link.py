@@ -2,7 +2,8 @@
 its data plane (`harness.link.plane.start_plane`, what `drill proxy --plane link` runs) in place of grpc.aio's.
 
 The tests themselves are not copied: each is called as written, with the proxy its helper (`behind_proxy`) starts
-swapped for a link-plane one. The ones not listed here and why are in docs/proxy.md ("Data planes").
+swapped for a link-plane one. Those that start `drill proxy` as a process take a `plane` parameter where they are;
+what runs on the aio plane only, and why, is in docs/proxy.md ("Data planes").
 """
 
 from __future__ import annotations
@@ -44,15 +45,14 @@ CASES = [
     (tf, "test_a_cancelled_client_stream_reaches_the_service_as_a_cancel_never_as_its_end", {}),
     (tf, "test_a_half_closed_bidi_stream_keeps_receiving_until_the_service_ends_it", {}),
     (tf, "test_server_streams_and_unknown_kinds_pass_as_streams", {}),
+    (tf, "test_a_service_that_is_down_is_unavailable_at_once_and_served_again_when_back", {}),
     (tf, "test_drill_calls_are_faulted_by_the_same_pipeline_and_organic_ones_pass", {}),
     (tf, "test_a_mid_stream_fault_lands_after_n_messages_and_the_wrong_kind_is_refused", {}),
     (tf, "test_a_slow_reader_slows_the_service_through_the_proxy", {}),
     (tf, "test_with_a_drill_secret_only_signed_directives_inject_and_a_named_authority_still_goes_upstream", {}),
     *[(ts, "test_at_served_the_service_handles_the_call_and_the_caller_gets_the_fault", {"method": m, "table": t})
       for m in ts.KINDS for t in ("descriptors", "none")],  # fmt: skip
-    pytest.param(ts, "test_the_services_own_failure_is_replaced_and_its_trailers_kept", {},
-                 marks=pytest.mark.xfail(strict=True, reason="the link's @served answer is its own trailers: the "
-                                         "service's trailers are dropped with its status (docs/proxy.md)")),
+    (ts, "test_the_services_own_failure_is_replaced_and_its_trailers_kept", {}),
     (ts, "test_served_hits_through_the_proxy_are_the_ids_drill_hits_predicts_and_all_did_the_work", {}),
     (ts, "test_a_served_drop_past_the_callers_deadline_is_its_deadline_after_the_work", {}),
     (ts, "test_through_the_proxy_each_retry_of_a_served_abort_is_work_the_service_does_again", {}),
