@@ -49,6 +49,7 @@ is forgotten `callops.SINK_S` after the reset the link sent the server (which se
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 
@@ -243,7 +244,9 @@ class ConnCalls(CallOps):
                 log.warning("link: a fault hit %s passed untouched: its header block used the HPACK dynamic table "
                             "(sent before SETTINGS_HEADER_TABLE_SIZE=0 reached the client; said once per connection)",
                             path)  # fmt: skip
-            return False
+            # a hop still records the call: a drill call that passed, no hit counted (none was injected)
+            plan.decision = dataclasses.replace(d, outcome=Outcome.PASS)
+            return self._passes(sid, plan, found, md)
         call = self._begin(sid, plan, found, md)
         if plan.decision.outcome is not Outcome.HIT:  # the stop or the cap: passes, recorded at its end
             return False
