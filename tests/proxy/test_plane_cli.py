@@ -146,3 +146,23 @@ def test_options_the_link_plane_does_not_carry_are_one_line_exit_2():
                              timeout=60)  # fmt: skip
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"drill: proxy: {extra[0]}"), proc.stderr
+
+
+def test_as_a_tap_it_injects_nothing_and_still_reads_every_call(service, probe, tmp_path):  # noqa: F811
+    """`--tap --plane link` with DRILL_FAULT_ENABLED=1 in its environment: a call with a directive reaches the service,
+    and the hop still counts it (a drill call, no fault) beside an organic one; its fault switch reads 0."""
+    _, ds, msg, _ = probe
+    args = ("--upstream", service, "--port", "0", "--metrics-port", "-1", "--service", "probe", "--tap",
+            "--descriptor-set", str(ds), "--plane", "link")  # fmt: skip
+    with drill_proxy(tmp_path, *args, env={"DRILL_FAULT_ENABLED": "1"}) as (_proc, info):
+
+        async def calls() -> list:
+            async with aio.insecure_channel(f"127.0.0.1:{info['port']}") as channel:
+                return [await _echo(channel, msg, "tap-1", md=_drill("tap-1")), await _echo(channel, msg, "tap-2")]
+
+        assert [c for c, _ in asyncio.run(calls())] == ["OK", "OK"]
+        text = _scrape(info)
+        common = {"service": "probe", "grpc_method": ECHO, "grpc_status": "OK", "fault_mode": "none"}
+        assert _metric(text, "drill_server_calls_total", **common, traffic="drill") == 1, text
+        assert _metric(text, "drill_server_calls_total", **common, traffic="organic") == 1, text
+        assert _metric(text, "drill_fault_switch", service="probe") == 0, text
