@@ -45,6 +45,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dashboards": ("harness.dashboards.cli", "build or push the Grafana dashboards"),
 }
 
+#: `drill proxy --plane`: the module that runs a proxy on each data plane other than its own (grpc.aio). The choice
+#: is made here, above both: `harness.proxy` and `harness.link` are siblings that import neither the other.
+PLANES: dict[tuple[str, str], str] = {("proxy", "link"): "harness.link.plane"}
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse with the house error style: one line `drill: …`, exit 2 (no usage dump)."""
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.core.errors import DrillError
 
     try:
-        module = importlib.import_module(args._module)
+        module = importlib.import_module(PLANES.get((args.command, getattr(args, "plane", None)), args._module))
         return int(module.run(args) or 0)
     except DrillError as exc:
         print(f"drill: {_one_line(exc)}", file=sys.stderr)

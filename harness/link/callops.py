@@ -33,7 +33,7 @@ class Call:
 
     __slots__ = ("sid", "plan", "t0", "cut", "sink", "delay", "up", "served", "hold", "done", "client_ended", "timer",
                  "line", "held", "held_bytes", "released", "headers_out", "server_headers", "trailers", "block", "trip",
-                 "framing")  # fmt: skip
+                 "framing", "kept")  # fmt: skip
 
     def __init__(self, sid: int, plan: CallPlan, t0: float) -> None:
         self.sid, self.plan, self.t0 = sid, plan, t0
@@ -57,6 +57,7 @@ class Call:
         self.block: list[bytes] = []  # the server's trailers, frame by frame, until their block ends
         self.trip = None  # the pipeline's Tripwire (`@after` / `@read`) until it fired
         self.framing = [0, b""]  # the counted direction's place in its messages (`hblock.message_ends`)
+        self.kept = b""  # the service's own trailers an `@served` fault's answer carries (`hblock.kept_trailers`)
 
 
 class CallOps:
@@ -208,7 +209,7 @@ class CallOps:
             return
         code_name, details = abort_details(call.plan.decision)
         code = grpc.StatusCode[code_name]
-        block = hb.trailers(code, details, call.plan.decision.mode.value, call.headers_out)
+        block = hb.trailers(code, details, call.plan.decision.mode.value, call.headers_out, call.kept)
         self.conn.down.inject(h2.frame(h2.HEADERS, _ENDS, call.sid, block))
         self._finish(call, code)
 

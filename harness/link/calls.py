@@ -49,6 +49,7 @@ is forgotten `callops.SINK_S` after the reset the link sent the server (which se
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 
@@ -58,6 +59,7 @@ from harness.core import headers as h
 from harness.core import scope
 from harness.core.faults import Kind, Mode
 from harness.core.gate import Outcome
+from harness.core.metrics import is_infrastructure
 from harness.core.safety import EmergencyStop
 from harness.core.settings import FaultSettings
 from harness.interceptors._server_pipeline import DEADLINE_SLACK_S, ServerCore
@@ -86,16 +88,24 @@ class LinkCalls:
     bidi stream, as `drill proxy` judges it (every kind is one on the wire)."""
 
     def __init__(self, settings: FaultSettings, *, kinds: dict[str, Kind] | None = None, metrics: bool = True,
-                 stop: EmergencyStop | None = None) -> None:  # fmt: skip
+                 stop: EmergencyStop | None = None, hop: bool = False) -> None:  # fmt: skip
         self.core = ServerCore(settings, metrics=metrics, stop=stop)
         self.kinds = dict(kinds or {})
+        #: a hop (`drill proxy --plane link`): every stream is a call the pipeline records, as `drill proxy` records
+        #: each call it forwards (organic ones too: started, finished with the server's grpc-status, latency), and
+        #: past `settings.max_in_flight` calls in flight (0: none) a new one is refused at once, never forwarded
+        self.hop = hop
+        self.limit = settings.max_in_flight if hop else 0
+        self.in_flight = 0
         self.conns: set[ConnCalls] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.core.stop.on_trip(self._tripped)
 
     @property
     def enabled(self) -> bool:
-        return self.core.settings.enabled
+        """Whether connections carry this executor: with faults on, and on a hop always (its readings and its
+        in-flight limit do not wait for the fault switch)."""
+        return self.hop or self.core.settings.enabled
 
     def connection(self, conn: h2.H2Conn, loop: asyncio.AbstractEventLoop) -> ConnCalls:
         """Carry call faults on a new connection (before its first byte)."""
@@ -210,16 +220,22 @@ class ConnCalls(CallOps):
 
     def cut(self, sid: int, found: dict[bytes, bytes], standalone: bool) -> bool:
         """A client's new stream: asks the pipeline once; True when the server must never see it."""
-        if _FAULT not in found and _BAGGAGE not in found:
+        owner = self.owner
+        if not owner.hop and _FAULT not in found and _BAGGAGE not in found:
             return False  # no directive can be there: the gate would pass it (`FaultGate._decide`), uncounted
         path = found.get(b":path", b"").decode("utf-8", "replace")
         md = tuple((k.decode(), v.decode("utf-8", "replace")) for k, v in found.items() if k[:1] != b":")
-        kind = self.owner.kinds.get(path, Kind.BIDI_STREAMING)
+        if owner.hop and is_infrastructure(path):
+            return False  # health and reflection: neither faulted, recorded nor refused, as the interceptors leave them
+        kind = owner.kinds.get(path, Kind.BIDI_STREAMING)
         core = self.core
+        if owner.limit and owner.in_flight >= owner.limit and standalone:
+            self._refuse(sid, path, md, kind)  # (a block that used the HPACK table must reach the server: it passes)
+            return True
         plan = core.plan(path, md, None, kind)
         d = plan.decision
         if d.outcome is not Outcome.HIT:
-            return False  # counted (and a refusal audited) by `plan`
+            return self._passes(sid, plan, found, md)  # counted (and a refusal audited) by `plan`
         directive = d.directive
         at_start = not (directive.served or directive.after or directive.read)
         if at_start and d.mode is not Mode.DELAY and not standalone:
@@ -228,11 +244,10 @@ class ConnCalls(CallOps):
                 log.warning("link: a fault hit %s passed untouched: its header block used the HPACK dynamic table "
                             "(sent before SETTINGS_HEADER_TABLE_SIZE=0 reached the client; said once per connection)",
                             path)  # fmt: skip
-            return False
-        t0, token = core.begin(plan, hb.grpc_timeout(found.get(b"grpc-timeout")), md)
-        scope.leave(token)  # no task of ours runs the call: the scope is not left entered in the loop's context
-        call = Call(sid, plan, t0)
-        self.calls[sid] = call
+            # a hop still records the call: a drill call that passed, no hit counted (none was injected)
+            plan.decision = dataclasses.replace(d, outcome=Outcome.PASS)
+            return self._passes(sid, plan, found, md)
+        call = self._begin(sid, plan, found, md)
         if plan.decision.outcome is not Outcome.HIT:  # the stop or the cap: passes, recorded at its end
             return False
         if plan.trip is not None:
@@ -256,6 +271,38 @@ class ConnCalls(CallOps):
         else:
             self._wait(call, core.wait_s(plan))
         return True
+
+    def _begin(self, sid: int, plan, found: dict[bytes, bytes], md: tuple) -> Call:
+        t0, token = self.core.begin(plan, hb.grpc_timeout(found.get(b"grpc-timeout")), md)
+        scope.leave(token)  # no task of ours runs the call: the scope is not left entered in the loop's context
+        call = Call(sid, plan, t0)
+        self.calls[sid] = call
+        self.owner.in_flight += 1
+        return call
+
+    def _passes(self, sid: int, plan, found: dict[bytes, bytes], md: tuple) -> bool:
+        """A stream the pipeline does not fault: on a hop it is still a call, recorded at its end (the server's
+        grpc-status in its trailers, read by `_server_end`; its reset; the caller's); else untouched, unrecorded."""
+        if self.owner.hop:
+            self._begin(sid, plan, found, md)
+        return False
+
+    def _refuse(self, sid: int, path: str, md: tuple, kind: Kind) -> None:
+        """The in-flight limit: the stream never reaches the server; RESOURCE_EXHAUSTED at once, counted and audited
+        as `drill proxy` counts a refusal (`ServerCore.refuse`); the client's later frames on it are dropped."""
+        self.core.refuse(path, md, kind=kind)
+        flight = self.core.flight
+        self.conn.down.inject(h2.frame(h2.HEADERS, h2.END_STREAM | h2.END_HEADERS, sid,
+                                       hb.refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, flight.details)))  # fmt: skip
+        if not self.conn._block_flags & h2.END_STREAM:
+            call = Call(sid, None, 0.0)
+            call.cut = call.done = True
+            self.calls[sid] = call
+
+    def _finish(self, call: Call, code: grpc.StatusCode) -> None:
+        if not call.done:
+            self.owner.in_flight -= 1
+        super()._finish(call, code)
 
     # --- what the link does ----------------------------------------------------------------------------------
     def _client_block(self, reader: h2.FrameReader, ftype: int, flags: int, data: bytes) -> None:
@@ -303,6 +350,7 @@ class ConnCalls(CallOps):
             return
         call.hold = False
         self._drop_held(call)
+        call.kept = hb.kept_trailers(block)  # the service's trailers stay, beside the fault's status (as in process)
         call.headers_out = call.server_headers and (plan.kind.response_streaming or call.released)
         if plan.decision.directive.headers_sent and not call.headers_out:
             self._headers(call)

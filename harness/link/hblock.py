@@ -10,10 +10,11 @@ from __future__ import annotations
 import struct
 
 import grpc
+from hpack.huffman_table import decode_huffman
 
 from harness.core import headers as h
 from harness.link import h2
-from harness.link.hscan import HeaderScanner, HpackError
+from harness.link.hscan import HeaderScanner, HpackError, _integer
 
 _STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 _TIMEOUT_UNIT = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -53,11 +54,40 @@ def response_headers(mode: str) -> bytes:
     return _STATUS_200 + _CONTENT_TYPE + literal(h.FAULT_MARKER, mode)
 
 
-def trailers(code: grpc.StatusCode, details: str, mode: str, headers_out: bool) -> bytes:
-    """The fault's status as trailers (trailers-only, with `:status` and `content-type`, unless headers went out)."""
+def trailers(code: grpc.StatusCode, details: str, mode: str, headers_out: bool, kept: bytes = b"") -> bytes:
+    """The fault's status as trailers (trailers-only, with `:status` and `content-type`, unless headers went out);
+    `kept`: the service's own trailers an `@served` fault keeps (`kept_trailers`)."""
     head = b"" if headers_out else _STATUS_200 + _CONTENT_TYPE
     return (head + literal("grpc-status", str(code.value[0])) + literal("grpc-message", percent(details))
-            + literal(h.FAULT_MARKER, mode))  # fmt: skip
+            + kept + literal(h.FAULT_MARKER, mode))  # fmt: skip
+
+
+def refusal(code: grpc.StatusCode, details: str) -> bytes:
+    """A trailers-only answer of the link's own (the in-flight limit): `:status`, `content-type`, the status; no
+    fault marker (no fault acted)."""
+    status = literal("grpc-status", str(code.value[0]))
+    return _STATUS_200 + _CONTENT_TYPE + status + literal("grpc-message", percent(details))
+
+
+#: fields of a server's trailers its status owns (or the transport's): never kept beside a fault's status
+_NOT_KEPT = frozenset({b"content-type", b"grpc-status", b"grpc-message", b"grpc-status-details-bin",
+                       h.FAULT_MARKER.encode()})  # fmt: skip
+
+
+def kept_trailers(block: list[bytes]) -> bytes:
+    """The service's own trailers in its trailers block (`x-…` and the like: not its status, details, rich status or
+    pseudo-headers), as literals that change no table, for a fault's answer to carry as the aio plane's does; b""
+    when the block cannot be read alone (it names the dynamic table) or they would not fit one frame."""
+    from hpack import Decoder  # only for an `@served` fault's answer: not on a passing call's path
+
+    data = b"".join(fragment(f[3], f[4], f[9:])[1] for f in block)
+    try:
+        fields = Decoder().decode(data, raw=True)
+    except Exception:  # noqa: BLE001 - hpack's errors: the block names entries a fresh table has not
+        return b""
+    out = b"".join(b"\x00" + _int7(len(k)) + k + _int7(len(v)) + v for k, v in fields
+                   if k[:1] != b":" and k not in _NOT_KEPT)  # fmt: skip
+    return out if len(out) <= MIN_MAX_FRAME // 2 else b""
 
 
 def fragment(ftype: int, flags: int, payload: bytes) -> tuple[bytes, bytes]:
@@ -91,12 +121,70 @@ def data_payload(frame_bytes: bytes) -> bytes:
     return payload
 
 
+_GRPC_STATUS = frozenset({b"grpc-status"})
+#: the Huffman strings of servers' trailers, decoded once for every call's (bounded as a scanner's own cache is)
+_STATUS_HUFFMAN: dict[bytes, bytes] = {}
+
+
+#: "grpc-status" as a literal name: raw, and Huffman-coded (RFC 7541 Appendix B; a string has one Huffman code, its
+#: padding the EOS prefix, so equal codes are equal names)
+_NAME_RAW, _NAME_HUFFMAN = b"grpc-status", b"\x9a\xca\xc8\xb2\x124\xda\x8f"
+_STATIC_LEN = 61
+
+
+def _status_value(data: bytes) -> bytes | None:
+    """grpc-status's value in a block that names no dynamic table entry (b"" when absent), reading no string but
+    the names' codes and that value; None when the block names a dynamic entry or is cut short (`status` then reads
+    it whole). No static entry is grpc-status, so an indexed name never is."""
+    found, pos, n = b"", 0, len(data)
+    try:
+        while pos < n:
+            b = data[pos]
+            if b & 0x80:  # indexed field
+                index, pos = _integer(data, pos, 7)
+                if index > _STATIC_LEN:
+                    return None
+                continue
+            if b & 0xE0 == 0x20:  # dynamic table size update
+                _, pos = _integer(data, pos, 5)
+                continue
+            index, pos = _integer(data, pos, 6 if b & 0x40 else 4)
+            if index > _STATIC_LEN:
+                return None
+            match = False
+            if not index:
+                huffman = data[pos] & 0x80
+                length, pos = _integer(data, pos, 7)
+                match = data[pos : pos + length] == (_NAME_HUFFMAN if huffman else _NAME_RAW)
+                pos += length
+            huffman = data[pos] & 0x80
+            length, pos = _integer(data, pos, 7)
+            if pos + length > n:
+                return None
+            if match:
+                raw = data[pos : pos + length]
+                found = raw if not huffman else _STATUS_HUFFMAN.get(raw) or _decoded(raw)
+            pos += length
+    except (IndexError, HpackError):
+        return None
+    return found
+
+
+def _decoded(raw: bytes) -> bytes:
+    if len(_STATUS_HUFFMAN) >= 4096:
+        _STATUS_HUFFMAN.clear()
+    value = _STATUS_HUFFMAN[raw] = decode_huffman(raw)
+    return value
+
+
 def status(block: list[bytes]) -> grpc.StatusCode:
     """The grpc-status of trailers, frame by frame (blocks that stand alone: read with a fresh table)."""
     data = b"".join(fragment(f[3], f[4], f[9:])[1] for f in block)
     try:
-        value = HeaderScanner(frozenset({b"grpc-status"})).scan(data).get(b"grpc-status", b"")
-    except HpackError:
+        value = _status_value(data)
+        if value is None:
+            value = HeaderScanner(_GRPC_STATUS, huffman_cache=_STATUS_HUFFMAN).scan(data).get(b"grpc-status", b"")
+    except Exception:  # noqa: BLE001 - HpackError, a bad Huffman code: not a status
         return grpc.StatusCode.UNKNOWN
     return _STATUS_BY_VALUE.get(int(value), grpc.StatusCode.UNKNOWN) if value.isdigit() else grpc.StatusCode.UNKNOWN
 

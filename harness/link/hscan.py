@@ -14,6 +14,7 @@ The static table and the Huffman code are `hpack`'s. Tested against `hpack`'s ow
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 
 from hpack.huffman_table import decode_huffman
@@ -25,6 +26,12 @@ _STATIC_LEN = len(_STATIC)
 _CACHE_MAX = 4096
 
 
+@functools.lru_cache(maxsize=64)
+def _names_a_static_key(keys: frozenset[bytes]) -> bool:
+    """Whether a static table entry is one of `keys` (asked once per set of keys, not per scanner)."""
+    return any(name in keys for name, _ in _STATIC)
+
+
 class HpackError(ValueError):
     """A block that is not valid HPACK (the connection is then read blind)."""
 
@@ -32,15 +39,18 @@ class HpackError(ValueError):
 class HeaderScanner:
     """One direction's HPACK decoding context (the client's blocks, in order)."""
 
-    def __init__(self, keys: frozenset[bytes], max_table_size: int = 1 << 20) -> None:
+    def __init__(self, keys: frozenset[bytes], max_table_size: int = 1 << 20,
+                 huffman_cache: dict[bytes, bytes] | None = None) -> None:  # fmt: skip
+        """`huffman_cache`: a dict of decoded Huffman strings to share with other scanners (a string decodes alike
+        in any context), e.g. across the many short-lived scanners that read one block each; else its own."""
         self.keys = keys
         self.max_allowed = max_table_size
         self.max_size = 4096  # SETTINGS_HEADER_TABLE_SIZE's default, until the encoder says otherwise
         self.size = 0
         self.table: deque[tuple[bytes, int]] = deque()  # (name, entry size), newest first
         self.values: deque[bytes | None] = deque()  # the entries' values where kept (a key's), else None
-        self._huff: dict[bytes, bytes] = {}
-        self._static_keys = any(name in keys for name, _ in _STATIC)
+        self._huff: dict[bytes, bytes] = {} if huffman_cache is None else huffman_cache
+        self._static_keys = _names_a_static_key(keys)
         #: the last block scanned used the dynamic table (named an entry in it, or left it in a state later blocks
         #: depend on: an entry kept, an eviction from a table that goes on), so a relay must not drop it
         #: (harness.link.calls). An entry added to a table of size 0 is evicted at once (RFC 7541 §4.4), and a size

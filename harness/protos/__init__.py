@@ -14,6 +14,7 @@ May import: harness.core, grpc and protobuf (grpc only where reflection is asked
 """
 
 from harness.protos._files import compile_proto, parse_descriptor_set, read_descriptor_set
+from harness.protos._kinds import method_kinds
 from harness.protos._reflection import ReflectionError
 from harness.protos._types import (
     INFRA_SERVICES,
@@ -42,6 +43,7 @@ __all__ = [
     "kind_of",
     "list_methods",
     "message_class",
+    "method_kinds",
     "open_types",
     "parse_descriptor_set",
     "read_descriptor_set",

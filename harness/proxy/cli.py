@@ -23,11 +23,9 @@ import os
 
 from grpc import aio
 
-from harness import protos
 from harness.core import cliargs
 from harness.core import limits as lim
 from harness.core.errors import BadInput, RunFailed
-from harness.core.faults import Kind
 from harness.core.settings import FaultSettings
 from harness.demo.lifecycle import (
     DEFAULT_MAX_BACKLOG,
@@ -42,13 +40,12 @@ from harness.demo.lifecycle import (
     tracer_for,
 )
 from harness.interceptors import FaultServerInterceptor
+from harness.protos import method_kinds
 from harness.proxy.forward import CHANNEL_OPTIONS, SERVER_OPTIONS, ForwardAll, Forwarder
 
 log = logging.getLogger("drill.proxy")
 #: --workers at most: one process per core is the point, and each holds a connection pool to the upstream
 MAX_WORKERS = 64
-#: How long each question to the upstream's server reflection may take, at start
-REFLECTION_TIMEOUT_S = 5.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,32 +79,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default=1, help="proxy processes sharing the port (SO_REUSEPORT), one core each; each serves "
                    "its own /metrics (--metrics-port + its index)")  # fmt: skip
     add_limit_arguments(p, f"{DEFAULT_MAX_IN_FLIGHT}; with --workers, each worker's", str(DEFAULT_MAX_BACKLOG))
+    p.add_argument("--plane", choices=("aio", "link"), default="aio",
+                   help="the data plane: aio (the default: grpc.aio handlers around the interceptors' pipeline) or "
+                   "link (the same pipeline on drill link's frame relay: docs/proxy.md, Data planes)")  # fmt: skip
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # a worker of --workers
-
-
-def method_kinds(args: argparse.Namespace) -> dict[str, Kind]:
-    """`/pkg.Service/Method` → kind, read once at start so the pipeline judges `@after` and `@read` as in
-    process: from `--descriptor-set` or `--proto` (every service in it), else the upstream's server reflection
-    (its own services: not reflection's or health's), else none, said once. A method found in none is
-    forwarded as a bidi stream (every kind is one on the wire), a fault judged by what the wire shows."""
-    if args.descriptor_set and args.proto:
-        raise BadInput("proxy: give --descriptor-set or --proto, not both (neither = the upstream's reflection)")
-    if args.proto_path and not args.proto:
-        raise BadInput("proxy: --proto-path applies to --proto; give --proto too")
-    if args.descriptor_set:
-        with protos.from_descriptor_set(args.descriptor_set, option="proxy: --descriptor-set") as types:
-            return types.kinds()
-    if args.proto:
-        with protos.from_proto(args.proto, args.proto_path, option="proxy: --proto") as types:
-            return types.kinds()
-    try:
-        with protos.from_reflection(args.upstream, timeout_s=REFLECTION_TIMEOUT_S) as types:
-            return types.kinds(infra=False)
-    except protos.ReflectionError as err:
-        log.warning("proxy: %s offers no server reflection (%s): each call is forwarded as a stream, a "
-                    "mid-stream fault judged by what the wire shows; give --proto FILE.proto (the upstream's "
-                    "service) for each method's kind", args.upstream, err.code)  # fmt: skip
-        return {}
 
 
 async def start_proxy(upstream: str, *, host: str = "127.0.0.1", port: int = 0, settings: FaultSettings,

@@ -278,32 +278,36 @@ def test_a_mid_stream_fault_lands_after_n_messages_and_the_wrong_kind_is_refused
     assert (echo, rejected) == ("m2", 1)
 
 
-def test_a_bad_upstream_is_one_line_exit_2():
-    proc = drill_process("proxy", "--upstream", "no-port-here", timeout=60)
+@pytest.mark.parametrize("plane", ["aio", "link"])
+def test_a_bad_upstream_is_one_line_exit_2(plane):
+    proc = drill_process("proxy", "--upstream", "no-port-here", "--plane", plane, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("drill: proxy: ") and "--upstream" in proc.stderr
 
 
-def test_a_port_in_use_is_one_line_that_says_proxy():
+@pytest.mark.parametrize("plane", ["aio", "link"])
+def test_a_port_in_use_is_one_line_that_says_proxy(plane):
     """`drill proxy` shares `drill serve`'s check of its port; the line names the command that was run."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         proc = drill_process("proxy", "--upstream", "127.0.0.1:1", "--port", str(port), "--metrics-port", "0",
-                             timeout=60)  # fmt: skip
+                             "--plane", plane, timeout=60)  # fmt: skip
     assert (proc.returncode, proc.stderr) == (1, f"drill: proxy: cannot listen on 127.0.0.1:{port}: Address "
                                                  "already in use\n")  # fmt: skip
 
 
-def test_the_proxys_warnings_name_its_own_options(tmp_path, monkeypatch):
+@pytest.mark.parametrize("plane", ["aio", "link"])
+def test_the_proxys_warnings_name_its_own_options(tmp_path, monkeypatch, plane):
     """Faults on under the default name and an upstream with no reflection: each warning tells a user of
     `drill proxy` what to pass (`--service`, `--proto`), not a library's environment variable."""
     monkeypatch.delenv("DRILL_SERVICE", raising=False)
     with socket.socket() as gone:  # a port nothing listens on: the upstream's reflection cannot be asked
         gone.bind(("127.0.0.1", 0))
         upstream = f"127.0.0.1:{gone.getsockname()[1]}"
-    with drill_proxy(tmp_path, "--upstream", upstream, "--port", "0", "--metrics-port", "0", "--enable-faults"):
+    with drill_proxy(tmp_path, "--upstream", upstream, "--port", "0", "--metrics-port", "0", "--enable-faults",
+                     "--plane", plane):
         pass
     log = (tmp_path / "proxy.log").read_text()
     warnings = [line for line in log.splitlines() if " WARNING " in line]
@@ -313,13 +317,15 @@ def test_the_proxys_warnings_name_its_own_options(tmp_path, monkeypatch):
     assert "DRILL_SERVICE" not in log and "--descriptor-set was given" not in log, log
 
 
+@pytest.mark.parametrize("plane", ["aio", "link"])
 def test_drill_proxy_as_a_process_serves_metrics_under_its_service_and_stops_injecting_on_sigusr1(service, probe,
-                                                                                                 tmp_path):  # fmt: skip
+                                                                                                 tmp_path,
+                                                                                                 plane):  # fmt: skip
     """What a user starts: `drill proxy` with a ready file; a tagged call is injected and counted under
     `service="probe"`; after `kill -USR1` (`drill stop`) the same call reaches the service."""
     _, ds, msg, _ = probe
     args = ("--upstream", service, "--port", "0", "--metrics-port", "-1", "--service", "probe", "--enable-faults",
-            "--descriptor-set", str(ds))  # fmt: skip
+            "--descriptor-set", str(ds), "--plane", plane)  # fmt: skip
     with drill_proxy(tmp_path, *args) as (proc, info):
         md = ((h.TENANT, "tenant-drill"), (h.FAULT, "abort:UNAVAILABLE"), (h.FAULT_RATIO, "100"),
               (h.FAULT_TARGET, "probe"), (h.REQUEST_ID, "sig-1"))  # fmt: skip
