@@ -1,24 +1,24 @@
-"""The drill's per-call faults on two data planes: `drill proxy` (grpc.aio, a call at a time) against `drill link
---enable-faults` (frame operations on a byte relay), the same decisions (one pipeline: the gate, the hit formula,
-the bounds), side by side in one run.
+"""The drill's per-call faults on two data planes: `drill proxy` on grpc.aio (a call at a time) against `drill proxy
+--plane link` (frame operations on a byte relay), the same decisions (one pipeline: the gate, the hit formula, the
+bounds), side by side in one run; and `drill link --enable-faults`, the link that records only what it faults.
 
     .venv/bin/python benchmarks/call_fault_planes.py [--seconds 8 --rounds 3 --rates 500,2000]
 
 A Go service (tests/proxy/goprobe, grpc-go) answers `Echo`; the open-loop Go client (benchmarks/goload, 4
 connections, 1-s deadlines) shares one core with it; the plane under test has the other core to itself. Each
-plane runs with injection on (DRILL_FAULT_ENABLED, the default tenant, one seed for both) and, per rate and
+plane runs with injection on (DRILL_FAULT_ENABLED, the default tenant, one seed for all) and, per rate and
 round, four loads: organic calls (no drill key), the drill's calls with `delay:20` (every one), with
 `abort:UNAVAILABLE` at ratio 50 and with `abort:UNAVAILABLE@served` at ratio 50 (the service answers, then
 the fault replaces its answer). Per plane, load and rate: the calls answered OK and UNAVAILABLE, the OK calls'
 p50 and p99, and the plane's CPU per call from /proc.
 
-Exactness across planes: goload's request ids are the same on both (`goload-I`), so the hit formula must fault
+Exactness across planes: goload's request ids are the same on each (`goload-I`), so the hit formula must fault
 the same calls on each: the calls answered with the `x-drill-fault` trailer are counted per load, and those of
 the two loads at ratio 50 compared at the lowest rate (at a rate a plane cannot carry, a call it sheds is never
 faulted). A call that ends neither OK nor UNAVAILABLE is counted as `other`, with the first message of its code.
-The last line is machine-readable: `call_fault_planes <load>_<rate>_cpu_ratio=… …` (the link's CPU per call over
-the proxy's) and `same_hits=…` (at the lowest rate, both loads at ratio 50 marked as many calls on both planes,
-every round).
+The last line is machine-readable: `call_fault_planes <load>_<rate>_cpu_ratio=… …` (`--plane link`'s CPU per
+call over the aio plane's) and `same_hits=…` (at the lowest rate, both loads at ratio 50 marked as many calls on
+every plane, every round).
 """
 
 from __future__ import annotations
@@ -45,6 +45,13 @@ LOADS = (
     ("delay", ["-fault", "delay:20", "-ratio", "100"]),
     ("abort", ["-fault", "abort:UNAVAILABLE", "-ratio", "50"]),
     ("served", ["-fault", "abort:UNAVAILABLE@served", "-ratio", "50"]),
+)
+#: (name, command, its options): drill proxy on each data plane, and the link with call faults alone (it records
+#: only the calls it faults, where a proxy records every call it forwards: what a hop's metrics need)
+PLANES = (
+    ("drill proxy", "proxy", []),
+    ("proxy --plane link", "proxy", ["--plane", "link"]),
+    ("link --enable-faults", "link", ["--enable-faults"]),
 )
 #: the loads whose hits the formula draws (ratio 50): the same ids must be hit on both planes
 DRAWN = ("abort", "served")
@@ -92,11 +99,9 @@ def main() -> None:
             common = ["--upstream", upstream, "--port", "0", "--metrics-port", "0", "--service", "probe",
                       "--descriptor-set", pb]  # fmt: skip
             planes = {}
-            for name, command in (("drill proxy", "proxy"), ("drill link", "link")):
-                ready = tmp / f"{command}.json"
-                argv = [sys.executable, "-m", "harness.cli", command, *common, "--ready-file", str(ready)]
-                if command == "link":
-                    argv.append("--enable-faults")
+            for name, command, extra in PLANES:
+                ready = tmp / f"{name.replace(' ', '-')}.json"
+                argv = [sys.executable, "-m", "harness.cli", command, *common, "--ready-file", str(ready), *extra]
                 proc = popen_pinned(argv, server_cpu, env=env, stderr=subprocess.DEVNULL)
                 procs.append(proc)
                 planes[name] = (json.loads(wait_file(ready, proc, name))["port"], proc.pid)
@@ -108,7 +113,7 @@ def main() -> None:
                         for name, (port, pid) in planes.items():
                             res = load(goload, client_cpu, port, rate, args.seconds, pid, extra)
                             results.setdefault((name, lname, rate), []).append(res)
-                            print(f"round {r + 1} {rate:>5.0f}/s {lname:8s} {name:12s} OK {res['ok']:>6d} "
+                            print(f"round {r + 1} {rate:>5.0f}/s {lname:8s} {name:20s} OK {res['ok']:>6d} "
                                   f"UNAVAILABLE {res['unavailable']:>6d} other {res['other']:>5d} marked "
                                   f"{res['marked']:>6d}  OK p50 "
                                   f"{res['p50']:8.3f} ms p99 {res['p99']:8.3f} ms  {res['cpu_us']:6.0f} µs CPU/call"
@@ -125,19 +130,19 @@ def main() -> None:
     same = True
     for rate in rates:
         for lname, _extra in LOADS:
-            for plane in ("drill proxy", "drill link"):
-                print(f"{rate:>5.0f}/s {lname:8s} {plane:12s} OK {med(plane, lname, rate, 'ok'):>8.0f} UNAVAILABLE "
+            for plane, _command, _extra in PLANES:
+                print(f"{rate:>5.0f}/s {lname:8s} {plane:20s} OK {med(plane, lname, rate, 'ok'):>8.0f} UNAVAILABLE "
                       f"{med(plane, lname, rate, 'unavailable'):>7.0f} OK p50 {med(plane, lname, rate, 'p50'):8.3f} ms "
                       f"p99 {med(plane, lname, rate, 'p99'):8.3f} ms CPU/call "
                       f"{med(plane, lname, rate, 'cpu_us'):6.0f} µs")  # fmt: skip
-            ratio = med("drill link", lname, rate, "cpu_us") / med("drill proxy", lname, rate, "cpu_us")
+            ratio = med("proxy --plane link", lname, rate, "cpu_us") / med("drill proxy", lname, rate, "cpu_us")
             fields.append(f"{lname}_{rate:.0f}_cpu_ratio={ratio:.2f}")
             if lname != "organic":
-                counts = {p: [x["marked"] for x in results[(p, lname, rate)]] for p in ("drill proxy", "drill link")}
-                if rate == rates[0] and lname in DRAWN:  # where both carry the load (a shed call is never marked)
-                    same = same and counts["drill proxy"] == counts["drill link"]
-                print(f"{rate:>5.0f}/s {lname:8s} calls marked x-drill-fault per round: proxy {counts['drill proxy']}, "
-                      f"link {counts['drill link']}")  # fmt: skip
+                counts = {p: [x["marked"] for x in results[(p, lname, rate)]] for p, _c, _e in PLANES}
+                if rate == rates[0] and lname in DRAWN:  # where all carry the load (a shed call is never marked)
+                    same = same and len({tuple(c) for c in counts.values()}) == 1
+                print(f"{rate:>5.0f}/s {lname:8s} calls marked x-drill-fault per round: "
+                      + ", ".join(f"{p} {c}" for p, c in counts.items()))  # fmt: skip
     print("call_fault_planes " + " ".join(fields) + f" same_hits={same}")
 
 
