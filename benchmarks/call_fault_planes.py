@@ -14,11 +14,11 @@ p50 and p99, and the plane's CPU per call from /proc.
 
 Exactness across planes: goload's request ids are the same on each (`goload-I`), so the hit formula must fault
 the same calls on each: the calls answered with the `x-drill-fault` trailer are counted per load, and those of
-the two loads at ratio 50 compared at the lowest rate (at a rate a plane cannot carry, a call it sheds is never
-faulted). A call that ends neither OK nor UNAVAILABLE is counted as `other`, with the first message of its code.
-The last line is machine-readable: `call_fault_planes <load>_<rate>_cpu_ratio=… …` (`--plane link`'s CPU per
-call over the aio plane's) and `same_hits=…` (at the lowest rate, both loads at ratio 50 marked as many calls on
-every plane, every round).
+the two loads at ratio 50 compared in each round and rate where every plane answered every call OK or
+UNAVAILABLE (a call a plane sheds, or one past its deadline, is never faulted). A call that ends otherwise is
+counted as `other`, with the first message of its code. The last line is machine-readable: `call_fault_planes
+<load>_<rate>_cpu_ratio=… …` (`--plane link`'s CPU per call over the aio plane's), `same_hits=…` (every round
+compared marked as many calls on every plane) and `rounds_compared=…`.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main() -> None:
 
     print("# medians over rounds")
     fields = []
-    same = True
+    same, compared = True, 0
     for rate in rates:
         for lname, _extra in LOADS:
             for plane, _command, _extra in PLANES:
@@ -139,11 +139,15 @@ def main() -> None:
             fields.append(f"{lname}_{rate:.0f}_cpu_ratio={ratio:.2f}")
             if lname != "organic":
                 counts = {p: [x["marked"] for x in results[(p, lname, rate)]] for p, _c, _e in PLANES}
-                if rate == rates[0] and lname in DRAWN:  # where all carry the load (a shed call is never marked)
-                    same = same and len({tuple(c) for c in counts.values()}) == 1
                 print(f"{rate:>5.0f}/s {lname:8s} calls marked x-drill-fault per round: "
                       + ", ".join(f"{p} {c}" for p, c in counts.items()))  # fmt: skip
-    print("call_fault_planes " + " ".join(fields) + f" same_hits={same}")
+                if lname in DRAWN:  # rounds where every plane answered every call (a call shed is never faulted)
+                    for r in range(args.rounds):
+                        runs = [results[(p, lname, rate)][r] for p, _c, _e in PLANES]
+                        if all(x["other"] == 0 for x in runs):
+                            compared += 1
+                            same = same and len({x["marked"] for x in runs}) == 1
+    print("call_fault_planes " + " ".join(fields) + f" same_hits={same} rounds_compared={compared}")
 
 
 if __name__ == "__main__":
