@@ -37,9 +37,11 @@ reaches the other (RFC 9113 §6.5.2: it bounds the table the peer's *encoder* ma
 is 4,096), and each encoder then signals a dynamic table size update to 0 at the start of its next block (RFC 7541
 §4.2, §6.3; RFC 9113 §4.3.1) and can never index again: every block decodes from the static table and literals.
 A block an encoder sent before the new setting reached it may still use the table (`HeaderScanner.touched`): such a
-stream is never cut (the fault passes it, said in the log). The blocks the link writes are literals without
-indexing (RFC 7541 §6.2.2), no Huffman: they change no table. Stream ids the server then never sees are legal
-(RFC 9113 §5.1.1: a higher id closes the idle streams below it).
+block always goes on to the server, and a fault at the start that hits it resets the stream right behind it
+(RST_STREAM CANCEL, as a fault that fires mid-stream) and answers the caller as for a stream cut whole: the
+service reads one header block and a reset, and never answers (said once per connection in the log). The blocks
+the link writes are literals without indexing (RFC 7541 §6.2.2), no Huffman: they change no table. Stream ids the
+server then never sees are legal (RFC 9113 §5.1.1: a higher id closes the idle streams below it).
 
 After the link ends a stream toward the caller it keeps dropping the server's late frames on it: a frame after
 END_STREAM is a connection error for the client (RFC 9113 §5.1, "closed"), so none may leak through. Such a stream
@@ -49,7 +51,6 @@ is forgotten `callops.SINK_S` after the reset the link sent the server (which se
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 
@@ -62,6 +63,7 @@ from harness.core.gate import Outcome
 from harness.core.metrics import is_infrastructure
 from harness.core.safety import EmergencyStop
 from harness.core.settings import FaultSettings
+from harness.interceptors._fault_steps import Step
 from harness.interceptors._server_pipeline import DEADLINE_SLACK_S, ServerCore
 from harness.link import h2
 from harness.link import hblock as hb
@@ -238,16 +240,18 @@ class ConnCalls(CallOps):
             return self._passes(sid, plan, found, md)  # counted (and a refusal audited) by `plan`
         directive = d.directive
         at_start = not (directive.served or directive.after or directive.read)
-        if at_start and d.mode is not Mode.DELAY and not standalone:
+        call = self._begin(sid, plan, found, md)
+        if at_start and d.mode is not Mode.DELAY and not standalone and plan.decision.outcome is Outcome.HIT:
+            # its block used the HPACK table, so the server must read it: it goes on whole (`_client_block`) and the
+            # stream is reset right behind it, before the service can answer; the caller gets the fault as from a
+            # stream the server never saw
             if not self._warned:
                 self._warned = True
-                log.warning("link: a fault hit %s passed untouched: its header block used the HPACK dynamic table "
-                            "(sent before SETTINGS_HEADER_TABLE_SIZE=0 reached the client; said once per connection)",
-                            path)  # fmt: skip
-            # a hop still records the call: a drill call that passed, no hit counted (none was injected)
-            plan.decision = dataclasses.replace(d, outcome=Outcome.PASS)
-            return self._passes(sid, plan, found, md)
-        call = self._begin(sid, plan, found, md)
+                log.warning("link: a fault hit %s on a header block that used the HPACK dynamic table (sent before "
+                            "SETTINGS_HEADER_TABLE_SIZE=0 reached the client): the block went on to the service and "
+                            "the stream was reset right behind it (said once per connection)", path)  # fmt: skip
+            call.reset_behind = True
+            return False
         if plan.decision.outcome is not Outcome.HIT:  # the stop or the cap: passes, recorded at its end
             return False
         if plan.trip is not None:
@@ -320,6 +324,10 @@ class ConnCalls(CallOps):
             return
         for frame_bytes in frames:
             reader.inject(frame_bytes)
+        if call is not None and call.reset_behind:  # the block is the server's to read; the stream is not
+            call.reset_behind = False
+            self._fire(call, (Step.HEADERS,) if call.plan.decision.directive.headers_sent else (), True, b"",
+                       frames[0][4])  # fmt: skip
 
     def _server_end(self, call: Call, data: bytes) -> None:
         """The server's trailers (or its reset): an `@served` fault acts now; any other call's answer passes."""
