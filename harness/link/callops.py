@@ -58,7 +58,7 @@ class Call:
         self.trailers = False  # the server's block being read is its trailers
         self.block: list[bytes] = []  # the server's trailers, frame by frame, until their block ends
         self.trip = None  # the pipeline's Tripwire (`@after` / `@read`) until it fired
-        self.framing = [0, b""]  # the counted direction's place in its messages (`hblock.message_ends`)
+        self.framing = [0, b""]  # the counted direction's place in its messages (`h2.message_ends`)
         self.kept = b""  # the service's own trailers an `@served` fault's answer carries (`hblock.kept_trailers`)
 
 
@@ -81,7 +81,7 @@ class CallOps:
         """A DATA frame of the counted direction (`@after`: the server's, `@read`: the client's): it passes, each
         message it ends told to the tripwire; where the tripwire fires, the frame is cut there and the fault acts."""
         payload, flags, trip = hb.data_payload(data), data[4], call.trip
-        for end in hb.message_ends(call.framing, payload):
+        for end in h2.message_ends(call.framing, payload):
             if trip.reads:
                 trip.read()
                 steps = trip.before_read()  # the handler asks for the next message once this one is in

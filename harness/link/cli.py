@@ -132,6 +132,19 @@ def _kinds(args: argparse.Namespace) -> dict[str, Kind] | None:
     return {}
 
 
+def wire_stop(links: LinkSet, settings: FaultSettings) -> asyncio.Event:
+    """The process's one-way stop (SIGUSR1, `drill stop`, the stop file) wired to `links`, and the event SIGINT or
+    SIGTERM sets: what `drill link` and `drill proxy --plane link` wait on before they close their links."""
+    loop = asyncio.get_running_loop()
+    install_stop_signal()
+    PROCESS_STOP.on_trip(lambda: loop.call_soon_threadsafe(links.stop, PROCESS_STOP.reason))
+    PROCESS_STOP.watch_file(settings.stop_file)
+    done = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, done.set)
+    return done
+
+
 def _run_loop(choice: str, main) -> int:
     """Run `main` on uvloop (`auto`: where it is installed) or on asyncio's own loop."""
     if choice != "asyncio":
@@ -169,13 +182,7 @@ async def _link(args: argparse.Namespace, settings: FaultSettings, toxics: list,
         raise RunFailed(f"link: {exc}") from None
     except OSError as exc:
         raise RunFailed(f"link: cannot listen on {args.admin_host}:{args.admin_port}: {exc.strerror or exc}") from None
-    loop = asyncio.get_running_loop()
-    install_stop_signal()
-    PROCESS_STOP.on_trip(lambda: loop.call_soon_threadsafe(links.stop, PROCESS_STOP.reason))
-    PROCESS_STOP.watch_file(settings.stop_file)
-    done = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, done.set)
+    done = wire_stop(links, settings)
     log.warning("link on %s: %s → %s, admin API on :%s, seed %d, at most %d faulted connections, call faults %s, "
                 "metrics on :%s", args.host, port or "-", args.upstream or "-", admin_port or "-", settings.seed,
                 args.max_faulted, f"ON for {settings.service} ({len(kinds)} methods known)" if calls else "off",

@@ -56,6 +56,31 @@ def settings(pairs: dict[int, int]) -> bytes:
     return frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in pairs.items()))
 
 
+def message_ends(state: list, payload: bytes) -> list[int]:
+    """Where gRPC messages (a 5-byte prefix: flag, length; then the message) end in `payload`, a stream's next data:
+    offsets just past each. `state` ([message bytes still to come, the prefix read so far]) carries across frames."""
+    ends: list[int] = []
+    pos, n = 0, len(payload)
+    while pos < n:
+        if state[0]:
+            take = min(state[0], n - pos)
+            state[0] -= take
+            pos += take
+            if state[0]:
+                break
+        else:
+            prefix = state[1] + payload[pos : pos + 5 - len(state[1])]
+            pos += len(prefix) - len(state[1])
+            if len(prefix) < 5:
+                state[1] = prefix
+                break
+            state[0], state[1] = int.from_bytes(prefix[1:5], "big"), b""
+            if state[0]:
+                continue
+        ends.append(pos)
+    return ends
+
+
 #: The header keys read from a client's blocks. (Hook: the drill's W3C `baggage`, read by `harness.core.baggage`
 #: on branch `baggage`, joins them once it lands, and `tenant_of` asks it.)
 KEYS = frozenset({h.TENANT.encode()})
@@ -372,25 +397,8 @@ class H2Conn:
         if flags & PADDED and payload:
             payload = payload[1 : len(payload) - payload[0]]
         d = 0 if to_server else 1
-        state = st.framing[d]  # [message bytes still to come, the prefix read so far]
         point = "message_upstream" if to_server else "message_downstream"
-        pos, n = 0, len(payload)
-        while pos < n:
-            if state[0]:
-                take = min(state[0], n - pos)
-                state[0] -= take
-                pos += take
-                if state[0]:
-                    break
-            else:
-                prefix = state[1] + payload[pos : pos + 5 - len(state[1])]
-                pos += len(prefix) - len(state[1])
-                if len(prefix) < 5:
-                    state[1] = prefix
-                    break
-                state[0], state[1] = int.from_bytes(prefix[1:5], "big"), b""
-                if state[0]:
-                    continue
+        for _end in message_ends(st.framing[d], payload):  # [message bytes still to come, the prefix read so far]
             st.messages[d] += 1
             if self.on_stream:
                 self.on_stream(st, point)

@@ -219,28 +219,3 @@ def initial_window(data: bytes, current: int) -> int:
 
 def window_update(n: int, stream: int = 0) -> bytes:
     return h2.frame(h2.WINDOW_UPDATE, 0, stream, struct.pack(">I", n & h2.MAX_STREAM_ID))
-
-
-def message_ends(state: list, payload: bytes) -> list[int]:
-    """Where gRPC messages (a 5-byte prefix: flag, length; then the message) end in `payload`, a stream's next data:
-    offsets just past each. `state` ([message bytes still to come, the prefix read so far]) carries across frames."""
-    ends: list[int] = []
-    pos, n = 0, len(payload)
-    while pos < n:
-        if state[0]:
-            take = min(state[0], n - pos)
-            state[0] -= take
-            pos += take
-            if state[0]:
-                break
-        else:
-            prefix = state[1] + payload[pos : pos + 5 - len(state[1])]
-            pos += len(prefix) - len(state[1])
-            if len(prefix) < 5:
-                state[1] = prefix
-                break
-            state[0], state[1] = int.from_bytes(prefix[1:5], "big"), b""
-            if state[0]:
-                continue
-        ends.append(pos)
-    return ends

@@ -17,17 +17,14 @@ The choice between the planes is `harness.cli`'s (`PLANES`): this module imports
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import signal
 
 from harness.core.errors import BadInput, RunFailed
-from harness.core.safety import PROCESS_STOP, install_stop_signal
 from harness.core.settings import FaultSettings
 from harness.demo.lifecycle import announce, check_free, serve_metrics, settings_from_args
 from harness.link.calls import LinkCalls
-from harness.link.cli import _run_loop
+from harness.link.cli import _run_loop, wire_stop
 from harness.link.links import LinkSet
 from harness.protos import method_kinds
 
@@ -76,13 +73,7 @@ async def _serve(args: argparse.Namespace, settings: FaultSettings, kinds: dict)
                                         method_kinds=kinds)  # fmt: skip
     except OSError as exc:
         raise RunFailed(f"proxy: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
-    loop = asyncio.get_running_loop()
-    install_stop_signal()
-    PROCESS_STOP.on_trip(lambda: loop.call_soon_threadsafe(links.stop, PROCESS_STOP.reason))
-    PROCESS_STOP.watch_file(settings.stop_file)
-    done = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, done.set)
+    done = wire_stop(links, settings)
     log.warning("proxy %s on %s:%d → %s (plane link, faults %s, seed %d, %d methods known, at most %d in flight), "
                 "metrics on :%s", settings.service, args.host, port, args.upstream,
                 "ON" if settings.enabled else "off", settings.seed, len(kinds), settings.max_in_flight,

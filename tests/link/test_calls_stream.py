@@ -10,7 +10,7 @@ import time
 import grpc
 
 from harness.core import headers as h
-from harness.link import hblock
+from harness.link import h2
 from tests.link.test_calls import BIG, EARLY_S, SERVICE, drill, organic, outcome, run, sample, unary
 
 
@@ -20,7 +20,7 @@ def test_message_ends_are_found_across_frames_and_inside_them():
     for cuts in ([], [2], [8], [9, 12], [1, 2, 3, 4, 5, 100, 317]):
         state, ends, start = [0, b""], [], 0
         for stop in [*cuts, len(wire)]:
-            ends += [start + e for e in hblock.message_ends(state, wire[start:stop])]
+            ends += [start + e for e in h2.message_ends(state, wire[start:stop])]
             start = stop
         assert ends == [8, 13, 318], cuts
 
