@@ -187,10 +187,9 @@ def scraped(url: str, selector: str) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("forwards", [False, True], ids=["drops-keys", "forwards-keys"])
-def test_a_hop_read_from_prometheus_is_asked_after_a_scrape_that_follows_the_probe(tmp_path, forwards):
-    """The ledger listed by its selector only: its count is read from a real Prometheus (1-s scrapes), once a scrape
-    after the probe is held; the wait is said with its bound (one scrape interval from the config and a second)."""
+def _dry_run_reading_the_ledger_from_prometheus(tmp_path, forwards: bool):
+    """The chain with its ledger listed by its selector only, read from a real Prometheus (1-s scrapes) that has
+    scraped it once: the dry run's result, and that Prometheus' URL."""
     from harness.procs.prometheus import LocalPrometheus
 
     with started_chain(tmp_path, forwards) as c, \
@@ -200,8 +199,54 @@ def test_a_hop_read_from_prometheus_is_asked_after_a_scrape_that_follows_the_pro
         data["stack"]["prometheus"] = prom.url
         data["stack"]["hops"][1] = {"name": "ledger", "selector": '{job="ledger"}'}
         (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
-        dry = drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run")
-    assert f"reach probe: waiting for {prom.url} to scrape ledger after it (at most 2 s: one scrape interval " \
+        return drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run"), prom.url
+
+
+def _dry_run_reading_a_ledger_under_another_name(tmp_path):
+    """edge -> ledger, the ledger calling itself 'drill' and read by its selector alone from a real Prometheus:
+    the dry run's result."""
+    from harness.procs.prometheus import LocalPrometheus
+
+    procs = []
+    try:
+        ledger = serve("ledger", tmp_path, service="drill")
+        procs.append(ledger.proc)
+        edge = serve("edge", tmp_path, downstream=ledger.address)
+        procs.append(edge.proc)
+        with LocalPrometheus(tmp_path / "prom", targets={"ledger": [f"127.0.0.1:{ledger.metrics_port}"]}) as prom:
+            scraped(prom.url, '{job="ledger"}')
+            data = stack_plan({"edge": edge, "ledger": ledger})
+            data["stack"]["prometheus"] = prom.url
+            data["stack"]["hops"][1] = {"name": "ledger", "selector": '{job="ledger"}'}
+            (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
+            return drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run")
+    finally:
+        stop_processes(procs)
+
+
+@pytest.fixture(scope="module")
+def read_from_prometheus(tmp_path_factory):
+    """The three dry runs that read the ledger from a Prometheus, side by side: each its own chain, Prometheus and
+    ports, so the module waits once for a Prometheus' first scrape (~5 s after its start) instead of three times.
+    Each test takes its own result (or its exception)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(3) as pool:
+        futures = {
+            "drops-keys": pool.submit(_dry_run_reading_the_ledger_from_prometheus, tmp_path_factory.mktemp("d"), False),
+            "forwards-keys": pool.submit(_dry_run_reading_the_ledger_from_prometheus, tmp_path_factory.mktemp("f"),
+                                         True),  # fmt: skip
+            "another-name": pool.submit(_dry_run_reading_a_ledger_under_another_name, tmp_path_factory.mktemp("n")),
+        }
+        yield {name: f.result for name, f in futures.items()}
+
+
+@pytest.mark.parametrize("forwards", [False, True], ids=["drops-keys", "forwards-keys"])
+def test_a_hop_read_from_prometheus_is_asked_after_a_scrape_that_follows_the_probe(read_from_prometheus, forwards):
+    """The ledger listed by its selector only: its count is read from a real Prometheus (1-s scrapes), once a scrape
+    after the probe is held; the wait is said with its bound (one scrape interval from the config and a second)."""
+    dry, url = read_from_prometheus["forwards-keys" if forwards else "drops-keys"]()
+    assert f"reach probe: waiting for {url} to scrape ledger after it (at most 2 s: one scrape interval " \
         "from its config and a second)" in dry.stdout, dry.stdout  # fmt: skip
     if forwards:
         assert dry.returncode == 0, dry.stdout + dry.stderr
@@ -285,26 +330,10 @@ def test_a_target_that_counts_the_probe_and_refuses_its_directive_fails_before_t
              "DRILL_FAULT_MAX_DELAY_MS is below the delay (3 probe calls at ratio 0); no fault was sent")  # fmt: skip
 
 
-def test_a_target_read_from_prometheus_under_another_name_is_said_from_the_probe(tmp_path):
+def test_a_target_read_from_prometheus_under_another_name_is_said_from_the_probe(read_from_prometheus):
     """The ledger calls itself 'drill' (DRILL_SERVICE unset) and is read by its selector alone, where the
     preflight cannot see its name before a call: the probe's directive is skipped there as not its own."""
-    from harness.procs.prometheus import LocalPrometheus
-
-    procs = []
-    try:
-        ledger = serve("ledger", tmp_path, service="drill")
-        procs.append(ledger.proc)
-        edge = serve("edge", tmp_path, downstream=ledger.address)
-        procs.append(edge.proc)
-        with LocalPrometheus(tmp_path / "prom", targets={"ledger": [f"127.0.0.1:{ledger.metrics_port}"]}) as prom:
-            scraped(prom.url, '{job="ledger"}')
-            data = stack_plan({"edge": edge, "ledger": ledger})
-            data["stack"]["prometheus"] = prom.url
-            data["stack"]["hops"][1] = {"name": "ledger", "selector": '{job="ledger"}'}
-            (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
-            dry = drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run")
-    finally:
-        stop_processes(procs)
+    dry = read_from_prometheus["another-name"]()
     one_line(dry, 4, "the drill reaches hop ledger, and it would not inject: the service at {job=\"ledger\"} "
              "calls itself 'drill', not 'ledger' (drill_fault_skipped_total{reason=\"target\"}): set "
              "DRILL_SERVICE=ledger (3 probe calls at ratio 0); no fault was sent")  # fmt: skip
