@@ -13,7 +13,8 @@ import os
 import pathlib
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -152,6 +153,23 @@ def drill_inprocess(*args: str, env: dict | None = None) -> subprocess.Completed
             else:
                 os.environ[k] = v
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def side_by_side(**scenarios: Callable[[], Any]) -> Iterator[dict[str, Callable[[], Any]]]:
+    """Independent live scenarios run at once, each in a thread of its own: yields each name with a call that waits
+    for that scenario's result (and raises its exception).
+
+    For a module fixture whose tests each assert on one scenario that mostly waits on the wall clock (a drill's
+    phases, a keepalive window, a Prometheus' first scrape): the module waits for the longest instead of the sum.
+    Each scenario owns its processes, ports and files, so none can see another's calls; the tests assert what
+    they asserted on the same scenario run alone. Make the scenarios' directories before (`tmp_path_factory`
+    makes its base directory on first use, and two threads racing to it fail with FileExistsError)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(scenarios)) as pool:
+        futures = {name: pool.submit(scenario) for name, scenario in scenarios.items()}
+        yield {name: future.result for name, future in futures.items()}
 
 
 @pytest.fixture

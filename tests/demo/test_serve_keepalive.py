@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, side_by_side
 
 WATCH_S = 10.0
 
@@ -139,18 +139,16 @@ def _chain(tmp_path: Path) -> tuple[list[str], list, str]:
 def watched(tmp_path_factory):
     """The three watches of this file, run side by side: each its own processes and ports, so none sees another's
     PINGs, and the module waits one WATCH_S instead of three (each window is still WATCH_S long)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with pytest.MonkeyPatch.context() as mp:
         # the chain's hops inherit it: the GOAWAY line is logged if it comes (gRPC core logs it at ERROR)
         mp.setenv("GRPC_VERBOSITY", "ERROR")
-        with ThreadPoolExecutor(3) as pool:
-            futures = {
-                "leaf-without-config": pool.submit(_leaf, tmp_path_factory.mktemp("leaf-without"), False),
-                "leaf-with-config": pool.submit(_leaf, tmp_path_factory.mktemp("leaf-with"), True),
-                "chain": pool.submit(_chain, tmp_path_factory.mktemp("chain")),
-            }
-            yield {name: f.result for name, f in futures.items()}
+        tmp = {name: tmp_path_factory.mktemp(name) for name in ("leaf-without", "leaf-with", "chain")}
+        with side_by_side(**{
+            "leaf-without-config": lambda: _leaf(tmp["leaf-without"], False),
+            "leaf-with-config": lambda: _leaf(tmp["leaf-with"], True),
+            "chain": lambda: _chain(tmp["chain"]),
+        }) as results:  # fmt: skip
+            yield results
 
 
 @pytest.mark.parametrize("permit", [False, True], ids=["leaf-without-config", "leaf-with-config"])

@@ -23,7 +23,7 @@ import yaml
 
 from harness.drills.plan.links import StackLink
 from harness.procs.spawn import start_serve, stop_processes
-from tests.conftest import ROOT
+from tests.conftest import ROOT, side_by_side
 
 
 def _get(url: str) -> str:
@@ -113,11 +113,10 @@ CONFIGS = ("keepalive-none", "keepalive-detect")
 def link_runs(tmp_path_factory):
     """Both configurations' runs, side by side: each its own stack, link and ports (2 x ~20 s of wall-clock phases
     waited once). Each test takes its own run's result (or its exception)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(len(CONFIGS)) as pool:
-        futures = {c: pool.submit(_run_on_running_link, tmp_path_factory.mktemp(c), c) for c in CONFIGS}
-        yield {c: f.result for c, f in futures.items()}
+    tmp = {c: tmp_path_factory.mktemp(c) for c in CONFIGS}  # made here: the base directory is made once, not raced
+    runs = {c: (lambda c=c: _run_on_running_link(tmp[c], c)) for c in CONFIGS}
+    with side_by_side(**runs) as results:
+        yield results
 
 
 @pytest.mark.slow

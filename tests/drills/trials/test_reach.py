@@ -20,7 +20,7 @@ import yaml
 
 from harness.core.audit import hit_ids
 from harness.procs.spawn import ServeProcess, python_env, spawn, start_serve, stop_processes, wait_serving
-from tests.conftest import drill_process
+from tests.conftest import drill_process, side_by_side
 from tests.stacks.test_own_service import one_line
 
 HOPS = ("edge", "ledger")
@@ -229,16 +229,13 @@ def read_from_prometheus(tmp_path_factory):
     """The three dry runs that read the ledger from a Prometheus, side by side: each its own chain, Prometheus and
     ports, so the module waits once for a Prometheus' first scrape (~5 s after its start) instead of three times.
     Each test takes its own result (or its exception)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(3) as pool:
-        futures = {
-            "drops-keys": pool.submit(_dry_run_reading_the_ledger_from_prometheus, tmp_path_factory.mktemp("d"), False),
-            "forwards-keys": pool.submit(_dry_run_reading_the_ledger_from_prometheus, tmp_path_factory.mktemp("f"),
-                                         True),  # fmt: skip
-            "another-name": pool.submit(_dry_run_reading_a_ledger_under_another_name, tmp_path_factory.mktemp("n")),
-        }
-        yield {name: f.result for name, f in futures.items()}
+    tmp = {name: tmp_path_factory.mktemp(name) for name in ("drops-keys", "forwards-keys", "another-name")}
+    with side_by_side(**{
+        "drops-keys": lambda: _dry_run_reading_the_ledger_from_prometheus(tmp["drops-keys"], False),
+        "forwards-keys": lambda: _dry_run_reading_the_ledger_from_prometheus(tmp["forwards-keys"], True),
+        "another-name": lambda: _dry_run_reading_a_ledger_under_another_name(tmp["another-name"]),
+    }) as results:  # fmt: skip
+        yield results
 
 
 @pytest.mark.parametrize("forwards", [False, True], ids=["drops-keys", "forwards-keys"])
