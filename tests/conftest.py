@@ -156,7 +156,7 @@ def drill_inprocess(*args: str, env: dict | None = None) -> subprocess.Completed
 
 
 @contextlib.contextmanager
-def side_by_side(**scenarios: Callable[[], Any]) -> Iterator[dict[str, Callable[[], Any]]]:
+def side_by_side(at_once: int | None = None, **scenarios: Callable[[], Any]) -> Iterator[dict[str, Callable[[], Any]]]:
     """Independent live scenarios run at once, each in a thread of its own: yields each name with a call that waits
     for that scenario's result (and raises its exception).
 
@@ -164,10 +164,11 @@ def side_by_side(**scenarios: Callable[[], Any]) -> Iterator[dict[str, Callable[
     phases, a keepalive window, a Prometheus' first scrape): the module waits for the longest instead of the sum.
     Each scenario owns its processes, ports and files, so none can see another's calls; the tests assert what
     they asserted on the same scenario run alone. Make the scenarios' directories before (`tmp_path_factory`
-    makes its base directory on first use, and two threads racing to it fail with FileExistsError)."""
+    makes its base directory on first use, and two threads racing to it fail with FileExistsError). `at_once`
+    bounds how many run at a time (CPU-heavy starts, a JVM's), in the order given."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(len(scenarios)) as pool:
+    with ThreadPoolExecutor(at_once or len(scenarios)) as pool:
         futures = {name: pool.submit(scenario) for name, scenario in scenarios.items()}
         yield {name: future.result for name, future in futures.items()}
 
