@@ -37,7 +37,8 @@ def _run_behind_a_proxy_started_here(tmp_path):
                              "request": {"id": "organic"}, "descriptor_set": str(ds)},
                     "hops": [{"name": "probe", "metrics": [f"http://127.0.0.1:{info['metrics_port']}/metrics"]}],
                     "audit": {"files": [str(tmp_path / "proxy.log")]},
-                    "configs": [{"name": "go"}],
+                    # the edge serves before the run: three health checks 0.2 s apart pass as 1 s apart would
+                    "configs": [{"name": "go", "ready": {"checks": 3, "interval_s": 0.2}}],
                 },
                 "traffic": {"organic_users": 1, "organic_rate": 10, "drill_users": 1, "drill_rate": 10,
                             "timeout_s": 2},
@@ -70,7 +71,8 @@ def _run_with_a_stack_proxy(tmp_path):
                           "descriptor_set": "probe.pb"},
                 "edge": {"method": "probe.v1.Probe/Echo", "request": {"id": "organic"}, "descriptor_set": "probe.pb"},
                 "hops": [{"name": "probe"}],
-                "configs": [{"name": "go"}],
+                # the runner's proxy is up before its health checks (three, 0.2 s apart as 1 s apart)
+                "configs": [{"name": "go", "ready": {"checks": 3, "interval_s": 0.2}}],
             },
             "traffic": {"organic_users": 1, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 2},
             "fault": {"directive": "abort:UNAVAILABLE@after=1", "ratio": 50, "target": "probe"},

@@ -77,7 +77,8 @@ def stack_plan(chain: dict, **fault) -> dict:
         "stack": {
             "edge": {"address": chain["edge"].address, "method": "drill.v1.Demo/Call", "request": {"payload": "x"}},
             "hops": [{"name": h, "metrics": [f"http://127.0.0.1:{chain[h].metrics_port}/metrics"]} for h in HOPS],
-            "configs": [{"name": "only"}],
+            # the edge serves before the run: its three health checks pass at once, 0.2 s apart as 1 s apart
+            "configs": [{"name": "only", "ready": {"checks": 3, "interval_s": 0.2}}],
         },
         "traffic": {"organic_users": 1, "organic_rate": 5, "drill_users": 1, "drill_rate": 10, "timeout_s": 2.0},
         "fault": {"directive": "abort:UNAVAILABLE", "ratio": 100, "target": "ledger", **fault},
