@@ -37,7 +37,7 @@ def plan(notes: dict, load: dict | None = None, **edge) -> dict:
                  **edge},  # fmt: skip
         "hops": [{"name": "notes", "metrics": [f"http://127.0.0.1:{notes['metrics_port']}/metrics"]}],
         "audit": {"files": [notes["log"]]},  # the service's own word on what it hit, for both drivers
-        "configs": [{"name": "mine", "ready": {"checks": 2, "timeout_s": 20}}],
+        "configs": [{"name": "mine", "ready": {"checks": 2, "timeout_s": 20, "interval_s": 0.2}}],
     }
     if load is not None:
         stack["load"] = load

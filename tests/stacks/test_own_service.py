@@ -64,7 +64,7 @@ def plan(cart: dict, **edge) -> dict:
             "edge": {"address": f"127.0.0.1:{cart['port']}", "method": "shop.v1.Cart/Add",
                      "request": {"item": "book", "qty": 2}, **edge},  # fmt: skip
             "hops": [{"name": "cart", "metrics": [f"http://127.0.0.1:{cart['metrics_port']}/metrics"]}],
-            "configs": [{"name": "mine", "ready": {"checks": 2, "timeout_s": 20}}],
+            "configs": [{"name": "mine", "ready": {"checks": 2, "timeout_s": 20, "interval_s": 0.2}}],
         },
         "traffic": {"organic_users": 1, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 2.0},
         "fault": {"directive": "abort:UNAVAILABLE", "ratio": 50, "target": "cart"},
