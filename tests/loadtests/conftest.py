@@ -186,10 +186,9 @@ class LocustProcess:
         profile: str | None = "smoke",
         metrics: bool = False,
         tag: str = "run",
-        env: dict[str, str] | None = None,
     ) -> None:
         """`metrics=True`: every process serves /metrics on a port it binds and announces in `ports_dir`,
-        and a scraper follows them while the run lasts. `env`: variables set for this run only (over ours)."""
+        and a scraper follows them while the run lasts."""
         self.prefix = tmp_path / tag
         self.ports_dir = tmp_path / f"{tag}-ports"
         cmd = [LOCUST]
@@ -201,8 +200,7 @@ class LocustProcess:
         self.log_path = tmp_path / f"{tag}.log"
         self._log = open(self.log_path, "w")
         self.scraper = Scraper(self.ports_dir) if metrics else None
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, **env} if env else None)  # fmt: skip
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         if self.scraper:
             self.scraper.start()
 
@@ -234,13 +232,12 @@ def run_locust(tmp_path: pathlib.Path, host: str, *args: str, timeout: float = 6
     return proc.finish(timeout)
 
 
-def run_concurrently(tmp_path: pathlib.Path, host: str, runs: dict[str, tuple[str, ...]], timeout: float = 60.0,
-                     env: dict[str, str] | None = None):  # fmt: skip
+def run_concurrently(tmp_path: pathlib.Path, host: str, runs: dict[str, tuple[str, ...]], timeout: float = 60.0):
     """Start several runs at once (same machine noise for all), wait for all; {tag: LocustRun}."""
     procs: dict[str, LocustProcess] = {}
     try:
         for tag, args in runs.items():
-            procs[tag] = LocustProcess(tmp_path, host, *args, tag=tag, env=env)
+            procs[tag] = LocustProcess(tmp_path, host, *args, tag=tag)
         deadline = time.monotonic() + timeout
         return {tag: p.finish(max(1.0, deadline - time.monotonic())) for tag, p in procs.items()}
     finally:

@@ -25,8 +25,6 @@ import statistics
 
 import pytest
 
-from harness.procs.spawn import start_serve
-from tests.conftest import side_by_side
 from tests.loadtests.conftest import run_concurrently
 
 pytestmark = pytest.mark.slow  # a live run: scheduled first (tests/conftest.py)
@@ -49,10 +47,8 @@ COMMON = (
 )  # fmt: skip
 
 
-def _organic(tmp_path, host, pairs: int, *extra: str, env: dict[str, str] | None = None
-             ) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:  # fmt: skip
-    """(organic p50 ms, organic calls) of each quiet run and of each run with delay:250 on drill calls; `env` for
-    both runs of every pair."""
+def _organic(tmp_path, host, pairs: int, *extra: str) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
+    """(organic p50 ms, organic calls) of each quiet run and of each run with delay:250 on drill calls."""
     base, faulted = [], []
     for i in range(pairs):
         runs = run_concurrently(
@@ -63,7 +59,6 @@ def _organic(tmp_path, host, pairs: int, *extra: str, env: dict[str, str] | None
                 f"delay{i}": (*COMMON, "--drill-directive=delay:250", *extra),
             },
             timeout=45,
-            env=env,
         )
         for tag, run in runs.items():
             assert run.rc == 0, run.log[-2000:]
@@ -93,37 +88,14 @@ def organic_unmoved(base: list[tuple[float, int]], faulted: list[tuple[float, in
 PAIRS = 3
 
 
-def _with_a_server_of_its_own(tmp_path, pairs: int, env: dict[str, str] | None = None):
-    """`_organic` against a `drill serve` of its own (as the loadtests' drill_server fixture starts it)."""
-    args = ["--port", "0", "--metrics-port", "-1", "--enable-faults", "--seed", "7", "--service", "demo"]
-    server = start_serve("demo", args, tmp_path)
-    try:
-        return _organic(tmp_path, server.address, pairs, env=env)
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def pairs(tmp_path_factory):
-    """The PAIRS pairs and the control's pair, side by side: the control (one pair, blocking its hub) runs during
-    the first of the PAIRS, on a server of its own. Its processes are neighbours to both twins of that pair alike,
-    as the rest of the suite is (the twins share the machine's noise); its own check does not depend on them (a
-    blocked hub sends a small fraction of its calls whatever else runs)."""
-    tmp = {name: tmp_path_factory.mktemp(name) for name in ("pairs", "control")}
-    with side_by_side(
-        pairs=lambda: _with_a_server_of_its_own(tmp["pairs"], PAIRS),
-        control=lambda: _with_a_server_of_its_own(tmp["control"], 1, env={"DRILL_LOCUST_WAIT": "block-hub"}),
-    ) as results:
-        yield results
-
-
-def test_drill_delay_does_not_move_organic_traffic(pairs):
-    base, faulted = pairs["pairs"]()
+def test_drill_delay_does_not_move_organic_traffic(tmp_path, drill_server):
+    base, faulted = _organic(tmp_path, drill_server.host, PAIRS)
     assert organic_unmoved(base, faulted), (base, faulted)
 
 
-def test_a_wait_that_blocks_the_hub_would_confound(pairs):
+def test_a_wait_that_blocks_the_hub_would_confound(tmp_path, drill_server, monkeypatch):
     """The control: each call holds the whole process until it ends, so while a drill call waits
     out its 250 ms, no organic call is sent or completed."""
-    base, blocked = pairs["control"]()
+    monkeypatch.setenv("DRILL_LOCUST_WAIT", "block-hub")
+    base, blocked = _organic(tmp_path, drill_server.host, 1)
     assert not organic_unmoved(base, blocked), (base, blocked)
