@@ -13,7 +13,8 @@ import os
 import pathlib
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -39,80 +40,92 @@ def sample_sum(name: str, **labels: str) -> float:
     return total
 
 
-#: Seconds each of the longest files took (setup + call + teardown of its tests, summed), from one run of
-#: `pytest -n 5 --dist loadfile --durations=0` on 2 cores at 1b18370: only their order matters (below)
+#: Seconds each of the longest files took (setup + call + teardown of its tests, summed), from one run of `make test`
+#: (pytest -n 5 --dist loadfile, its junit XML) on 2 cores at d5b3068: only their order matters (below)
 LONGEST_FILES = {
-    "tests/drills/trials/test_live_run.py": 73,
-    "tests/deploy/test_compose_local.py": 73,
-    "tests/drills/trials/test_reach.py": 71,
-    "tests/stacks/test_guard_stack.py": 63,
-    "tests/stacks/test_running_stack.py": 58,
-    "tests/loadtests/test_any_method.py": 55,
+    "tests/drills/trials/test_live_run.py": 78,
+    "tests/stacks/test_running_stack.py": 57,
     "tests/link/test_plan_blackhole.py": 49,
-    "tests/link/test_languages.py": 48,
-    "tests/stacks/test_own_service.py": 45,
-    "tests/drills/cli/test_run_e2e.py": 44,
-    "tests/loadtests/test_no_confounding.py": 44,
-    "tests/fleet/test_retry_storm_go.py": 43,
-    "tests/stacks/test_running_link.py": 41,
-    "tests/drills/cli/test_sweep_cli.py": 39,
-    "tests/deploy/test_compose_go.py": 39,
-    "tests/stacks/test_own_service_doc.py": 37,
-    "tests/drills/cli/test_init.py": 36,
-    "tests/interceptors/test_stream_midstream.py": 36,
-    "tests/proxy/test_stack_run.py": 35,
-    "tests/demo/test_serve_keepalive.py": 32,
-    "tests/stacks/test_locust_any_service.py": 30,
-    "tests/stacks/test_stream_edge.py": 28,
-    "tests/stacks/test_processes.py": 28,
-    "tests/loadtests/test_distributed.py": 26,
-    "tests/link/test_kernel.py": 25,
-    "tests/drills/trials/test_load_check_e2e.py": 25,
-    "tests/resilience/test_metastable_live.py": 25,
-    "tests/drills/trials/test_guard_live.py": 24,
-    "tests/loadtests/test_run_outcome.py": 19,
-    "tests/observability/test_live_dashboards.py": 18,
+    "tests/stacks/test_guard_stack.py": 46,
+    "tests/deploy/test_compose_local.py": 43,
+    "tests/drills/cli/test_run_e2e.py": 43,
+    "tests/drills/cli/test_sweep_cli.py": 42,
+    "tests/fleet/test_retry_storm_go.py": 41,
+    "tests/deploy/test_compose_go.py": 41,
+    "tests/stacks/test_processes.py": 40,
+    "tests/loadtests/test_any_method.py": 38,
+    "tests/link/test_cli.py": 36,
+    "tests/drills/trials/test_reach.py": 34,
+    "tests/link/test_languages.py": 33,
+    "tests/stacks/test_own_service_doc.py": 31,
+    "tests/stacks/test_own_service.py": 31,
+    "tests/loadtests/test_no_confounding.py": 29,
+    "tests/interceptors/test_stream_midstream.py": 29,
+    "tests/drills/cli/test_init.py": 28,
+    "tests/drills/trials/test_guard_live.py": 25,
+    "tests/stacks/test_running_link.py": 25,
+    "tests/stacks/test_stream_edge.py": 24,
+    "tests/resilience/test_metastable_live.py": 24,
+    "tests/observability/test_live_dashboards.py": 23,
+    "tests/deploy/test_link_deploy.py": 20,
+    "tests/test_core_install.py": 19,
     "tests/link/test_plan_stack.py": 18,
-    "tests/link/test_cli.py": 18,
-    "tests/interceptors/test_stream_faults.py": 16,
-    "tests/interceptors/test_served.py": 16,
-    "tests/link/test_plan_guard.py": 15,
-    "tests/stacks/test_preflight_stack.py": 15,
-    "tests/procs/test_prometheus_targets.py": 15,
-    "tests/stacks/test_external_load.py": 15,
-    "tests/drills/load/test_stream_load.py": 14,
-    "tests/interceptors/test_server_aio_organic.py": 13,
-    "tests/test_core_install.py": 13,
-    "tests/resilience/test_measured.py": 13,
-    "tests/interceptors/test_stream_safety.py": 12,
+    "tests/link/test_kernel.py": 17,
+    "tests/proxy/test_stack_run.py": 17,
+    "tests/link/test_plan_guard.py": 17,
+    "tests/loadtests/test_distributed.py": 17,
+    "tests/interceptors/test_stream_safety.py": 17,
+    "tests/demo/test_serve_keepalive.py": 14,
+    "tests/proxy/test_forward.py": 14,
+    "tests/procs/test_prometheus_targets.py": 14,
+    "tests/fleet/test_propagation.py": 14,
+    "tests/deploy/test_k8s_manifests.py": 13,
+    "tests/drills/load/test_stream_load.py": 13,
+    "tests/stacks/test_external_load.py": 13,
+    "tests/interceptors/test_served.py": 13,
+    "tests/stacks/test_locust_any_service.py": 13,
+    "tests/stacks/test_audit_files.py": 13,
+    "tests/loadtests/test_run_outcome.py": 13,
+    "tests/stacks/test_preflight_stack.py": 12,
+    "tests/drills/trials/test_load_check_e2e.py": 12,
     "tests/drills/readings/test_prom_hops.py": 12,
-    "tests/drills/stack/test_demo_exchange.py": 12,
-    "tests/link/test_faults_live.py": 11,
-    "tests/interceptors/test_safety.py": 11,
-    "tests/stacks/test_audit_files.py": 11,
+    "tests/link/test_faults_live.py": 12,
+    "tests/interceptors/test_safety.py": 12,
+    "tests/interceptors/test_stream_faults.py": 11,
+    "tests/resilience/test_measured.py": 11,
+    "tests/interceptors/test_soak.py": 11,
+    "tests/drills/stack/test_demo_exchange.py": 10,
     "tests/link/test_plan_links.py": 10,
-    "tests/interceptors/test_soak.py": 10,
+    "tests/interceptors/test_server_sync.py": 10,
+    "tests/drills/trials/test_live_and_scraper.py": 10,
     "tests/interceptors/test_organic_isolation.py": 10,
-    "tests/drills/trials/test_dry_run.py": 10,
-    "tests/deploy/test_link_deploy.py": 10,
-    "tests/drills/trials/test_live_and_scraper.py": 9,
-    "tests/interceptors/test_server_aio.py": 9,
-    "tests/deploy/test_k8s_manifests.py": 8,
-    "tests/link/test_relay.py": 8,
+    "tests/link/test_relay.py": 9,
+    "tests/drills/trials/test_dry_run.py": 9,
+    "tests/interceptors/test_server_aio.py": 8,
+    "tests/drills/report/test_report.py": 8,
 }
+
+
+def pytest_configure(config) -> None:
+    """Keep the file order `pytest_collection_modifyitems` makes (below). pytest-xdist's `--dist loadfile`
+    reorders files by their number of tests unless told not to (`--loadscope-reorder`, on by default in the
+    xdist we install, 3.8): the longest files, most of them one or two live tests, went last, and the run ended
+    on a tail of long files with the other workers idle (at d5b3068 the last four files to finish took 24, 43,
+    18 and 41 s)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     """The longest files first, then the other slow (live) tests, then the rest.
 
     `make test` runs five workers, each taking whole files (`--dist loadfile`, so a module's live
-    fixture runs once) in the order collected, the next file to the first worker free: longest
-    first is the classic greedy schedule (LPT), so no worker starts a minute-long file when the
-    others are nearly done (at 1b18370 the suite summed 1,723 s of tests: 345 s a worker at best,
-    and took 426 s in collection order). A file missing from `LONGEST_FILES` only loses its place.
-    A test process that a Prometheus scrapes serves only its own series
-    (tests/observability/live_drill.py, the runner's `LoadExport`), never the whole process
-    registry, so no test depends on running early.
+    fixture runs once) in the order collected (`pytest_configure` keeps it), the next file to the
+    first worker nearly free: longest first is the classic greedy schedule (LPT), so no worker starts
+    a minute-long file when the others are nearly done (at d5b3068 the suite summed 1,513 s of tests,
+    ~303 s a worker at best). A file missing from `LONGEST_FILES` only loses its place. A test process
+    that a Prometheus scrapes serves only its own series (tests/observability/live_drill.py, the
+    runner's `LoadExport`), never the whole process registry, so no test depends on running early.
     """
     items.sort(key=lambda item: (-LONGEST_FILES.get(item.nodeid.split("::", 1)[0], 0),
                                  0 if item.get_closest_marker("slow") else 1))  # fmt: skip
@@ -152,6 +165,24 @@ def drill_inprocess(*args: str, env: dict | None = None) -> subprocess.Completed
             else:
                 os.environ[k] = v
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def side_by_side(at_once: int | None = None, **scenarios: Callable[[], Any]) -> Iterator[dict[str, Callable[[], Any]]]:
+    """Independent live scenarios run at once, each in a thread of its own: yields each name with a call that waits
+    for that scenario's result (and raises its exception).
+
+    For a module fixture whose tests each assert on one scenario that mostly waits on the wall clock (a drill's
+    phases, a keepalive window, a Prometheus' first scrape): the module waits for the longest instead of the sum.
+    Each scenario owns its processes, ports and files, so none can see another's calls; the tests assert what
+    they asserted on the same scenario run alone. Make the scenarios' directories before (`tmp_path_factory`
+    makes its base directory on first use, and two threads racing to it fail with FileExistsError). `at_once`
+    bounds how many run at a time (CPU-heavy starts, a JVM's), in the order given."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(at_once or len(scenarios)) as pool:
+        futures = {name: pool.submit(scenario) for name, scenario in scenarios.items()}
+        yield {name: future.result for name, future in futures.items()}
 
 
 @pytest.fixture

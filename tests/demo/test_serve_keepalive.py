@@ -13,7 +13,8 @@ because the client sends its next PING `time` after the last one's ACK, so never
 Window: WATCH_S = 10 s. Without the policy the GOAWAY comes on the 3rd PING, due ~3 s after the call; the
 window leaves 7 s (over twice the schedule) for late timers on a busy box. With it the same window holds ~9
 PINGs, each of which would have been a strike without the policy: three strikes in it would have ended the
-connection, so staying READY for all of it is the policy at work, not a short window.
+connection, so staying READY for all of it is the policy at work, not a short window. The three watches run
+side by side (the `watched` fixture), each with its own processes and connections: one window for the module.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, side_by_side
 
 WATCH_S = 10.0
 
@@ -98,15 +99,61 @@ def _watch(tmp_path: Path, port: int, config: Path) -> tuple[list[tuple[float, s
     return states, out.stderr
 
 
-@pytest.mark.parametrize("permit", [False, True], ids=["leaf-without-config", "leaf-with-config"])
-def test_a_leaf_with_config_permits_its_callers_keepalive(tmp_path: Path, permit: bool) -> None:
+def _leaf(tmp_path: Path, permit: bool) -> tuple[list[tuple[float, str]], str]:
+    """A leaf (`drill serve`, with or without `--config`) watched by the caller for WATCH_S: its states, its stderr."""
     config = tmp_path / "keepalive-1s.yaml"
     config.write_text(KEEPALIVE)
     proc, port = _serve(tmp_path, *(["--config", str(config)] if permit else []))
     try:
-        states, stderr = _watch(tmp_path, port, config)
+        return _watch(tmp_path, port, config)
     finally:
         _stop(proc)
+
+
+def _chain(tmp_path: Path) -> tuple[list[str], list, str]:
+    """An edge -> leaf chain run with the keepalive configuration, one call, then WATCH_S of silence: the call's
+    path, what crashed, and the edge's log."""
+    import grpc
+
+    from harness.demo.proto import drill_pb2, drill_pb2_grpc
+    from harness.drills.plan.sections import HopSpec
+    from harness.drills.stack.topology import Topology
+
+    config = tmp_path / "keepalive-1s.yaml"
+    config.write_text(KEEPALIVE)
+    hops = (HopSpec(name="edge", work_ms=0), HopSpec(name="leaf", work_ms=0))
+    topo = Topology(hops, config=str(config), seed=1, workdir=tmp_path / "topo")
+    topo.start()
+    try:
+        (edge,) = topo.replicas["edge"]
+        with grpc.insecure_channel(edge.address) as ch:
+            reply = drill_pb2_grpc.DemoStub(ch).Call(drill_pb2.CallRequest(payload="ka"), timeout=10)
+        time.sleep(WATCH_S)  # no calls: only the edge's keepalive PINGs cross to the leaf
+        crashed = topo.crashed()
+    finally:
+        topo.stop()
+    return list(reply.path), crashed, edge.log_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def watched(tmp_path_factory):
+    """The three watches of this file, run side by side: each its own processes and ports, so none sees another's
+    PINGs, and the module waits one WATCH_S instead of three (each window is still WATCH_S long)."""
+    with pytest.MonkeyPatch.context() as mp:
+        # the chain's hops inherit it: the GOAWAY line is logged if it comes (gRPC core logs it at ERROR)
+        mp.setenv("GRPC_VERBOSITY", "ERROR")
+        tmp = {name: tmp_path_factory.mktemp(name) for name in ("leaf-without", "leaf-with", "chain")}
+        with side_by_side(**{
+            "leaf-without-config": lambda: _leaf(tmp["leaf-without"], False),
+            "leaf-with-config": lambda: _leaf(tmp["leaf-with"], True),
+            "chain": lambda: _chain(tmp["chain"]),
+        }) as results:  # fmt: skip
+            yield results
+
+
+@pytest.mark.parametrize("permit", [False, True], ids=["leaf-without-config", "leaf-with-config"])
+def test_a_leaf_with_config_permits_its_callers_keepalive(watched, permit: bool) -> None:
+    states, stderr = watched["leaf-with-config" if permit else "leaf-without-config"]()
     assert states and states[0][1] == READY, states  # the call went through
     if permit:
         assert "too_many_pings" not in stderr, stderr[-2000:]
@@ -117,33 +164,12 @@ def test_a_leaf_with_config_permits_its_callers_keepalive(tmp_path: Path, permit
         assert IDLE in [s for _, s in states[1:]], states
 
 
-def test_the_topology_gives_every_hop_the_config_so_the_leaf_permits_the_hop_above(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_topology_gives_every_hop_the_config_so_the_leaf_permits_the_hop_above(watched) -> None:
     """A chain run with the keepalive configuration: the edge's calls to the leaf carry its 1-s keepalive, and
     the leaf (given --config too) permits them. Without the leaf's policy the edge's channel gets GOAWAY
     too_many_pings ~3 s after its last call (the first test's bound), which gRPC core logs on the edge's stderr
     (its log file here); the same WATCH_S of silence after one call shows no such line."""
-    import grpc
-
-    from harness.demo.proto import drill_pb2, drill_pb2_grpc
-    from harness.drills.plan.sections import HopSpec
-    from harness.drills.stack.topology import Topology
-
-    monkeypatch.setenv("GRPC_VERBOSITY", "ERROR")  # the hops inherit it: the GOAWAY line is logged if it comes
-    config = tmp_path / "keepalive-1s.yaml"
-    config.write_text(KEEPALIVE)
-    hops = (HopSpec(name="edge", work_ms=0), HopSpec(name="leaf", work_ms=0))
-    topo = Topology(hops, config=str(config), seed=1, workdir=tmp_path / "topo")
-    topo.start()
-    try:
-        (edge,) = topo.replicas["edge"]
-        with grpc.insecure_channel(edge.address) as ch:
-            reply = drill_pb2_grpc.DemoStub(ch).Call(drill_pb2.CallRequest(payload="ka"), timeout=10)
-        assert list(reply.path) == ["edge", "leaf"], reply
-        time.sleep(WATCH_S)  # no calls: only the edge's keepalive PINGs cross to the leaf
-        assert topo.crashed() == []
-    finally:
-        topo.stop()
-    log = edge.log_path.read_text(errors="replace")
+    path, crashed, log = watched["chain"]()
+    assert path == ["edge", "leaf"], path
+    assert crashed == []
     assert "too_many_pings" not in log, log[-2000:]

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
-from tests.conftest import ROOT
+from tests.conftest import ROOT, side_by_side
 from tests.deploy import compose_switch
 from tests.deploy.compose_local import ComposeLocal, declared_ports, listening_sockets, run_stack_file
 
@@ -62,8 +62,7 @@ def _until(what: str, check, timeout_s: float, stack: ComposeLocal, *, all_runni
     pytest.fail(f"{what} not reached in {timeout_s} s; last check: {last}")
 
 
-@pytest.mark.slow
-def test_compose_stack_runs_as_declared(tmp_path) -> None:
+def _compose_stack_runs_as_declared(tmp_path) -> None:
     env = {"LOCUST_WORKERS": str(WORKERS), "LOCUST_DRILL_PHASES": PHASES}
     stack = ComposeLocal(COMPOSE_FILE, tmp_path, ["locust-master", "locust-worker"], env)
     assert stack.planned == [*reversed(HOPS), "prometheus", "locust-master", "locust-worker"]
@@ -140,8 +139,7 @@ def test_compose_stack_runs_as_declared(tmp_path) -> None:
             assert r.status == 200
 
 
-@pytest.mark.slow
-def test_drill_run_on_compose_stack_yaml_compares_both_configurations(tmp_path) -> None:
+def _drill_run_on_compose_stack_yaml_compares_both_configurations(tmp_path) -> None:
     """`drill run compose/stack.yaml` against the compose stack, as documented, with only what needs the
     engine replaced: the published ports by the containers' own addresses, and `docker compose up -d
     --wait` / `docker compose logs` by tests/deploy/compose_switch.py and the ledger's log file.
@@ -178,8 +176,7 @@ def test_drill_run_on_compose_stack_yaml_compares_both_configurations(tmp_path) 
         assert h["expected"] > 0 and h["observed"] <= h["expected"] and h["observed_subset_of_expected"] is not False, h
 
 
-@pytest.mark.slow
-def test_ui_mode_master_and_workers_exit_after_the_phases(tmp_path) -> None:
+def _ui_mode_master_and_workers_exit_after_the_phases(tmp_path) -> None:
     """`LOCUST_HEADLESS=false` (the web UI): the run starts by itself and the master quits
     LOCUST_AUTOQUIT seconds after the phases, so `up --exit-code-from locust-master` returns. Locust
     applies --autoquit only to a run it started itself (--autostart), and a shape's end in UI mode
@@ -196,3 +193,32 @@ def test_ui_mode_master_and_workers_exit_after_the_phases(tmp_path) -> None:
         assert stack.wait_exit("locust-worker", timeout_s=15) == [0]
         log = master.log.read_text()
         assert "--autoquit time reached" in log and "Traceback" not in log, log[-3000:]
+
+
+@pytest.fixture(scope="module")
+def stacks(tmp_path_factory):
+    """The three stacks of this file, side by side: each its own processes on a /24 of 127.0.0.0/8 of its own
+    (ComposeLocal picks one at random per stack), its own state and Prometheus. Each test is its stack's
+    scenario above, run whole in a thread: its assertions are the scenario's, raised here."""
+    tmp = {name: tmp_path_factory.mktemp(name) for name in ("declared", "drill-run", "ui-mode")}
+    with side_by_side(**{
+        "declared": lambda: _compose_stack_runs_as_declared(tmp["declared"]),
+        "drill-run": lambda: _drill_run_on_compose_stack_yaml_compares_both_configurations(tmp["drill-run"]),
+        "ui-mode": lambda: _ui_mode_master_and_workers_exit_after_the_phases(tmp["ui-mode"]),
+    }) as results:  # fmt: skip
+        yield results
+
+
+@pytest.mark.slow
+def test_compose_stack_runs_as_declared(stacks) -> None:
+    stacks["declared"]()
+
+
+@pytest.mark.slow
+def test_drill_run_on_compose_stack_yaml_compares_both_configurations(stacks) -> None:
+    stacks["drill-run"]()
+
+
+@pytest.mark.slow
+def test_ui_mode_master_and_workers_exit_after_the_phases(stacks) -> None:
+    stacks["ui-mode"]()

@@ -28,7 +28,7 @@ import pytest
 from harness.demo import stop
 from harness.link import kernel
 from harness.link.toxics import ToxicError, parse_toxic
-from tests.conftest import ROOT
+from tests.conftest import ROOT, side_by_side
 
 DRILL = str(pathlib.Path(sys.executable).parent / "drill")
 ROOTLESS = "the kernel mode's live tests need root (a network namespace and nftables rules)"
@@ -187,25 +187,13 @@ except urllib.error.HTTPError as e:
 """
 
 
-@pytest.fixture
-def netns(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip(ROOTLESS)
-    tool("nft")
-    ns = Netns(tmp_path)
-    try:
-        yield ns
-    finally:
-        ns.close()
-
-
 def call(client: subprocess.Popen, deadline_s: float) -> dict:
     client.stdin.write(f"{deadline_s}\n")
     client.stdin.flush()
     return json.loads(_line(client, deadline_s + 30))
 
 
-def test_a_kernel_blackhole_fails_a_tcp_user_timeout_client_the_user_space_one_leaves_waiting(netns):
+def _a_kernel_blackhole_fails_a_tcp_user_timeout_client_the_user_space_one_leaves_waiting(netns):
     """Keepalive 1 s / 1 s without the ping timeout: behind the user-space blackhole the relay still ACKs and
     the unanswered PING waits for the transport's 60-s ping timeout, so the call waits out its deadline; behind
     the kernel one nothing is ACKed and TCP_USER_TIMEOUT (1 s) ends the connection: UNAVAILABLE."""
@@ -236,7 +224,7 @@ def test_a_kernel_blackhole_fails_a_tcp_user_timeout_client_the_user_space_one_l
     assert kern["code"] == "UNAVAILABLE" and kern["s"] < 3.0, kern
 
 
-def test_a_kernel_blackhole_leaves_a_client_without_keepalive_retransmitting_and_heals_when_removed(netns):
+def _a_kernel_blackhole_leaves_a_client_without_keepalive_retransmitting_and_heals_when_removed(netns):
     sport = netns.server()
     _relay, ready = netns.link("--upstream", f"127.0.0.1:{sport}", "--port", "0", "--admin-port", "0")
     port, admin = ready["link_port"], ready["admin_port"]
@@ -266,7 +254,7 @@ def test_a_kernel_blackhole_leaves_a_client_without_keepalive_retransmitting_and
     assert re.findall(pair, ss) == held, ss  # the same connection
 
 
-def test_the_rules_go_with_the_one_way_stop_sigterm_and_a_killed_relays_restart(netns):
+def _the_rules_go_with_the_one_way_stop_sigterm_and_a_killed_relays_restart(netns):
     sport = netns.server()
     toxic = ["--upstream", f"127.0.0.1:{sport}", "--port", "0", "--toxic", json.dumps(KERNEL)]
 
@@ -299,6 +287,48 @@ def test_the_rules_go_with_the_one_way_stop_sigterm_and_a_killed_relays_restart(
     relay.send_signal(signal.SIGTERM)
     assert relay.wait(10) == 0
     assert netns.tables() == []  # SIGTERM: deleted on the way out
+
+
+def _in_a_namespace_of_its_own(scenario, tmp: pathlib.Path) -> None:
+    ns = Netns(tmp)
+    try:
+        scenario(ns)
+    finally:
+        ns.close()
+
+
+#: the live scenarios above, by name (each test below is one of them)
+LIVE = {
+    "user-timeout": _a_kernel_blackhole_fails_a_tcp_user_timeout_client_the_user_space_one_leaves_waiting,
+    "retransmitting": _a_kernel_blackhole_leaves_a_client_without_keepalive_retransmitting_and_heals_when_removed,
+    "one-way-stop": _the_rules_go_with_the_one_way_stop_sigterm_and_a_killed_relays_restart,
+}
+
+
+@pytest.fixture(scope="module")
+def namespaces(tmp_path_factory):
+    """The live scenarios side by side, each in a network namespace of its own (its own loopback, nftables and
+    processes: no rule of one touches another's connections). Each test is its scenario, run whole in a thread."""
+    if os.geteuid() != 0:
+        pytest.skip(ROOTLESS)
+    tool("nft")
+    tmp = {name: tmp_path_factory.mktemp(name) for name in LIVE}
+    with side_by_side(**{
+        name: (lambda name=name: _in_a_namespace_of_its_own(LIVE[name], tmp[name])) for name in LIVE
+    }) as results:  # fmt: skip
+        yield results
+
+
+def test_a_kernel_blackhole_fails_a_tcp_user_timeout_client_the_user_space_one_leaves_waiting(namespaces):
+    namespaces["user-timeout"]()
+
+
+def test_a_kernel_blackhole_leaves_a_client_without_keepalive_retransmitting_and_heals_when_removed(namespaces):
+    namespaces["retransmitting"]()
+
+
+def test_the_rules_go_with_the_one_way_stop_sigterm_and_a_killed_relays_restart(namespaces):
+    namespaces["one-way-stop"]()
 
 
 # -- the processes the live tests start in the namespace ----------------------------------------------------

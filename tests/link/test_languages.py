@@ -23,6 +23,7 @@ import pytest
 
 from harness.fleet import build
 from harness.link.links import LinkSet
+from tests.conftest import side_by_side
 from tests.link.echo import echo_server
 from tests.link.test_relay import toxic
 
@@ -233,26 +234,69 @@ def java(tmp_path_factory):
     return run
 
 
-def test_grpc_java_calls_pass_through_the_link(java):
-    async def body(link, client):
-        sent = {n: os.urandom(n // 2).hex() for n in (0, 2, 16_386, 300_000)}
-        for n, payload in sent.items():
-            await client.start(f"u{n}", payload=payload, metadata=DRILL)
-        got = {n: await client.result(f"u{n}") for n in sent}
-        return all(r["code"] == "OK" and r.get("reply", "") == sent[n] for n, r in got.items()), link.accepted
-
-    assert java(body) == (True, 1)
+async def _java_pass(link, client):
+    sent = {n: os.urandom(n // 2).hex() for n in (0, 2, 16_386, 300_000)}
+    for n, payload in sent.items():
+        await client.start(f"u{n}", payload=payload, metadata=DRILL)
+    got = {n: await client.result(f"u{n}") for n in sent}
+    return all(r["code"] == "OK" and r.get("reply", "") == sent[n] for n, r in got.items()), link.accepted
 
 
-@pytest.mark.parametrize("after_ms", [0, 200])
-def test_grpc_java_sees_reset_peer_as_unavailable_or_as_unknown_channel_closed_mid_write(java, after_ms):
+def _java_reset(after_ms):
     async def body(link, client):
         assert (await client.call("warm"))["code"] == "OK"
         link.add_toxic(toxic("reset_peer", "upstream", timeout=after_ms))
         got = await client.call("reset")
         return got["code"], got.get("details")
 
-    code, details = java(body)
+    return body
+
+
+def _java_keepalive(keepalive):
+    async def body(link, client):
+        warm = await client.call("warm")
+        assert warm["code"] == "OK"
+        link.add_toxic(toxic("timeout", timeout=0))
+        t0 = time.monotonic()
+        await client.start("held", method="Wait", payload="100", deadline_ms=14000 if keepalive else 3000)
+        got = await client.result("held")
+        return got["code"], got["at"] - t0, warm["ms"] / 1000
+
+    return body
+
+
+#: the Java client's runs of the tests below but the latency one: (body, the client's options). Each is a client
+#: process, a link and an echo server of its own, so they run side by side (`java_runs`)
+JAVA_RUNS = {
+    "keepalive": (_java_keepalive(True), {"keepalive_ms": 1000, "timeout_ms": 1000}),  # the longest (~13 s): first
+    "keepalive-none": (_java_keepalive(False), {}),
+    "pass": (_java_pass, {}),
+    "reset-0": (_java_reset(0), {}),
+    "reset-200": (_java_reset(200), {}),
+    "goaway": (_goaway_drains, {}),
+    "refused-once": (refused(1), {"retry": True}),
+    "refused-twice": (refused(2), {"retry": True}),
+    "refused-retries-off": (refused(1), {"retry": False}),
+}
+
+
+@pytest.fixture(scope="module")
+def java_runs(java):
+    """JAVA_RUNS side by side, four JVMs at a time (each starts on a core's worth of CPU): the keepalive one waits
+    out grpc-java's 10-s clamp while the others run. Each test takes its run's result (or its exception)."""
+    with side_by_side(at_once=4, **{
+        name: (lambda body=body, options=options: java(body, **options)) for name, (body, options) in JAVA_RUNS.items()
+    }) as results:  # fmt: skip
+        yield results
+
+
+def test_grpc_java_calls_pass_through_the_link(java_runs):
+    assert java_runs["pass"]() == (True, 1)
+
+
+@pytest.mark.parametrize("after_ms", [0, 200])
+def test_grpc_java_sees_reset_peer_as_unavailable_or_as_unknown_channel_closed_mid_write(java_runs, after_ms):
+    code, details = java_runs[f"reset-{after_ms}"]()
     if after_ms:
         # reset 200 ms after the request's first bytes: its whole request has left, the RST comes on a read
         assert code == "UNAVAILABLE"
@@ -265,17 +309,8 @@ def test_grpc_java_sees_reset_peer_as_unavailable_or_as_unknown_channel_closed_m
 
 
 @pytest.mark.parametrize("keepalive", [True, False], ids=["keepalive", "none"])
-def test_grpc_java_keepalive_is_clamped_to_10_s_before_it_detects_a_blackhole(java, keepalive):
-    async def body(link, client):
-        warm = await client.call("warm")
-        assert warm["code"] == "OK"
-        link.add_toxic(toxic("timeout", timeout=0))
-        t0 = time.monotonic()
-        await client.start("held", method="Wait", payload="100", deadline_ms=14000 if keepalive else 3000)
-        got = await client.result("held")
-        return got["code"], got["at"] - t0, warm["ms"] / 1000
-
-    code, took, warm = java(body, *((1000, 1000) if keepalive else (0, 0)))
+def test_grpc_java_keepalive_is_clamped_to_10_s_before_it_detects_a_blackhole(java_runs, keepalive):
+    code, took, warm = java_runs["keepalive" if keepalive else "keepalive-none"]()
     if keepalive:
         # 1 s asked, 10 s used: grpc-java 1.41 clamps the client's keepalive time to at least 10 s whatever the
         # server permits (KeepAliveManager.clampKeepAliveTimeInNanos, MIN_KEEPALIVE_TIME_NANOS = 10 s; the timeout
@@ -287,8 +322,8 @@ def test_grpc_java_keepalive_is_clamped_to_10_s_before_it_detects_a_blackhole(ja
         assert code == "DEADLINE_EXCEEDED" and took >= 2.9
 
 
-def test_grpc_java_drains_its_calls_in_flight_on_goaway_then_opens_a_new_connection(java):
-    assert java(_goaway_drains) == (["OK"] * 3, "OK", 2)
+def test_grpc_java_drains_its_calls_in_flight_on_goaway_then_opens_a_new_connection(java_runs):
+    assert java_runs["goaway"]() == (["OK"] * 3, "OK", 2)
 
 
 @pytest.mark.parametrize(("limit", "retry", "seen"), [
@@ -296,12 +331,13 @@ def test_grpc_java_drains_its_calls_in_flight_on_goaway_then_opens_a_new_connect
     (2, True, ("UNAVAILABLE", 2)),
     (1, False, ("UNAVAILABLE", 1)),
 ], ids=["once", "twice", "retries-off"])  # fmt: skip
-def test_grpc_java_retries_a_refused_stream_once_transparently(java, limit, retry, seen):
+def test_grpc_java_retries_a_refused_stream_once_transparently(java_runs, limit, retry, seen):
     # grpc-java 1.41 (read from Debian's jars with javap): NettyClientHandler reports a RST_STREAM REFUSED_STREAM as
     # RpcProgress.REFUSED; RetriableStream's listener starts one new attempt for it (its noMoreTransparentRetry flag)
     # with no retry policy; retries are on by default (ManagedChannelImplBuilder.retryEnabled) and disableRetry()
     # takes RetriableStream, and the transparent retry with it, away
-    assert java(refused(limit), retry=retry) == seen
+    name = {(1, True): "refused-once", (2, True): "refused-twice", (1, False): "refused-retries-off"}[(limit, retry)]
+    assert java_runs[name]() == seen
 
 
 # both ----------------------------------------------------------------------------------------------------------
@@ -310,6 +346,10 @@ def test_grpc_java_retries_a_refused_stream_once_transparently(java, limit, retr
 @pytest.mark.parametrize("lang", ["node", "java"])
 def test_latency_adds_its_time_within_2_ms_as_each_client_times_its_calls(request, lang):
     run = request.getfixturevalue(lang)
+    if lang == "java":  # timed alone: every other JVM of this module has ended (whatever its outcome)
+        for result in request.getfixturevalue("java_runs").values():
+            with contextlib.suppress(BaseException):
+                result()
 
     async def body(link, client):
         assert (await client.call("warm"))["code"] == "OK"

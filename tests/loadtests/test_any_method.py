@@ -14,6 +14,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -26,7 +27,7 @@ from harness.procs.ports import private_loopback
 from harness.procs.spawn import spawn, stop_processes
 from loadtests import options
 from loadtests.method_target import LOCUST_NAMES
-from tests.conftest import ROOT
+from tests.conftest import ROOT, side_by_side
 from tests.loadtests.conftest import LOCUST, kill_group, run_locust, total, unexpected_tracebacks
 from tests.loadtests.notes_service import write_proto
 
@@ -81,8 +82,9 @@ KINDS = {
 MESSAGE_RATE = 50.0
 
 
-@pytest.mark.parametrize("method", list(KINDS))
-def test_the_user_drives_every_call_kind_tagged_and_untagged(notes, tmp_path, method):
+def _drive(tmp_path, method: str):
+    """Locust drives `method` for 3 s, tagged and untagged, against a notes service of its own: the run, and what
+    the service's handler saw of it."""
     request, source, received, sent, reply_bytes = KINDS[method]
     plan = f"kind{method.lower()}"
     args = ["-u", "2", "-r", "2", "-t", "3s", "--drill-rate", "5", "--drill-method", f"notes.v1.Notes/{method}",
@@ -99,12 +101,48 @@ def test_the_user_drives_every_call_kind_tagged_and_untagged(notes, tmp_path, me
             pb = tmp_path / "notes.pb"
             from grpc_tools import protoc
 
-            assert protoc.main(["protoc", f"-I{tmp_path}", "--include_imports", f"--descriptor_set_out={pb}",
-                                str(proto)]) == 0  # fmt: skip
+            with PROTOC:
+                assert protoc.main(["protoc", f"-I{tmp_path}", "--include_imports", f"--descriptor_set_out={pb}",
+                                    str(proto)]) == 0  # fmt: skip
             args += ["--drill-descriptor-set", str(pb)]
-    run = locust(tmp_path, notes, plan, *args, metrics=True, timeout=60)
+    (tmp_path / "notes").mkdir()
+    proc, notes = _start_notes(tmp_path / "notes")
+    try:
+        run = locust(tmp_path, notes, plan, *args, metrics=True, timeout=60)
+    finally:
+        stop_processes([proc])
+    return run, records(notes, plan)
+
+
+#: protoc (grpcio-tools) is called from one thread at a time
+PROTOC = threading.Lock()
+
+
+def _inject(tmp_path, notes: dict, method: str):
+    """Locust drives `method` for 2 s with every drill call aborted (ratio 100): the run."""
+    return locust(tmp_path, notes, f"abort{method.lower()}", "-u", "2", "-r", "2", "-t", "2s", "--drill-rate", "5",
+                  "--drill-method", f"notes.v1.Notes/{method}", "--drill-request", json.dumps(KINDS[method][0]),
+                  "--drill-directive", "abort:UNAVAILABLE", "--drill-ratio", "100", metrics=True)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(notes, tmp_path_factory):
+    """The Locust runs of the two tests below, side by side, four at a time (each a Locust process, its own
+    folder; each driving run a notes service of its own, whose record is then only its calls; the injecting runs
+    share the module's service, each under a plan name of its own): each test takes its run."""
+    tmp = {f"{what}-{m}": tmp_path_factory.mktemp(f"{what}-{m}") for what in ("drive", "inject") for m in KINDS}
+    scenarios = {f"drive-{m}": (lambda m=m: _drive(tmp[f"drive-{m}"], m)) for m in KINDS}
+    scenarios |= {f"inject-{m}": (lambda m=m: _inject(tmp[f"inject-{m}"], notes, m)) for m in KINDS}
+    with side_by_side(at_once=4, **scenarios) as results:
+        yield results
+
+
+@pytest.mark.parametrize("method", list(KINDS))
+def test_the_user_drives_every_call_kind_tagged_and_untagged(runs, method):
+    _, _, received, sent, reply_bytes = KINDS[method]
+    plan = f"kind{method.lower()}"
+    run, seen = runs[f"drive-{method}"]()
     assert run.rc == 0 and not unexpected_tracebacks(run.log), run.log[-3000:]
-    seen = records(notes, plan)
     for traffic in ("organic", "drill"):
         row = run.row("grpc", f"{traffic}/{method}")
         assert row is not None and int(row["Failure Count"]) == 0, (row, run.failures)
@@ -138,12 +176,8 @@ def test_the_user_drives_every_call_kind_tagged_and_untagged(notes, tmp_path, me
 
 
 @pytest.mark.parametrize("method", ["Put", "Watch", "Upload", "Chat"])
-def test_an_injected_failure_of_any_kind_is_reported_as_injected(notes, tmp_path, method):
-    request = KINDS[method][0]
-    plan = f"abort{method.lower()}"
-    run = locust(tmp_path, notes, plan, "-u", "2", "-r", "2", "-t", "2s", "--drill-rate", "5",
-                 "--drill-method", f"notes.v1.Notes/{method}", "--drill-request", json.dumps(request),
-                 "--drill-directive", "abort:UNAVAILABLE", "--drill-ratio", "100", metrics=True)  # fmt: skip
+def test_an_injected_failure_of_any_kind_is_reported_as_injected(runs, method):
+    run = runs[f"inject-{method}"]()
     assert run.rc == 0 and not unexpected_tracebacks(run.log), run.log[-3000:]
     drill = run.row("grpc", f"drill/{method}")
     organic = run.row("grpc", f"organic/{method}")

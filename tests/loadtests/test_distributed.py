@@ -22,9 +22,12 @@ import pytest
 
 from harness.drills.load.locust import read_tagged_ids
 from harness.procs.ports import private_loopback
+from harness.procs.spawn import start_serve
+from tests.conftest import side_by_side
 from tests.loadtests.conftest import (
     LOCUST,
     ROOT,
+    DrillServer,
     LocustProcess,
     kill_group,
     run_locust,
@@ -83,7 +86,7 @@ def _check(run, ids_dir) -> None:
     assert any(total(s, "drill_phase", plan="dist", phase="fault") == 1.0 for s in run.history["master"])
 
 
-def test_processes_two_workers_run_the_drill(tmp_path, drill_server):
+def _processes_two_workers_run_the_drill(tmp_path, drill_server):
     ids_dir = tmp_path / "ids"
     run = run_locust(
         tmp_path,
@@ -107,7 +110,7 @@ def test_processes_two_workers_run_the_drill(tmp_path, drill_server):
     assert all(i.startswith("dist-5-drill") for i in tagged)
 
 
-def test_master_and_two_worker_processes_run_the_drill(tmp_path, drill_server):
+def _master_and_two_worker_processes_run_the_drill(tmp_path, drill_server):
     workers, logs = [], []
     ids_dir = tmp_path / "ids"  # the master passes its drill options on to the workers
     master = LocustProcess(
@@ -149,3 +152,34 @@ def test_master_and_two_worker_processes_run_the_drill(tmp_path, drill_server):
         for log in logs:
             log.close()
     _check(run, ids_dir)
+
+
+def _with_a_server_of_its_own(scenario, tmp_path) -> None:
+    """`scenario(tmp_path, server)` with a `drill serve` of its own (the loadtests' `drill_server`, made here)."""
+    args = ["--port", "0", "--metrics-port", "-1", "--enable-faults", "--seed", "7", "--service", "demo"]
+    server = start_serve("demo", args, tmp_path)
+    try:
+        scenario(tmp_path, DrillServer(server))
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The two ways of starting workers, side by side: each its own server, master, workers, folders and ports
+    (the forked one's master binds 5557 on an address of this process's own, the other port 0 on 127.0.0.1).
+    Each test is its scenario above, run whole in a thread: its assertions raised here."""
+    tmp = {name: tmp_path_factory.mktemp(name) for name in ("processes", "separate")}
+    with side_by_side(
+        processes=lambda: _with_a_server_of_its_own(_processes_two_workers_run_the_drill, tmp["processes"]),
+        separate=lambda: _with_a_server_of_its_own(_master_and_two_worker_processes_run_the_drill, tmp["separate"]),
+    ) as results:
+        yield results
+
+
+def test_processes_two_workers_run_the_drill(runs):
+    runs["processes"]()
+
+
+def test_master_and_two_worker_processes_run_the_drill(runs):
+    runs["separate"]()

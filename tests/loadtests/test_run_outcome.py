@@ -15,8 +15,9 @@ import socket
 import pytest
 
 from harness.procs.ports import private_loopback
+from harness.procs.spawn import start_serve
 from loadtests import outcome
-from tests.conftest import ROOT
+from tests.conftest import ROOT, side_by_side
 from tests.loadtests.conftest import run_locust, unexpected_tracebacks
 from tests.loadtests.notes_service import write_proto
 
@@ -57,7 +58,7 @@ def descriptor_set(tmp_path_factory) -> str:
     return str(out)
 
 
-def test_the_any_service_user_against_a_port_nothing_listens_on_fails_the_run(tmp_path, descriptor_set):
+def _the_any_service_user_against_a_port_nothing_listens_on_fails_the_run(tmp_path, descriptor_set):
     # the smoke profile: ratio 30, a share of drill calls cancelled by the load (never counted as answered)
     run = run_locust(tmp_path, _dead_address(), "-u", "4", "-r", "4", "-t", "2s", "--drill-method",
                      "notes.v1.Notes/Put", "--drill-descriptor-set", descriptor_set, timeout=60)  # fmt: skip
@@ -67,7 +68,7 @@ def test_the_any_service_user_against_a_port_nothing_listens_on_fails_the_run(tm
     assert not unexpected_tracebacks(run.log)
 
 
-def test_a_master_fails_the_run_from_its_workers_counts(tmp_path):
+def _a_master_fails_the_run_from_its_workers_counts(tmp_path):
     here = private_loopback()  # --processes: the master binds a fixed port (5557) before its worker connects
     # 7 s: a worker reports its counts every 3 s (Locust's WORKER_REPORT_INTERVAL) and the master, quitting at
     # the time limit, waits only 0.5 s for the final report; two periodic reports inside the run give it the
@@ -80,10 +81,41 @@ def test_a_master_fails_the_run_from_its_workers_counts(tmp_path):
     assert [ln for ln in said if ln.startswith("drill: locust: no call reached the target: ")], (said, run.log[-3000:])
 
 
-def test_a_load_whose_every_call_failed_by_injection_reached_its_target(tmp_path, drill_server):
-    run = run_locust(tmp_path, drill_server.host, "-u", "2", "-r", "2", "-t", "2s", "--drill-weights",
-                     "organic=0,drill=1", "--drill-ratio", "100", "--drill-cancel-share", "0", timeout=60)  # fmt: skip
+def _a_load_whose_every_call_failed_by_injection_reached_its_target(tmp_path):
+    args = ["--port", "0", "--metrics-port", "-1", "--enable-faults", "--seed", "7", "--service", "demo"]
+    server = start_serve("demo", args, tmp_path)  # as the loadtests' drill_server fixture starts it
+    try:
+        run = run_locust(tmp_path, server.address, "-u", "2", "-r", "2", "-t", "2s", "--drill-weights",
+                         "organic=0,drill=1", "--drill-ratio", "100", "--drill-cancel-share", "0",
+                         timeout=60)  # fmt: skip
+    finally:
+        server.stop()
     assert run.rc == 0, run.log[-3000:]
     rows = [r for r in run.stats if r["Name"] == "drill/Call"]
     assert rows and rows[0]["Request Count"] == rows[0]["Failure Count"] != "0"  # every call failed, injected
     assert "drill: locust:" not in run.log
+
+
+@pytest.fixture(scope="module")
+def runs(descriptor_set, tmp_path_factory):
+    """The three Locust runs above, side by side, each in a folder of its own (the master's fixed port on an
+    address of this process's own; the others bind port 0). Each test is its scenario, run whole in a thread."""
+    tmp = {name: tmp_path_factory.mktemp(name) for name in ("dead", "master", "injected")}
+    with side_by_side(
+        master=lambda: _a_master_fails_the_run_from_its_workers_counts(tmp["master"]),  # the longest (7 s): first
+        dead=lambda: _the_any_service_user_against_a_port_nothing_listens_on_fails_the_run(tmp["dead"], descriptor_set),
+        injected=lambda: _a_load_whose_every_call_failed_by_injection_reached_its_target(tmp["injected"]),
+    ) as results:
+        yield results
+
+
+def test_the_any_service_user_against_a_port_nothing_listens_on_fails_the_run(runs):
+    runs["dead"]()
+
+
+def test_a_master_fails_the_run_from_its_workers_counts(runs):
+    runs["master"]()
+
+
+def test_a_load_whose_every_call_failed_by_injection_reached_its_target(runs):
+    runs["injected"]()

@@ -43,7 +43,8 @@ def test_a_load_started_by_a_command_runs_the_runners_trial(tmp_path):
                 "start_timeout_s": 60,
             },  # fmt: skip
             "audit": {"files": [str(tmp_path / "cart.log")]},
-            "configs": [{"name": "as-is"}],
+            # the edge serves before the run: its three health checks pass at once, 0.2 s apart as 1 s apart
+            "configs": [{"name": "as-is", "ready": {"checks": 3, "interval_s": 0.2}}],
         },
         "traffic": {"organic_users": 2, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 2.0},
         "fault": {"directive": "abort:UNAVAILABLE", "ratio": 100, "target": "cart"},

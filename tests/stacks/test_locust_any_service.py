@@ -22,7 +22,7 @@ import yaml
 from harness.core.faults import is_hit
 from harness.drills.load.schedule import ids_digest, request_id
 from harness.procs.ports import private_loopback
-from tests.conftest import drill_process
+from tests.conftest import drill_process, side_by_side
 from tests.stacks.notes_server import notes_server
 
 pytestmark = pytest.mark.slow
@@ -31,19 +31,13 @@ SEED = 5
 LOCUST = pathlib.Path(sys.executable).with_name("locust")
 
 
-@pytest.fixture(scope="module")
-def notes(tmp_path_factory):
-    with notes_server(tmp_path_factory.mktemp("notes"), SEED) as info:
-        yield info
-
-
 def plan(notes: dict, load: dict | None = None, **edge) -> dict:
     stack = {
         "edge": {"address": f"127.0.0.1:{notes['port']}", "method": "notes.v1.Notes/Put", "request": {"text": "a"},
                  **edge},  # fmt: skip
         "hops": [{"name": "notes", "metrics": [f"http://127.0.0.1:{notes['metrics_port']}/metrics"]}],
         "audit": {"files": [notes["log"]]},  # the service's own word on what it hit, for both drivers
-        "configs": [{"name": "mine", "ready": {"checks": 2, "timeout_s": 20}}],
+        "configs": [{"name": "mine", "ready": {"checks": 2, "timeout_s": 20, "interval_s": 0.2}}],
     }
     if load is not None:
         stack["load"] = load
@@ -58,14 +52,15 @@ def plan(notes: dict, load: dict | None = None, **edge) -> dict:
     }
 
 
-def locust_load(notes: dict) -> dict:
-    """The stack's load: this project's locustfile, no method or request on its command line."""
-    here = private_loopback()  # an address of this test process's own: its fixed /metrics port cannot collide
+def locust_load(notes: dict, port: int = 9646) -> dict:
+    """The stack's load: this project's locustfile, no method or request on its command line. Its /metrics on a
+    fixed `port` of an address of this test process's own: two runs of this process side by side take two ports."""
+    here = private_loopback()  # no other process of ours listens there
     return {
         "command": f"{LOCUST} -f loadtests/locustfile.py --headless --exit-code-on-error 0 "
-                   f"--host 127.0.0.1:{notes['port']} --drill-metrics-port 9646 --drill-metrics-host {here} "
+                   f"--host 127.0.0.1:{notes['port']} --drill-metrics-port {port} --drill-metrics-host {here} "
                    "--drill-metrics-fixed",
-        "metrics": [f"http://{here}:9646/metrics"],
+        "metrics": [f"http://{here}:{port}/metrics"],
         "start_timeout_s": 60,
     }  # fmt: skip
 
@@ -78,10 +73,33 @@ def run(tmp_path, data: dict, name: str):
     return proc, out
 
 
-def test_a_locust_driven_drill_hits_the_same_ids_as_the_runners_load(notes, tmp_path):
-    aio, aio_out = run(tmp_path, plan(notes), "aio")
+def _run_on_a_notes_service_of_its_own(tmp_path, name: str, make_plan) -> tuple:
+    """`drill run` of `make_plan(notes)` on a notes service of its own: (the process, its --out)."""
+    (tmp_path / "notes").mkdir()
+    with notes_server(tmp_path / "notes", SEED) as notes:
+        return run(tmp_path, make_plan(notes), name)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The file's three drills side by side, each on a notes service of its own: its audit log holds only that
+    run's hits (the aio and Locust runs tag the same ids, so on one service either could stand for the other)."""
+    plans = {
+        "aio": plan,
+        "locust": lambda notes: plan(notes, locust_load(notes)),
+        "bad": lambda notes: plan(notes, locust_load(notes, port=9647), request={"text": 7}),
+    }
+    tmp = {name: tmp_path_factory.mktemp(name) for name in plans}
+    with side_by_side(**{
+        name: (lambda name=name: _run_on_a_notes_service_of_its_own(tmp[name], name, plans[name])) for name in plans
+    }) as results:  # fmt: skip
+        yield results
+
+
+def test_a_locust_driven_drill_hits_the_same_ids_as_the_runners_load(runs):
+    aio, aio_out = runs["aio"]()
     assert aio.returncode in (0, 3), aio.stderr[-3000:]
-    loc, loc_out = run(tmp_path, plan(notes, locust_load(notes)), "locust")
+    loc, loc_out = runs["locust"]()
     assert loc.returncode in (0, 3), loc.stderr[-3000:]
     a = json.loads((aio_out / "results.json").read_text())["configs"]["mine"]["trials"][0]
     b = json.loads((loc_out / "results.json").read_text())["configs"]["mine"]["trials"][0]
@@ -102,8 +120,8 @@ def test_a_locust_driven_drill_hits_the_same_ids_as_the_runners_load(notes, tmp_
     assert b["drill_error_rate_during_fault"] > 0 and b["blast_radius"] == 0.0
 
 
-def test_a_stack_edge_locust_cannot_call_fails_the_run_with_locusts_one_line(notes, tmp_path):
-    proc, _ = run(tmp_path, plan(notes, locust_load(notes), request={"text": 7}), "bad")
+def test_a_stack_edge_locust_cannot_call_fails_the_run_with_locusts_one_line(runs):
+    proc, _ = runs["bad"]()
     lines = [line for line in proc.stderr.splitlines() if line.startswith("drill:")]
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr

@@ -21,7 +21,7 @@ from harness.core.faults import is_hit
 from harness.drills.load.schedule import ids_digest, request_id
 from harness.procs.ports import refused_port
 from harness.procs.spawn import spawn, stop_processes
-from tests.conftest import ROOT, drill_inprocess, drill_process
+from tests.conftest import ROOT, drill_inprocess, drill_process, side_by_side
 
 SEED = 5
 
@@ -64,7 +64,7 @@ def plan(cart: dict, **edge) -> dict:
             "edge": {"address": f"127.0.0.1:{cart['port']}", "method": "shop.v1.Cart/Add",
                      "request": {"item": "book", "qty": 2}, **edge},  # fmt: skip
             "hops": [{"name": "cart", "metrics": [f"http://127.0.0.1:{cart['metrics_port']}/metrics"]}],
-            "configs": [{"name": "mine", "ready": {"checks": 2, "timeout_s": 20}}],
+            "configs": [{"name": "mine", "ready": {"checks": 2, "timeout_s": 20, "interval_s": 0.2}}],
         },
         "traffic": {"organic_users": 1, "organic_rate": 10, "drill_users": 1, "drill_rate": 10, "timeout_s": 2.0},
         "fault": {"directive": "abort:UNAVAILABLE", "ratio": 50, "target": "cart"},
@@ -87,9 +87,38 @@ def one_line(proc: subprocess.CompletedProcess, code: int, *needles: str) -> Non
         assert needle in lines[0], (needle, lines[0])
 
 
+def _run_on_a_cart(tmp_path, data: dict, *extra: str, **environ: str) -> subprocess.CompletedProcess:
+    """`drill run` of the plan made from `data(ports)` on a cart of its own (started with `environ`)."""
+    proc, ports = start_cart(tmp_path, **environ)
+    try:
+        return drill("run", write(tmp_path, data(ports)), "--out", str(tmp_path / "out"), "--no-live", *extra)
+    finally:
+        stop_processes([proc])
+
+
+def _late_failure(ports: dict) -> dict:
+    data = plan(ports)
+    data["trials"] = 2
+    data["stack"]["configs"][0]["switch"] = "test \"$DRILL_TRIAL\" != 2 || { echo 'overlay gone' >&2; exit 5; }"
+    return data
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """This file's three drills, side by side, each on a cart of its own (so no run's calls or gates are in
+    another's counts): each test takes its run's process and output directory's parent."""
+    tmp = {name: tmp_path_factory.mktemp(name) for name in ("mine", "seed", "late")}
+    with side_by_side(
+        mine=lambda: (_run_on_a_cart(tmp["mine"], plan), tmp["mine"]),
+        seed=lambda: (_run_on_a_cart(tmp["seed"], plan, "--fail-on", "breach", DRILL_FAULT_SEED="6"), tmp["seed"]),
+        late=lambda: (_run_on_a_cart(tmp["late"], _late_failure), tmp["late"]),
+    ) as results:
+        yield results
+
+
 @pytest.mark.slow
-def test_a_run_on_your_own_service_reports_the_hits_it_marked(cart, tmp_path):
-    proc = drill("run", write(tmp_path, plan(cart)), "--out", str(tmp_path / "out"), "--no-live")
+def test_a_run_on_your_own_service_reports_the_hits_it_marked(runs):
+    proc, tmp_path = runs["mine"]()
     assert proc.returncode in (0, 3), proc.stderr[-3000:]
     r = json.loads((tmp_path / "out" / "results.json").read_text())
     t = r["configs"]["mine"]["trials"][0]
@@ -107,15 +136,10 @@ def test_a_run_on_your_own_service_reports_the_hits_it_marked(cart, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_service_on_another_seed_exits_4_before_any_fail_on_is_judged(tmp_path):
+def test_a_service_on_another_seed_exits_4_before_any_fail_on_is_judged(runs):
     """Seed 6 in the service, 5 in the plan: hits land (the drill SLO breaches, so `--fail-on breach` holds),
     but on ids the plan's seed does not predict. The drill did not test what it planned: exit 4, not 3."""
-    proc, ports = start_cart(tmp_path, DRILL_FAULT_SEED="6")
-    try:
-        run = drill("run", write(tmp_path, plan(ports)), "--out", str(tmp_path / "out"), "--no-live",
-                    "--fail-on", "breach")  # fmt: skip
-    finally:
-        stop_processes([proc])
+    run, tmp_path = runs["seed"]()
     one_line(run, 4, "cart: ", "the seed does not predict", "set DRILL_FAULT_SEED=5", "(--fail-on breach not judged)")
     r = json.loads((tmp_path / "out" / "results.json").read_text())
     (t,) = r["configs"]["mine"]["trials"]
@@ -170,12 +194,9 @@ def test_a_switch_that_outlives_its_timeout_is_stopped_and_said(cart, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_failure_late_in_a_run_keeps_the_trials_that_finished(cart, tmp_path):
-    data = plan(cart)
-    data["trials"] = 2
-    data["stack"]["configs"][0]["switch"] = "test \"$DRILL_TRIAL\" != 2 || { echo 'overlay gone' >&2; exit 5; }"
+def test_a_failure_late_in_a_run_keeps_the_trials_that_finished(runs):
+    proc, tmp_path = runs["late"]()
     out = tmp_path / "out"
-    proc = drill("run", write(tmp_path, data), "--out", str(out), "--no-live")
     one_line(proc, 1, "switch to mine failed (exit 5): overlay gone", "(at mine trial 2)", "1 finished trial",
              f"drill analyze --series {out / 'series.json'}")  # fmt: skip
     r = json.loads((out / "results.json").read_text())

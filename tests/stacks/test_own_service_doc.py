@@ -29,7 +29,7 @@ from harness.core.faults import is_hit
 from harness.drills.load.schedule import ids_digest, request_id
 from harness.procs.ports import wait_listening
 from harness.procs.spawn import stop_processes
-from tests.conftest import ROOT
+from tests.conftest import ROOT, side_by_side
 
 DOC = ROOT / "docs" / "stacks.md"
 PORTS = ("50051", "9464")  # the service's gRPC and /metrics ports, as the page writes them
@@ -118,8 +118,20 @@ def _metrics(port: str) -> str:
         return r.read().decode()
 
 
-def test_the_pages_own_service_is_hit_exactly_where_the_seed_predicts(tmp_path):
-    run, r, _, log, _ = run_the_page(tmp_path)
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    """The page run twice side by side, as written and without DRILL_SERVICE: each in a folder of its own, with
+    ports of its own (`run_the_page` swaps the page's for free ones)."""
+    tmp = {name: tmp_path_factory.mktemp(name) for name in ("as-written", "no-name")}
+    with side_by_side(**{
+        "as-written": lambda: run_the_page(tmp["as-written"]),
+        "no-name": lambda: run_the_page(tmp["no-name"], drop=("DRILL_SERVICE",)),
+    }) as results:  # fmt: skip
+        yield results
+
+
+def test_the_pages_own_service_is_hit_exactly_where_the_seed_predicts(pages):
+    run, r, _, log, _ = pages["as-written"]()
     assert run.returncode == 0, run.stderr[-3000:]
     (t,) = r["configs"]["mine"]["trials"]
     h, want = t["hits"], predicted()
@@ -130,8 +142,8 @@ def test_the_pages_own_service_is_hit_exactly_where_the_seed_predicts(tmp_path):
     assert "calls itself 'drill'" not in log  # it named itself: no warning
 
 
-def test_the_same_service_without_its_name_exits_4_before_any_fault_with_the_cause_on_one_line(tmp_path):
-    run, r, metrics, log, ports = run_the_page(tmp_path, drop=("DRILL_SERVICE",))
+def test_the_same_service_without_its_name_exits_4_before_any_fault_with_the_cause_on_one_line(pages):
+    run, r, metrics, log, ports = pages["no-name"]()
     lines = [line for line in run.stderr.splitlines() if line.startswith("drill:")]
     assert run.returncode == 4 and len(lines) == 1, (run.returncode, run.stderr[-3000:])
     line = lines[0]

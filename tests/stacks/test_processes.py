@@ -19,7 +19,7 @@ import yaml
 from harness.core.errors import RunFailed
 from harness.drills.plan.stack import StackProcess
 from harness.drills.stack.processes import ProcessChain, ProcessError
-from tests.conftest import drill_process
+from tests.conftest import drill_process, side_by_side
 
 #: A program that records its environment and working directory, then listens on $PORT until stopped.
 LISTEN = ('"$DRILL_PYTHON" -c "import json,os,socket,time; '
@@ -206,8 +206,7 @@ def chain_plan(tmp_path: pathlib.Path) -> str:
     return str(path)
 
 
-@pytest.mark.slow
-def test_drill_run_starts_the_chain_per_trial_switches_it_by_config_and_reads_the_tap(tmp_path):
+def _drill_run_starts_the_chain_per_trial_switches_it_by_config_and_reads_the_tap(tmp_path):
     """Both configurations ran on a chain started for their trial (each trial's folder holds the three logs, the
     gateway's saying its configuration), the tap counted exactly the calls the ledger counted (every call the
     ledger got went through it; all finished before the last reading), naive's retries made more of them than
@@ -250,7 +249,7 @@ def _hop_totals(series: dict, config: str) -> dict[str, float]:
     return totals
 
 
-def test_a_tap_passes_the_preflight_in_front_of_the_target_and_stays_off_whatever_the_environment_says(tmp_path):
+def _a_tap_passes_the_preflight_in_front_of_the_target_and_stays_off_whatever_the_environment_says(tmp_path):
     """`drill proxy --tap` started with DRILL_FAULT_ENABLED=1 still has injection off (its /metrics say so); marked
     `tap`, the hop in front of the ledger is fine (it forwards every key); unmarked, the dry run names it (exit 4),
     as it names any hop in front of the target whose injection is off."""
@@ -267,6 +266,28 @@ def test_a_tap_passes_the_preflight_in_front_of_the_target_and_stays_off_whateve
     dry = drill_process("run", str(path), "--dry-run")
     assert dry.returncode == 4, dry.stdout + dry.stderr
     assert dry.stderr.startswith("drill: hop to-ledger: the service at ") and "injection OFF" in dry.stderr
+
+
+@pytest.fixture(scope="module")
+def chains(tmp_path_factory):
+    """The two scenarios above side by side, each its own chain on ports of its own (`chain_plan` picks free ones)
+    in a folder of its own. Each test is its scenario, run whole in a thread: its assertions raised here."""
+    tmp = {name: tmp_path_factory.mktemp(name) for name in ("run", "tap")}
+    with side_by_side(
+        run=lambda: _drill_run_starts_the_chain_per_trial_switches_it_by_config_and_reads_the_tap(tmp["run"]),
+        tap=lambda: _a_tap_passes_the_preflight_in_front_of_the_target_and_stays_off_whatever_the_environment_says(
+            tmp["tap"]),
+    ) as results:
+        yield results
+
+
+@pytest.mark.slow
+def test_drill_run_starts_the_chain_per_trial_switches_it_by_config_and_reads_the_tap(chains):
+    chains["run"]()
+
+
+def test_a_tap_passes_the_preflight_in_front_of_the_target_and_stays_off_whatever_the_environment_says(chains):
+    chains["tap"]()
 
 
 def test_tap_and_enable_faults_together_are_refused_in_one_line():

@@ -7,7 +7,7 @@ fault starts and removes it when it ends; the runner reads what it touched from 
 API) into results.json's `link` summary, and judges `fault.link.expect` on it: without keepalive nothing closes the
 held connection (not met), with it account closes it within time + ping timeout (met). The link's own /metrics
 count the same connections, and no toxic is left on the link after the run. The plan's model refuses the mixed
-forms.
+forms. The two configurations' runs go side by side (the `link_runs` fixture), each on its own stack.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import yaml
 
 from harness.drills.plan.links import StackLink
 from harness.procs.spawn import start_serve, stop_processes
-from tests.conftest import ROOT
+from tests.conftest import ROOT, side_by_side
 
 
 def _get(url: str) -> str:
@@ -57,9 +57,9 @@ def test_a_stack_link_is_either_started_or_running(spec, words):
 DETECT_S = 2.5
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("config", ["keepalive-none", "keepalive-detect"])
-def test_a_running_link_is_driven_through_its_admin_api_and_counted_from_its_own_record(tmp_path, config):
+def _run_on_running_link(tmp_path, config: str) -> dict:
+    """The stack with account on `config`, `drill run` on it; what the run said and wrote, and what the link's admin
+    API and /metrics hold after it (read before the stack stops)."""
     serve = ["--port", "0", "--metrics-port", "-1", "--work-ms", "1"]
     procs = []
     try:
@@ -99,30 +99,52 @@ def test_a_running_link_is_driven_through_its_admin_api_and_counted_from_its_own
             [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(out), "--no-live"],
             cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
         )  # fmt: skip
-        said = proc.stdout + proc.stderr
-        assert proc.returncode == 0, said[-3000:]
-        assert "link ledger-1: timeout {timeout: 0} downstream set through " + admin in said, said[-3000:]
-        assert "link ledger-1: toxic removed through " + admin in said, said[-3000:]
-        # the toxic is gone: the link relays again after the run
-        assert json.loads(_get(f"{admin}/proxies/ledger-1"))["toxics"] == []
-        r = json.loads((out / "results.json").read_text())
-        (result,) = r["configs"].values()
-        link = result["trials"][0]["link"]
-        # account's one connection through the link was open when the toxic was set; the link's own /metrics
-        # counted the connections the toxic acted on, as its record did (the run's toxic is the link's only one)
-        assert link["set"] and link["connections_held_at_start"] == 1
-        assert link["connections_faulted"] == _faulted(metrics) >= 1
-        # organic calls only (drill_users 0): 10 calls/s at account, half of them to ledger-1 (round robin), for the
-        # 5-s fault: ~25 on the held connection until it closed; at least one however late a busy box runs
-        assert link["calls_touched"]["drill"] == 0 and link["calls_touched"]["organic"] >= 1
-        if config == "keepalive-none":
-            assert link["detected_s"] is None and link["expect"] == {"detect_within_s": DETECT_S, "met": False}
-        else:
-            assert 0 < link["detected_s"] <= DETECT_S and link["expect"]["met"] is True
-            assert link["closed_s"] == [link["detected_s"]]
-        assert any("link ledger-1 timeout {timeout: 0} downstream (user space)" in n for n in r["notes"]), r["notes"]
+        results = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
+        return {"proc": proc, "admin": admin, "results": results, "faulted": _faulted(metrics),
+                "toxics": json.loads(_get(f"{admin}/proxies/ledger-1"))["toxics"]}  # fmt: skip
     finally:
         stop_processes(procs)
+
+
+CONFIGS = ("keepalive-none", "keepalive-detect")
+
+
+@pytest.fixture(scope="module")
+def link_runs(tmp_path_factory):
+    """Both configurations' runs, side by side: each its own stack, link and ports (2 x ~20 s of wall-clock phases
+    waited once). Each test takes its own run's result (or its exception)."""
+    tmp = {c: tmp_path_factory.mktemp(c) for c in CONFIGS}  # made here: the base directory is made once, not raced
+    runs = {c: (lambda c=c: _run_on_running_link(tmp[c], c)) for c in CONFIGS}
+    with side_by_side(**runs) as results:
+        yield results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", CONFIGS)
+def test_a_running_link_is_driven_through_its_admin_api_and_counted_from_its_own_record(link_runs, config):
+    run = link_runs[config]()
+    proc, admin, r = run["proc"], run["admin"], run["results"]
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0, said[-3000:]
+    assert "link ledger-1: timeout {timeout: 0} downstream set through " + admin in said, said[-3000:]
+    assert "link ledger-1: toxic removed through " + admin in said, said[-3000:]
+    # the toxic is gone: the link relays again after the run
+    assert run["toxics"] == []
+    (result,) = r["configs"].values()
+    link = result["trials"][0]["link"]
+    # account's one connection through the link was open when the toxic was set; the link's own /metrics
+    # counted the connections the toxic acted on, as its record did (the run's toxic is the link's only one)
+    assert link["set"] and link["connections_held_at_start"] == 1
+    assert link["connections_faulted"] == run["faulted"] >= 1
+    # organic calls only (drill_users 0): 10 calls/s at account, half of them to ledger-1 (round robin), for the
+    # 5-s fault: ~25 on the held connection until it closed; at least one however late a busy box runs the load
+    assert link["calls_touched"]["drill"] == 0 and link["calls_touched"]["organic"] >= 1
+    if config == "keepalive-none":
+        assert link["detected_s"] is None and link["expect"] == {"detect_within_s": DETECT_S, "met": False}
+    else:
+        assert 0 < link["detected_s"] <= DETECT_S and link["expect"]["met"] is True
+        assert link["closed_s"] == [link["detected_s"]]
+    assert any("link ledger-1 timeout {timeout: 0} downstream (user space)" in n for n in r["notes"]), r["notes"]
 
 
 def test_a_guards_trip_removes_the_toxic_on_a_running_link_and_none_is_set_again(tmp_path):

@@ -22,7 +22,7 @@ from harness.core.faults import is_hit
 from harness.drills.analysis.slo import status_counts
 from harness.drills.load.schedule import ids_digest, request_id
 from harness.drills.readings.series import read_series_document
-from tests.conftest import drill_inprocess, drill_process
+from tests.conftest import drill_inprocess, drill_process, side_by_side
 from tests.stacks.notes_server import notes_server
 
 SEED = 5
@@ -106,22 +106,46 @@ def assert_hits_as_predicted(t: dict, directive: str) -> None:
         assert (h["marked"], h["marked_digest"]) == digest, h
 
 
+def _trial_on_a_notes_service_of_its_own(tmp_path, method: str, directive: str, **edge) -> dict:
+    with notes_server(tmp_path / "notes", SEED) as notes:
+        return one_trial(tmp_path, plan(notes, method, directive, **edge))
+
+
+#: the file's three trials: (method, directive); each edge sends 5 messages/s (why: in the tests)
+TRIALS = {"chat-abort": ("Chat", "abort:UNAVAILABLE"), "chat-after": ("Chat", "abort:UNAVAILABLE@after=2"),
+          "upload-read": ("Upload", "abort:UNAVAILABLE@read=2")}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory):
+    """The three trials, side by side, each on a notes service of its own (its audit log holds only that trial's
+    lines, its counters only its calls); each test takes its trial's results (or the exception)."""
+    tmp = {name: tmp_path_factory.mktemp(name) for name in TRIALS}
+    for path in tmp.values():
+        (path / "notes").mkdir()
+    with side_by_side(**{
+        name: (lambda name=name: _trial_on_a_notes_service_of_its_own(tmp[name], *TRIALS[name], message_rate=5))
+        for name in TRIALS
+    }) as results:  # fmt: skip
+        yield results
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "directive, drill_received",
+    "trial, drill_received",
     [
         # aborted before the handler runs: a hit stream gets no reply; the 20 untagged drill calls get 3 each
-        ("abort:UNAVAILABLE", 20 * 3),
+        ("chat-abort", 20 * 3),
         # aborted right after the server sent its 2nd reply: every hit stream saw exactly 2
-        ("abort:UNAVAILABLE@after=2", 20 * 3 + 20 * 2),
+        ("chat-after", 20 * 3 + 20 * 2),
     ],
 )  # fmt: skip
-def test_a_bidi_edge_of_your_own_service_is_hit_as_predicted(notes, tmp_path, directive, drill_received):
+def test_a_bidi_edge_of_your_own_service_is_hit_as_predicted(trials, trial, drill_received):
     # 5 messages/s, as for the client-streaming edge below: a write still in flight as the server ends the call
     # makes grpc.aio's client drop the status and its trailers (grpc/grpc#36066); at 50/s a busy box once lost
     # 3 markers of 20 that way after `@after=2`. The third write leaves 200 ms after the second, long after it.
-    t = one_trial(tmp_path, plan(notes, "Chat", directive, message_rate=5))
-    assert_hits_as_predicted(t, directive)
+    t = trials[trial]()
+    assert_hits_as_predicted(t, TRIALS[trial][1])
     m = t["messages"]
     # every organic call sent its 3 messages and got a reply to each (nothing hits organic traffic)
     assert m["by_traffic"]["organic"] == {"sent": 40 * 3, "received": 40 * 3}, m
@@ -130,13 +154,13 @@ def test_a_bidi_edge_of_your_own_service_is_hit_as_predicted(notes, tmp_path, di
 
 
 @pytest.mark.slow
-def test_a_client_streaming_edge_is_hit_as_predicted(notes, tmp_path):
-    directive = "abort:UNAVAILABLE@read=2"  # the server reads two messages, then aborts
+def test_a_client_streaming_edge_is_hit_as_predicted(trials):
+    directive = TRIALS["upload-read"][1]  # abort:UNAVAILABLE@read=2: the server reads two messages, then aborts
     # 5 messages/s: the third write leaves 200 ms after the second, long after the abort it follows. A write still
     # in flight as the server ends the call makes grpc.aio's client drop the status and its trailers, marker
     # included (grpc/grpc#36066; FirstStatus in harness/drills/load/ keeps them when it can): at 50/s a starved
     # box once lost 1 marker of 20 that way. That race is grpc's; this test is about the marker.
-    t = one_trial(tmp_path, plan(notes, "Upload", directive, message_rate=5))
+    t = trials["upload-read"]()
     assert_hits_as_predicted(t, directive)
     m = t["messages"]["by_traffic"]
     # one reply per call that succeeded: every organic call, the 20 untagged drill calls

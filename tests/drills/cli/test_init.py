@@ -29,7 +29,7 @@ from harness.drills.stack.targets import proxy_args
 from harness.drills.trials.dryrun import predicted_hits
 from harness.procs.ports import refused_port
 from harness.procs.spawn import start_serve
-from tests.conftest import ROOT, drill_inprocess, drill_process
+from tests.conftest import ROOT, drill_inprocess, drill_process, side_by_side
 from tests.proxy.probe import build, go_service
 from tests.stacks.test_own_service import start_cart
 from tests.test_cli_errors import assert_one_line
@@ -65,8 +65,7 @@ def go_probe(tmp_path_factory):
 
 
 # --- (a) a Go service, --proto: listed, written, dry run passed, then run as written ---------------
-@pytest.mark.slow
-def test_a_go_service_gets_a_file_whose_dry_run_passes_and_whose_run_hits_what_it_predicts(go_probe, tmp_path):
+def _a_go_service_gets_a_file_whose_dry_run_passes_and_whose_run_hits_what_it_predicts(go_probe, tmp_path):
     port, metrics_port = _free_port(), _free_port()
     out = tmp_path / "probe.yaml"
     init = drill_process("init", "--proxy", "--upstream", go_probe, "--proto", PROBE, "--port", str(port),
@@ -108,7 +107,7 @@ def test_a_go_service_gets_a_file_whose_dry_run_passes_and_whose_run_hits_what_i
 
 
 # --- (b) reflection: a Python service that offers it, no --proto ---------------------------------
-def test_a_service_with_reflection_needs_no_proto(tmp_path):
+def _a_service_with_reflection_needs_no_proto(tmp_path):
     proc, cart = start_cart(tmp_path, DRILL_FAULT_ENABLED=None, DRILL_SERVICE=None, DRILL_FAULT_SEED=None)
     try:
         out = tmp_path / "cart.yaml"
@@ -215,7 +214,7 @@ def test_a_service_without_reflection_says_what_to_pass(go_probe, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_a_failing_dry_run_keeps_the_file_and_exits_as_the_dry_run(go_probe, tmp_path):
+def _a_failing_dry_run_keeps_the_file_and_exits_as_the_dry_run(go_probe, tmp_path):
     """The file is written, then its dry run refuses it: `--target` a service without our /metrics (the Go
     probe): the dry run's own line and exit code (1: the hop's /metrics does not answer)."""
     with refused_port() as metrics_port:
@@ -224,6 +223,36 @@ def test_a_failing_dry_run_keeps_the_file_and_exits_as_the_dry_run(go_probe, tmp
     assert_one_line(proc, 1, f"hop probe: /metrics at http://127.0.0.1:{metrics_port}/metrics does not answer")
     assert f"dry run failed: {tmp_path / 'x.yaml'} is written" in proc.stdout
     assert load_plan(str(tmp_path / "x.yaml")).stack.edge.address == go_probe
+
+
+@pytest.fixture(scope="module")
+def live(go_probe, tmp_path_factory):
+    """The file's scenarios that start `drill` processes against a live service (the Go run, reflection, a failing
+    dry run), side by side, each in a folder of its own: each test is its scenario, run whole in a thread, its
+    assertions raised here. (The in-process ones stay in their tests: `drill_inprocess` redirects this process's
+    stdout, which is not for threads.)"""
+    tmp = {name: tmp_path_factory.mktemp(name) for name in ("go-run", "reflection", "failing-dry-run")}
+    with side_by_side(**{
+        "go-run": lambda: _a_go_service_gets_a_file_whose_dry_run_passes_and_whose_run_hits_what_it_predicts(
+            go_probe, tmp["go-run"]),
+        "reflection": lambda: _a_service_with_reflection_needs_no_proto(tmp["reflection"]),
+        "failing-dry-run": lambda: _a_failing_dry_run_keeps_the_file_and_exits_as_the_dry_run(
+            go_probe, tmp["failing-dry-run"]),
+    }) as results:  # fmt: skip
+        yield results
+
+
+@pytest.mark.slow
+def test_a_go_service_gets_a_file_whose_dry_run_passes_and_whose_run_hits_what_it_predicts(live):
+    live["go-run"]()
+
+
+def test_a_service_with_reflection_needs_no_proto(live):
+    live["reflection"]()
+
+
+def test_a_failing_dry_run_keeps_the_file_and_exits_as_the_dry_run(live):
+    live["failing-dry-run"]()
 
 
 # --- (e) the request skeleton, pure ----------------------------------------------------------------

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from harness.drills.readings.series import read_series_document
-from tests.conftest import ROOT
+from tests.conftest import ROOT, side_by_side
 
 pytestmark = pytest.mark.slow  # a live run: scheduled first (tests/conftest.py)
 
@@ -57,13 +57,38 @@ def _series(tmp_path, config: str):
     return trials[config][0]
 
 
-def test_a_locust_driven_naive_storm_keeps_its_arrival_rate_and_hits_exactly_the_predicted_ids(tmp_path):
+#: one call in flight per drill user, each held 500 ms by the fault: at most 2 calls/s of the planned 10
+#: (that the flag names only the class that fell behind is tests/drills/analysis/test_offered_load.py's, on series)
+BEHIND = {
+    **STORM, "name": "behind", "configs": ["plain"],
+    "traffic": {**STORM["traffic"], "driver": "aio", "profile": None, "max_inflight": 1, "timeout_s": 1.0},
+    "fault": {"directive": "delay:500", "ratio": 100},
+    "phases": {"warmup": 1, "fault": 3, "recovery": 1},
+    "slo": {"max_error_rate": 0.05, "hold_s": 2, "traffic": "drill"},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The two drills of this file, side by side (each its own topology, load and ports): each test takes its
+    run's results.json and output directory's parent."""
+
+    tmp = {plan["name"]: tmp_path_factory.mktemp(plan["name"]) for plan in (STORM, BEHIND)}  # not in a thread
+
+    def run(plan: dict):
+        return _drill_run(tmp[plan["name"]], plan), tmp[plan["name"]]
+
+    with side_by_side(storm=lambda: run(STORM), behind=lambda: run(BEHIND)) as results:
+        yield results
+
+
+def test_a_locust_driven_naive_storm_keeps_its_arrival_rate_and_hits_exactly_the_predicted_ids(runs):
     """One Locust-driven trial of a naive chain whose ledger aborts every drill call in the fault: the ids the
     Locust processes tagged and the hit function picks are exactly the ids the ledger audited, and naive
     retried them — more injected hits than hit ids, never more than its 4 attempts per call. The load checks
     itself against the plan (offered_rps); that the schedule is open loop is tests/loadtests/test_openloop.py's,
     and whether a busy box kept it on time is what `load_fell_behind` reports, not something to assert."""
-    r = _drill_run(tmp_path, STORM)
+    r, tmp_path = runs["storm"]()
     t = r["configs"]["naive"]["trials"][0]
     assert t["driver"] == "locust"
     assert {tr: o["planned"] for tr, o in t["offered_rps"].items()} == {"organic": 20.0, "drill": 10.0}
@@ -81,17 +106,8 @@ def test_a_locust_driven_naive_storm_keeps_its_arrival_rate_and_hits_exactly_the
     assert sum(per_id.values()) > h["expected"], per_id
 
 
-def test_a_load_that_cannot_keep_up_falls_behind_and_is_insufficient_data(tmp_path):
-    # one call in flight per drill user, each held 500 ms by the fault: at most 2 calls/s of the planned 10
-    # (that the flag names only the class that fell behind is tests/drills/analysis/test_offered_load.py's, on series)
-    plan = {
-        **STORM, "name": "behind", "configs": ["plain"],
-        "traffic": {**STORM["traffic"], "driver": "aio", "profile": None, "max_inflight": 1, "timeout_s": 1.0},
-        "fault": {"directive": "delay:500", "ratio": 100},
-        "phases": {"warmup": 1, "fault": 3, "recovery": 1},
-        "slo": {"max_error_rate": 0.05, "hold_s": 2, "traffic": "drill"},
-    }  # fmt: skip
-    r = _drill_run(tmp_path, plan)
+def test_a_load_that_cannot_keep_up_falls_behind_and_is_insufficient_data(runs):
+    r, tmp_path = runs["behind"]()
     t = r["configs"]["plain"]["trials"][0]
     assert t["offered_rps"]["drill"]["fell_behind"]
     assert t["offered_rps"]["drill"]["achieved"] < 0.9 * t["offered_rps"]["drill"]["planned"] == 9.0

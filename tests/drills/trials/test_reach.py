@@ -20,7 +20,7 @@ import yaml
 
 from harness.core.audit import hit_ids
 from harness.procs.spawn import ServeProcess, python_env, spawn, start_serve, stop_processes, wait_serving
-from tests.conftest import drill_process
+from tests.conftest import drill_process, side_by_side
 from tests.stacks.test_own_service import one_line
 
 HOPS = ("edge", "ledger")
@@ -64,22 +64,10 @@ def started_chain(tmp, forwards: bool):
         stop_processes(procs)
 
 
-@pytest.fixture(params=[False, True], ids=["drops-keys", "forwards-keys"])
-def chain(request, tmp_path):
-    with started_chain(tmp_path, request.param) as c:
-        yield c
-
-
-@pytest.fixture
-def dropping(tmp_path):
-    with started_chain(tmp_path, False) as c:
-        yield c
-
-
-@pytest.fixture
-def forwarding(tmp_path):
-    with started_chain(tmp_path, True) as c:
-        yield c
+def _in_a_chain(tmp, forwards: bool, scenario) -> None:
+    """`scenario(chain)` on a chain of its own (edge -> forwarder -> ledger) in `tmp`."""
+    with started_chain(tmp, forwards) as c:
+        scenario(c)
 
 
 def stack_plan(chain: dict, **fault) -> dict:
@@ -89,7 +77,8 @@ def stack_plan(chain: dict, **fault) -> dict:
         "stack": {
             "edge": {"address": chain["edge"].address, "method": "drill.v1.Demo/Call", "request": {"payload": "x"}},
             "hops": [{"name": h, "metrics": [f"http://127.0.0.1:{chain[h].metrics_port}/metrics"]} for h in HOPS],
-            "configs": [{"name": "only"}],
+            # the edge serves before the run: its three health checks pass at once, 0.2 s apart as 1 s apart
+            "configs": [{"name": "only", "ready": {"checks": 3, "interval_s": 0.2}}],
         },
         "traffic": {"organic_users": 1, "organic_rate": 5, "drill_users": 1, "drill_rate": 10, "timeout_s": 2.0},
         "fault": {"directive": "abort:UNAVAILABLE", "ratio": 100, "target": "ledger", **fault},
@@ -116,7 +105,7 @@ NAMED = ("drill: the drill does not reach hop ledger: a hop before it forwards n
          "(OpenTelemetry propagation fixes it: docs/fleet.md); hop edge counted it as drill traffic")  # fmt: skip
 
 
-def test_the_dry_run_names_the_first_hop_the_drill_does_not_reach_and_passes_a_hop_that_forwards(chain):
+def _the_dry_run_names_the_first_hop_the_drill_does_not_reach_and_passes_a_hop_that_forwards(chain):
     tmp = chain["tmp"]
     (tmp / "plan.yaml").write_text(yaml.safe_dump(stack_plan(chain)))
     before = counter(chain["ledger"], "drill_server_calls_total", traffic="drill")
@@ -137,8 +126,7 @@ def test_the_dry_run_names_the_first_hop_the_drill_does_not_reach_and_passes_a_h
     assert audited_hits(chain["ledger"]) == set()
 
 
-def test_a_run_refuses_before_its_first_fault_when_the_drill_does_not_reach_the_target(dropping):
-    chain = dropping
+def _a_run_refuses_before_its_first_fault_when_the_drill_does_not_reach_the_target(chain):
     tmp = chain["tmp"]
     (tmp / "plan.yaml").write_text(yaml.safe_dump(stack_plan(chain)))
     run = drill_process("run", str(tmp / "plan.yaml"), "--out", str(tmp / "out"), "--no-live")
@@ -150,10 +138,9 @@ def test_a_run_refuses_before_its_first_fault_when_the_drill_does_not_reach_the_
     assert counter(chain["ledger"], "drill_server_calls_total", traffic="drill") == 0
 
 
-def test_a_run_whose_drill_reaches_the_target_keeps_the_probe_out_of_its_hits(forwarding):
+def _a_run_whose_drill_reaches_the_target_keeps_the_probe_out_of_its_hits(chain):
     """The probe's calls come before the trial's baseline: the hits the ledger audited are exactly the ids the
     trial expected, none of them a probe id, and the ledger's drill calls in the trial are the load's."""
-    chain = forwarding
     tmp = chain["tmp"]
     (tmp / "plan.yaml").write_text(yaml.safe_dump(stack_plan(chain, ratio=50)))
     run = drill_process("run", str(tmp / "plan.yaml"), "--out", str(tmp / "out"), "--no-live")
@@ -187,10 +174,9 @@ def scraped(url: str, selector: str) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("forwards", [False, True], ids=["drops-keys", "forwards-keys"])
-def test_a_hop_read_from_prometheus_is_asked_after_a_scrape_that_follows_the_probe(tmp_path, forwards):
-    """The ledger listed by its selector only: its count is read from a real Prometheus (1-s scrapes), once a scrape
-    after the probe is held; the wait is said with its bound (one scrape interval from the config and a second)."""
+def _dry_run_reading_the_ledger_from_prometheus(tmp_path, forwards: bool):
+    """The chain with its ledger listed by its selector only, read from a real Prometheus (1-s scrapes) that has
+    scraped it once: the dry run's result, and that Prometheus' URL."""
     from harness.procs.prometheus import LocalPrometheus
 
     with started_chain(tmp_path, forwards) as c, \
@@ -200,8 +186,90 @@ def test_a_hop_read_from_prometheus_is_asked_after_a_scrape_that_follows_the_pro
         data["stack"]["prometheus"] = prom.url
         data["stack"]["hops"][1] = {"name": "ledger", "selector": '{job="ledger"}'}
         (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
-        dry = drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run")
-    assert f"reach probe: waiting for {prom.url} to scrape ledger after it (at most 2 s: one scrape interval " \
+        return drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run"), prom.url
+
+
+def _dry_run_reading_a_ledger_under_another_name(tmp_path):
+    """edge -> ledger, the ledger calling itself 'drill' and read by its selector alone from a real Prometheus:
+    the dry run's result."""
+    from harness.procs.prometheus import LocalPrometheus
+
+    procs = []
+    try:
+        ledger = serve("ledger", tmp_path, service="drill")
+        procs.append(ledger.proc)
+        edge = serve("edge", tmp_path, downstream=ledger.address)
+        procs.append(edge.proc)
+        with LocalPrometheus(tmp_path / "prom", targets={"ledger": [f"127.0.0.1:{ledger.metrics_port}"]}) as prom:
+            scraped(prom.url, '{job="ledger"}')
+            data = stack_plan({"edge": edge, "ledger": ledger})
+            data["stack"]["prometheus"] = prom.url
+            data["stack"]["hops"][1] = {"name": "ledger", "selector": '{job="ledger"}'}
+            (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
+            return drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run")
+    finally:
+        stop_processes(procs)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """Every live scenario of this file, side by side, four at a time, each on processes, ports and a folder of its
+    own (its chain, its Prometheus: a Prometheus' first scrape is ~5 s after its start, waited once for three).
+    The tests below each take their scenario's result, or its exception (a scenario that is a test's whole body
+    raises that test's assertions)."""
+    names = ("prom-drops-keys", "prom-forwards-keys", "prom-another-name", "run-reaches", "dry-drops-keys",
+             "dry-forwards-keys", "run-refuses", "edge-tenant", "refuses-directive")  # fmt: skip
+    tmp = {name: tmp_path_factory.mktemp(name) for name in names}
+    with side_by_side(at_once=4, **{
+        "prom-drops-keys": lambda: _dry_run_reading_the_ledger_from_prometheus(tmp["prom-drops-keys"], False),
+        "prom-forwards-keys": lambda: _dry_run_reading_the_ledger_from_prometheus(tmp["prom-forwards-keys"], True),
+        "prom-another-name": lambda: _dry_run_reading_a_ledger_under_another_name(tmp["prom-another-name"]),
+        "run-reaches": lambda: _in_a_chain(tmp["run-reaches"], True,
+                                           _a_run_whose_drill_reaches_the_target_keeps_the_probe_out_of_its_hits),
+        "dry-drops-keys": lambda: _in_a_chain(
+            tmp["dry-drops-keys"], False,
+            _the_dry_run_names_the_first_hop_the_drill_does_not_reach_and_passes_a_hop_that_forwards),
+        "dry-forwards-keys": lambda: _in_a_chain(
+            tmp["dry-forwards-keys"], True,
+            _the_dry_run_names_the_first_hop_the_drill_does_not_reach_and_passes_a_hop_that_forwards),
+        "run-refuses": lambda: _in_a_chain(
+            tmp["run-refuses"], False, _a_run_refuses_before_its_first_fault_when_the_drill_does_not_reach_the_target),
+        "edge-tenant": lambda: _an_edge_that_does_not_take_the_drills_tenant_is_named_with_that_cause(
+            tmp["edge-tenant"]),
+        "refuses-directive": lambda: (
+            _a_target_that_counts_the_probe_and_refuses_its_directive_fails_before_the_first_fault(
+                tmp["refuses-directive"])),
+    }) as results:  # fmt: skip
+        yield results
+
+
+@pytest.mark.parametrize("keys", ["drops-keys", "forwards-keys"])
+def test_the_dry_run_names_the_first_hop_the_drill_does_not_reach_and_passes_a_hop_that_forwards(live, keys):
+    live[f"dry-{keys}"]()
+
+
+def test_a_run_refuses_before_its_first_fault_when_the_drill_does_not_reach_the_target(live):
+    live["run-refuses"]()
+
+
+def test_a_run_whose_drill_reaches_the_target_keeps_the_probe_out_of_its_hits(live):
+    live["run-reaches"]()
+
+
+def test_an_edge_that_does_not_take_the_drills_tenant_is_named_with_that_cause(live):
+    live["edge-tenant"]()
+
+
+def test_a_target_that_counts_the_probe_and_refuses_its_directive_fails_before_the_first_fault(live):
+    live["refuses-directive"]()
+
+
+@pytest.mark.parametrize("forwards", [False, True], ids=["drops-keys", "forwards-keys"])
+def test_a_hop_read_from_prometheus_is_asked_after_a_scrape_that_follows_the_probe(live, forwards):
+    """The ledger listed by its selector only: its count is read from a real Prometheus (1-s scrapes), once a scrape
+    after the probe is held; the wait is said with its bound (one scrape interval from the config and a second)."""
+    dry, url = live["prom-forwards-keys" if forwards else "prom-drops-keys"]()
+    assert f"reach probe: waiting for {url} to scrape ledger after it (at most 2 s: one scrape interval " \
         "from its config and a second)" in dry.stdout, dry.stdout  # fmt: skip
     if forwards:
         assert dry.returncode == 0, dry.stdout + dry.stderr
@@ -240,7 +308,7 @@ def test_the_demo_topology_passes_the_probe_at_every_hop(tmp_path):
     assert audit_hit_ids(tmp_path / "chain") == set()  # ratio 0: the ledger hit none of them
 
 
-def test_an_edge_that_does_not_take_the_drills_tenant_is_named_with_that_cause(tmp_path):
+def _an_edge_that_does_not_take_the_drills_tenant_is_named_with_that_cause(tmp_path):
     """No hop before the edge: the edge counting none is its own allowlist (or a secret), not propagation."""
     edge = start_serve("edge", ["--port", "0", "--metrics-port", "-1", "--service", "edge", "--enable-faults"],
                        tmp_path, {"DRILL_FAULT_TENANTS": "someone-else"})  # fmt: skip
@@ -266,7 +334,7 @@ def test_a_counter_that_went_down_was_reset_and_counts_from_zero():
     assert with_label("{}", 'traffic="drill"') == '{traffic="drill"}'
 
 
-def test_a_target_that_counts_the_probe_and_refuses_its_directive_fails_before_the_first_fault(tmp_path):
+def _a_target_that_counts_the_probe_and_refuses_its_directive_fails_before_the_first_fault(tmp_path):
     """The ledger's DRILL_FAULT_MAX_DELAY_MS is below the plan's delay: it counts the probe as drill traffic and
     refuses the directive (`over_max`, checked before the ratio), so a run would inject nothing; said now."""
     procs = []
@@ -285,26 +353,10 @@ def test_a_target_that_counts_the_probe_and_refuses_its_directive_fails_before_t
              "DRILL_FAULT_MAX_DELAY_MS is below the delay (3 probe calls at ratio 0); no fault was sent")  # fmt: skip
 
 
-def test_a_target_read_from_prometheus_under_another_name_is_said_from_the_probe(tmp_path):
+def test_a_target_read_from_prometheus_under_another_name_is_said_from_the_probe(live):
     """The ledger calls itself 'drill' (DRILL_SERVICE unset) and is read by its selector alone, where the
     preflight cannot see its name before a call: the probe's directive is skipped there as not its own."""
-    from harness.procs.prometheus import LocalPrometheus
-
-    procs = []
-    try:
-        ledger = serve("ledger", tmp_path, service="drill")
-        procs.append(ledger.proc)
-        edge = serve("edge", tmp_path, downstream=ledger.address)
-        procs.append(edge.proc)
-        with LocalPrometheus(tmp_path / "prom", targets={"ledger": [f"127.0.0.1:{ledger.metrics_port}"]}) as prom:
-            scraped(prom.url, '{job="ledger"}')
-            data = stack_plan({"edge": edge, "ledger": ledger})
-            data["stack"]["prometheus"] = prom.url
-            data["stack"]["hops"][1] = {"name": "ledger", "selector": '{job="ledger"}'}
-            (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
-            dry = drill_process("run", str(tmp_path / "plan.yaml"), "--dry-run")
-    finally:
-        stop_processes(procs)
+    dry = live["prom-another-name"]()
     one_line(dry, 4, "the drill reaches hop ledger, and it would not inject: the service at {job=\"ledger\"} "
              "calls itself 'drill', not 'ledger' (drill_fault_skipped_total{reason=\"target\"}): set "
              "DRILL_SERVICE=ledger (3 probe calls at ratio 0); no fault was sent")  # fmt: skip
