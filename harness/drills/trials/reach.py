@@ -26,8 +26,10 @@ bound, …), it would inject nothing; the cause is worded as `analysis.landing` 
 
 Bounds: each call at most `CALL_TIMEOUT_S` (or the plan's shorter timeout), so the calls take at most
 PROBE_CALLS × that; a `/metrics` read at most `READ_TIMEOUT_S`. A hop read from Prometheus shows the probe only
-once Prometheus has scraped it after the probe: the wait is one scrape interval of its config plus a second
-for the scrape itself (`readings.scrapes.scrape_interval_s`), said before it starts. A trial's counters start
+once Prometheus has scraped it after the probe: after it by `SETTLE_S`, since a server counts a call when its
+handling ends, after the caller has its answer (a stall of a busy box widens that gap; a scrape inside it reads
+the count without the probe), so the wait is one scrape interval of its config, a second for the scrape itself
+(`readings.scrapes.scrape_interval_s`) and `SETTLE_S`, said before it starts. A trial's counters start
 after all this (the runner reads its baseline after the preflight), so the probe is in none of them.
 """
 
@@ -57,6 +59,9 @@ PROBE_CALLS = 3
 CALL_TIMEOUT_S = 5.0
 #: The longest one `/metrics` read may take.
 READ_TIMEOUT_S = 5.0
+#: How long after the probe's last answer a scrape must start to be sure to count it (see the module's docstring):
+#: the server's own bookkeeping after it answered takes microseconds; this covers a stall of a busy box to 0.5 s
+SETTLE_S = 0.5
 #: The counter a hop's interceptor moves for every call it served, by traffic class (contracts §7).
 CALLS = m.sample_name(m.SERVER_CALLS, "_total")
 #: What a hop that carries nothing of the drill says, worded once (the run's and the dry run's line).
@@ -253,12 +258,13 @@ async def check_reach(pf: Preflight, variant: Variant, *, edges: Sequence[str], 
             if hop.name == target:
                 hop.gates_before = await read_gates(hop, prometheus)
         codes = await send(edges, call, probe_tags(variant, call), plan.name, timeout_s)
-        sent_at = time.time()
+        sent_at = time.time() + SETTLE_S
         waits = [hop for hop in hops if not hop.urls]
-        wait_s = await asyncio.to_thread(scrape_wait_s, prometheus) if waits else 0.0
+        wait_s = await asyncio.to_thread(scrape_wait_s, prometheus) + SETTLE_S if waits else 0.0
         if waits:
             pf._progress(f"reach probe: waiting for {prometheus} to scrape {', '.join(h.name for h in waits)} after "
-                         f"it (at most {wait_s:g} s: one scrape interval from its config and a second)")  # fmt: skip
+                         f"it (at most {wait_s:g} s: one scrape interval from its config, a second and "
+                         f"{SETTLE_S:g} s for the hops to count it)")  # fmt: skip
         deadline = time.monotonic() + wait_s
         for hop in hops:
             if hop.urls:

@@ -267,10 +267,11 @@ def test_a_target_that_counts_the_probe_and_refuses_its_directive_fails_before_t
 @pytest.mark.parametrize("forwards", [False, True], ids=["drops-keys", "forwards-keys"])
 def test_a_hop_read_from_prometheus_is_asked_after_a_scrape_that_follows_the_probe(live, forwards):
     """The ledger listed by its selector only: its count is read from a real Prometheus (1-s scrapes), once a scrape
-    after the probe is held; the wait is said with its bound (one scrape interval from the config and a second)."""
+    after the probe (and `reach.SETTLE_S` after its last answer, for the hop to count it) is held; the wait is said
+    with its bound (one scrape interval from the config, a second and the settle time)."""
     dry, url = live["prom-forwards-keys" if forwards else "prom-drops-keys"]()
-    assert f"reach probe: waiting for {url} to scrape ledger after it (at most 2 s: one scrape interval " \
-        "from its config and a second)" in dry.stdout, dry.stdout  # fmt: skip
+    assert f"reach probe: waiting for {url} to scrape ledger after it (at most 2.5 s: one scrape interval " \
+        "from its config, a second and 0.5 s for the hops to count it)" in dry.stdout, dry.stdout  # fmt: skip
     if forwards:
         assert dry.returncode == 0, dry.stdout + dry.stderr
         assert "  ok  the drill reaches the target ledger: 3 probe calls at ratio 0" in dry.stdout, dry.stdout
