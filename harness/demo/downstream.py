@@ -40,9 +40,13 @@ DEMO_UNARY_METHODS = ("Call", "Write")
 #: the name resolved again at most a second after a connection ends (gRPC re-resolves only then, at most once
 #: per 30 s by default): with `drill serve --max-connection-age-ms` on the next hop, a replica added while
 #: calls flow (`--scale`) gets its share within about that age.
+#: Each channel keeps its own subchannels: with gRPC's process-wide pool a new channel to an address inherits the
+#: failing connection an older channel still holds for a server that was there before, and fails UNAVAILABLE until
+#: its reconnect backoff ends (tests/demo/test_downstream_restart.py); one channel per target loses no sharing.
 CHANNEL_OPTIONS = (
     ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),
     ("grpc.dns_min_time_between_resolutions_ms", 1000),
+    ("grpc.use_local_subchannel_pool", 1),
 )
 
 
