@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.procs.spawn import stop_processes
 from tests.conftest import ROOT, side_by_side
 
 WATCH_S = 10.0
@@ -81,15 +81,6 @@ def _serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
     return proc, json.loads(ready.read_text())["port"]
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def _watch(tmp_path: Path, port: int, config: Path) -> tuple[list[tuple[float, str]], str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}  # the GOAWAY is logged at ERROR
     out = subprocess.run([sys.executable, "-c", CLIENT, f"127.0.0.1:{port}", str(config), str(WATCH_S)],
@@ -107,7 +98,7 @@ def _leaf(tmp_path: Path, permit: bool) -> tuple[list[tuple[float, str]], str]:
     try:
         return _watch(tmp_path, port, config)
     finally:
-        _stop(proc)
+        stop_processes([proc], grace_s=10)  # its own session: SIGTERM, then SIGKILL to what is left
 
 
 def _chain(tmp_path: Path) -> tuple[list[str], list, str]:
