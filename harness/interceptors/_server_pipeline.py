@@ -45,6 +45,7 @@ import grpc
 from harness.core import audit, safety, scope
 from harness.core import headers as h
 from harness.core import metrics as m
+from harness.core.collecting import collecting
 from harness.core.faults import Kind, Mode
 from harness.core.gate import Decision, FaultGate, Outcome, SkipReason
 from harness.core.metrics import MethodLabels, is_infrastructure, method_label
@@ -83,6 +84,7 @@ def _origin_deadline(md: dict[str, str], now: float) -> float | None:
 _GATE_KEYS = h.GATE_KEYS
 _ORGANIC = Decision(Outcome.PASS, "organic", "", "")
 _NONE_MODE = Mode.NONE.value
+_OK = grpc.StatusCode.OK
 
 
 def _scan(metadata) -> tuple[str, bool]:
@@ -391,7 +393,17 @@ class ServerCore:
 
     # -- 3. end: at handler exit, whatever happened --------------------------------------------
     def end(self, plan: CallPlan, token, code, t0: float) -> None:
-        """End and leave the scope, record the call. Never raises."""
+        """End and leave the scope, record the call. Never raises.
+
+        In a finalizer the garbage collector runs (a call closed with its loop gone, which never ends OK:
+        harness.core.collecting) it only ends the scope and frees the fault slot: recording would take metric
+        locks the interrupted code may hold, and leaving the scope would reset the interrupted task's."""
+        if code is not _OK and collecting():
+            scope.end(plan.scope)
+            if plan.slot:
+                plan.slot = False
+                self.active.release()
+            return
         if plan.decision is _ORGANIC:
             self.end_organic(plan.scope, plan.metrics, plan.span, token, code, t0)
             return

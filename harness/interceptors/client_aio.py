@@ -18,6 +18,7 @@ import time
 import grpc
 from grpc import aio
 
+from harness.core.collecting import collecting
 from harness.core.headers import has_fault_marker, traffic_of
 from harness.core.metrics import method_label
 from harness.core.tracing import client_span_metadata, end_client_span, start_client_span, trace_id_hex
@@ -138,17 +139,18 @@ class DrillClientInterceptor(ClientInterceptorBase, aio.UnaryUnaryClientIntercep
         finally:
             if timer is not None:
                 timer.cancel()
-            elapsed = time.perf_counter() - start
-            rec.attempt_finished(method, code, elapsed)
-            exemplar = None
-            if span is not None:
-                tid = trace_id_hex(span)
-                exemplar = {"trace_id": tid} if tid else None
-            if self.record_calls:
-                traffic = traffic_of(tenant, self.drill_tenants)
-                rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic, exemplar, injected)
-            if span is not None:
-                end_client_span(span, code)
+            if not collecting():  # in a finalizer the collector runs (the call's loop gone), record nothing
+                elapsed = time.perf_counter() - start
+                rec.attempt_finished(method, code, elapsed)
+                exemplar = None
+                if span is not None:
+                    tid = trace_id_hex(span)
+                    exemplar = {"trace_id": tid} if tid else None
+                if self.record_calls:
+                    traffic = traffic_of(tenant, self.drill_tenants)
+                    rec.call_finished(method, code, elapsed, tagging.fault_mode, traffic, exemplar, injected)
+                if span is not None:
+                    end_client_span(span, code)
         return call
 
 

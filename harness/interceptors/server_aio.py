@@ -32,6 +32,7 @@ import grpc
 from grpc import aio
 
 from harness.core import scope
+from harness.core.collecting import collecting
 from harness.core.faults import Mode
 from harness.core.metrics import is_infrastructure
 from harness.core.safety import EmergencyStop
@@ -349,18 +350,23 @@ class FaultServerInterceptor(ServerInterceptorBase, aio.ServerInterceptor):
                     flight.calls -= 1
                     elapsed = perf_counter() - t0
                     sc.ended = True
-                    scope.leave(token)  # also frees the task: the scope's entry names it as its owner
+                    # in a finalizer the collector runs (the loop gone), neither the interrupted task's scope nor
+                    # a metric lock it may hold is touched (`ServerCore.end`, harness.core.collecting)
+                    collected = exc is not None and collecting()
+                    if not collected:
+                        scope.leave(token)  # also frees the task: the scope's entry names it as its owner
                     try:  # record_organic
-                        status = status_name((context.code() or _OK) if exc is None else end_code(sc, context, exc))
-                        if finished is not None:
-                            deadline, gap = sc.deadline_monotonic, None
-                            if deadline is not None:
-                                now = monotonic()
-                                if now >= deadline:
-                                    gap = now - deadline
-                            finished(status, elapsed, span, gap)
-                        if span is not None:
-                            end_server_span(span, status)
+                        if not collected:
+                            status = status_name((context.code() or _OK) if exc is None else end_code(sc, context, exc))
+                            if finished is not None:
+                                deadline, gap = sc.deadline_monotonic, None
+                                if deadline is not None:
+                                    now = monotonic()
+                                    if now >= deadline:
+                                        gap = now - deadline
+                                finished(status, elapsed, span, gap)
+                            if span is not None:
+                                end_server_span(span, status)
                     except Exception:  # noqa: BLE001 - observability must never fail a call
                         pass
 

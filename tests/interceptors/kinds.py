@@ -220,6 +220,13 @@ def server(flavour: str, s: FaultSettings, *, stop: EmergencyStop | None = None,
         started.set()
         await box["halt"].wait()
         await srv.stop(0)
+        # calls grpc did not end (a caller still there at the stop) are tasks nobody would resume once this loop
+        # ends: end them here, not in some later garbage collection on another test's thread
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        if rest:
+            await asyncio.wait(rest, timeout=5)
 
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
     thread.start()
