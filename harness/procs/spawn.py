@@ -58,22 +58,48 @@ def spawn(argv: list[str], log_path: pathlib.Path, env: dict[str, str] | None = 
 
 
 def stop_processes(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
-    """SIGTERM each process group, wait up to `grace_s`, then SIGKILL what is left. Never raises."""
+    """SIGTERM each process group, wait up to `grace_s` until no member of any is left, then SIGKILL what is
+    left and wait (at most 2 s) until it is gone. Never raises.
+
+    The whole group, not only the process started here: a shell's program is its child, and it still runs (holding
+    its port and its folder) after the shell is reaped; a program that drains on SIGTERM gets its grace too."""
     for p in procs:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=max(0.01, deadline - time.monotonic()))
-    for p in procs:
-        # the group may hold grandchildren even when the leader is gone
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(p.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=2.0)
+            os.killpg(p.pid, signal.SIGTERM)
+    if not _gone(procs, grace_s):
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+        _gone(procs, 2.0)  # SIGKILL is delivered, not done: a large process takes a moment to exit
+    for p in procs:
         _LIVE.pop(p.pid, None)
+
+
+def _gone(procs: list[subprocess.Popen], timeout_s: float) -> bool:
+    """Wait until each process is reaped and its group has no live member; False if `timeout_s` passed first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if all(p.poll() is not None for p in procs) and not any(group_members(p.pid) for p in procs):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
+def group_members(pgid: int, zombies: bool = False) -> list[int]:
+    """The PIDs of process group `pgid` from /proc (a zombie holds nothing: left out unless `zombies`)."""
+    pids = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            state, _, pgrp = stat[stat.rfind(")") + 2 :].split()[:3]
+            if int(pgrp) == pgid and (zombies or state != "Z"):
+                pids.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return pids
 
 
 @atexit.register

@@ -40,7 +40,7 @@ from harness.core.errors import RunFailed
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.plan.stack import StackProcess
 from harness.drills.stack.targets import RunningStack, port_taken
-from harness.procs.spawn import last_line, spawn, stop_processes
+from harness.procs.spawn import group_members, last_line, spawn, stop_processes
 
 #: How often a start looks at its process (alive? ready?) while it waits.
 POLL_S = 0.05
@@ -138,7 +138,7 @@ class ProcessChain:
         for spec, proc, _ in self.running:
             if proc.poll() is not None:
                 continue
-            for pid in _group(proc.pid):
+            for pid in group_members(proc.pid) or [proc.pid]:
                 if catches(pid, signum):
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signum)
@@ -155,22 +155,6 @@ def _quote(text: str) -> str:
     import shlex
 
     return shlex.quote(text)
-
-
-def _group(pgid: int) -> list[int]:
-    """The PIDs of process group `pgid` (from /proc; the leader alone when /proc cannot say)."""
-    pids = []
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rfind(")") + 2:].split()
-            if int(fields[2]) == pgid:  # state, ppid, pgrp
-                pids.append(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return pids or [pgid]
 
 
 class ChainedStack(RunningStack):
