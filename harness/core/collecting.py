@@ -10,19 +10,22 @@ collection), the thread waits for itself forever, and every later call that touc
 
 So the end-of-call recorders ask `collecting()` and record nothing then: the call's loop is gone, its answer never
 left, and no series is worth a process that hangs. The flag is set by a `gc.callbacks` hook (a call before and
-after each collection, nothing on the hot path) and is per thread: other threads run on meanwhile.
+after each collection, nothing on the hot path) and names the thread that collects (its native id): other threads
+run on meanwhile and record as usual. Not a `threading.local`: under gevent (Locust) that is a greenlet's, which
+cannot be read while a greenlet is being finalized, and the hook must never fail.
 """
 
 from __future__ import annotations
 
 import gc
-import threading
+from threading import get_native_id
 
-_state = threading.local()
+#: The native id of the thread the collector runs in, or None between collections (one runs at a time).
+_collector: list[int | None] = [None]
 
 
 def _note(phase: str, _info: dict) -> None:
-    _state.on = phase == "start"
+    _collector[0] = get_native_id() if phase == "start" else None
 
 
 if _note not in gc.callbacks:
@@ -31,4 +34,5 @@ if _note not in gc.callbacks:
 
 def collecting() -> bool:
     """True while the garbage collector runs in this thread (in a finalizer it runs)."""
-    return getattr(_state, "on", False)
+    who = _collector[0]
+    return who is not None and who == get_native_id()
