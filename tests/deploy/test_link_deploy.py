@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import pathlib
 import shlex
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -27,6 +29,7 @@ from tests.deploy.kube import (
     validate_builtin,
     validate_operator_objects,
 )
+from tests.link.test_cli import drill_link
 
 COMPOSE = [ROOT / "compose" / "docker-compose.yml", ROOT / "compose" / "blackhole.yml"]
 PLAN = ROOT / "harness" / "plans" / "blackhole.yaml"
@@ -77,6 +80,9 @@ def test_compose_override_puts_a_link_in_front_of_one_of_two_ledgers() -> None:
     link = _link_args(_argv(svcs["link-ledger-1"]["command"])[2:])
     assert (link.upstream, link.port, link.name, link.host) == ("ledger-1:50051", 50051, "ledger-1", "0.0.0.0")
     assert svcs["link-ledger-1"]["ports"] == [f"127.0.0.1:{link.admin_port}:{link.admin_port}"]
+    # published: Docker forwards the host's port to the container's interface, so the API must listen there too (on
+    # its default, the container's loopback, every connection from the host is reset)
+    assert link.admin_host == "0.0.0.0"
     # its health is its admin port, never a gRPC check through the link (that would open faulted connections)
     assert svcs["link-ledger-1"]["healthcheck"]["test"][-1] == f"127.0.0.1:{link.admin_port}"
     for name in ("ledger-1", "link-ledger-1"):
@@ -183,7 +189,13 @@ def test_k8s_component_puts_a_link_in_front_of_a_second_ledger(tmp_path: pathlib
     ports = {p["name"]: p["containerPort"] for p in containers["link"]["ports"]}
     assert svc["spec"]["ports"][0]["targetPort"] == "grpc" and ports["grpc"] == link.port
     assert ports["admin"] == link.admin_port and all(p["port"] != link.admin_port for p in svc["spec"]["ports"])
-    assert containers["link"]["readinessProbe"]["tcpSocket"]["port"] == "admin"
+    # the API stays on the pod's loopback (no authentication; port-forward connects inside the pod), so its probes
+    # connect from inside the pod: a kubelet's tcpSocket probe goes to the pod's IP and would never pass
+    assert link.admin_host == "127.0.0.1"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert "tcpSocket" not in containers["link"][probe]
+        assert containers["link"][probe]["exec"]["command"][-2:] == ["/app/compose/port_probe.py",
+                                                                    f"127.0.0.1:{link.admin_port}"]  # fmt: skip
     # the link reads the namespace's switches (seed, tenants): the generated ConfigMap, by its hashed name
     switches = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith(
         "drill-fault-switches"))  # fmt: skip
@@ -222,3 +234,30 @@ def test_k8s_stack_file_drills_the_component_with_the_blackhole_plan() -> None:
     for key in ("traffic", "phases", "slo"):
         assert stack[key] == plan[key], key
     assert load_plan(K8S / "stack-blackhole.yaml").stack.links[0].admin == "http://127.0.0.1:8474"
+
+
+# --- what they would start, as local processes ---------------------------------------------------------------------
+def _probe(address: str) -> int:
+    """The component's and compose's health probe (compose/port_probe.py, what /app/compose/port_probe.py is in the
+    image) against `address`: 0 when it accepts."""
+    return subprocess.run([sys.executable, "-I", "-S", str(ROOT / "compose" / "port_probe.py"), address],
+                          timeout=10).returncode  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["compose", "k8s"])
+def test_the_admin_api_listens_where_its_callers_connect(tmp_path: pathlib.Path, where: str) -> None:
+    """The link's own arguments from each file (its ports made free ones), started as a process. 127.0.0.2 stands
+    for the address that is not the loopback of the link's host: the container's interface, where Docker's published
+    port arrives (compose must answer there), and the pod's IP, where a kubelet's tcpSocket probe would connect (the
+    component keeps the API off it, so its probe connects from inside, on 127.0.0.1)."""
+    if where == "compose":
+        argv = _argv(load_compose(COMPOSE, {})["services"]["link-ledger-1"]["command"])[1:]
+    else:
+        pod = find(_with_component(tmp_path, "naive"), "Deployment", "ledger-1")["spec"]["template"]["spec"]
+        argv = next(c for c in pod["containers"] if c["name"] == "link")["args"]
+    for flag, value in (("--host", "127.0.0.1"), ("--port", "0"), ("--admin-port", "0"), ("--metrics-port", "0")):
+        argv[argv.index(flag) + 1] = value
+    with drill_link(tmp_path, *argv[1:]) as (_, ready):
+        admin = ready["admin_port"]
+        assert _probe(f"127.0.0.1:{admin}") == 0  # the probe from inside, and kubectl port-forward's connection
+        assert _probe(f"127.0.0.2:{admin}") == (0 if where == "compose" else 1)
