@@ -149,11 +149,14 @@ class Link:
             raise ToxicError("toxic not found", 404)
         return self.ledgers[name].to_json(self.loop.time())
 
-    async def stop(self) -> None:
-        """Stop listening and close every connection (Toxiproxy's `enabled: false`)."""
+    def stop_listening(self) -> None:
         if self._server is not None:
             self._server.close()
             self._server = None
+
+    async def stop(self) -> None:
+        """Stop listening and close every connection (Toxiproxy's `enabled: false`)."""
+        self.stop_listening()
         for conn in list(self.connections):
             conn.close()
         if self._kernel is not None:
@@ -321,6 +324,21 @@ class LinkSet:
                 if conn.hung:
                     conn.close()  # a connection a connect fault left unanswered is let go
         log.warning("drill link STOPPED (%s): every toxic removed, none set again", reason)
+
+    async def drain(self, grace_s: float) -> None:
+        """A graceful stop's first half (`drill proxy --plane link` at SIGTERM, as grpc.aio's `stop(grace)`): no new
+        connection, each client told to open no new stream (`Connection.drain`), then up to `grace_s` for the streams
+        in flight to end. `close()` ends what is left."""
+        conns = []
+        for link in self.links.values():
+            link.stop_listening()
+            conns += list(link.connections)
+        for conn in conns:
+            conn.drain()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while any(conn.streams_in_flight for conn in conns) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
 
     async def close(self) -> None:
         for link in list(self.links.values()):

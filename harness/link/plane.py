@@ -22,7 +22,7 @@ import os
 
 from harness.core.errors import BadInput, RunFailed
 from harness.core.settings import FaultSettings
-from harness.demo.lifecycle import announce, check_free, serve_metrics, settings_from_args
+from harness.demo.lifecycle import STOP_GRACE_S, announce, check_free, serve_metrics, settings_from_args
 from harness.link.calls import LinkCalls
 from harness.link.cli import _run_loop, wire_stop
 from harness.link.links import LinkSet
@@ -80,5 +80,6 @@ async def _serve(args: argparse.Namespace, settings: FaultSettings, kinds: dict)
                 metrics_port or "-")  # fmt: skip
     announce(args, port, {"metrics_port": metrics_port})
     await done.wait()
+    await links.drain(STOP_GRACE_S)  # calls in flight get the grace the aio plane gives them
     await links.close()
     return 0

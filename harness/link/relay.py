@@ -193,6 +193,16 @@ class Connection:
         self._release_slot()
         self.link.forget(self)
 
+    def drain(self) -> None:
+        """Tell the client to open no new stream here: GOAWAY NO_ERROR naming the last stream it opened (RFC 9113
+        §6.8, a graceful shutdown); the streams in flight go on, and so does the connection until `close`."""
+        if not self.done and not self.hung:
+            self.h2.down.inject(h2.goaway(self.h2.last_stream("current"), 0, b"draining"))
+
+    @property
+    def streams_in_flight(self) -> int:
+        return 0 if self.done else len(self.h2.streams)
+
     def close(self) -> None:
         for side in (self.client, self.server):
             if side.transport is not None and not side.closed:

@@ -184,6 +184,14 @@ func echo(_ interface{}, s grpc.ServerStream) error {
 		if d, ok := ctx.Deadline(); ok {
 			m.Count = int64(time.Until(d) / time.Microsecond)
 		}
+	case "sleep": // answer after count milliseconds, or as soon as the caller is gone (noted as "gone")
+		note(m.ID, "sleeping")
+		select {
+		case <-time.After(time.Duration(m.Count) * time.Millisecond):
+		case <-ctx.Done():
+			note(m.ID, "gone")
+			return ctx.Err()
+		}
 	case "hold": // answer only when the caller is gone: what it saw is recorded
 		<-ctx.Done()
 		note(m.ID, status.Code(ctx.Err()).String())
