@@ -22,8 +22,9 @@ from tests.proxy.probe import SERVICE, drill_proxy
 from tests.proxy.test_forward import probe, seen, service  # noqa: F401 - fixtures
 
 #: A call that fits in the grace with room to spare: the stop begins once the service has it, so at most this much
-#: of the grace is left to wait, whatever the box's delays before it
-FITS_MS = 600
+#: of the grace is spent waiting for its answer, whatever the box's delays before it; the rest (0.7 s) is for the
+#: answer's way back through the proxy
+FITS_MS = 300
 #: A call far longer than the grace (a proxy that waited for it would be stopped by the test's own timeout)
 LONG_MS = 8000
 
