@@ -73,6 +73,9 @@ class CallOps:
     #: connection window the link credited the server for held DATA it then passed on, which the client will credit
     #: again once it reads them: that much of the client's own connection WINDOW_UPDATEs is kept back
     debt: int
+    #: the server's PING ACKs waiting behind the delay lines: (when each leaves, the frame)
+    acks: list[tuple[float, bytes]]
+    ack_timer: asyncio.TimerHandle | None
 
     def release(self, call: Call) -> None:  # pragma: no cover - the connection's
         raise NotImplementedError
@@ -172,6 +175,37 @@ class CallOps:
                 self._finish(call, ends)
         if call.line:
             call.timer = self.loop.call_at(call.line[0][0], self._drain, call)
+
+    def _delaying(self) -> bool:
+        """Whether a delay line holds server frames now."""
+        return any(c.line and not c.up for c in self.calls.values())
+
+    def _ack(self, data: bytes) -> None:
+        """A server's PING ACK leaves after every server frame a delay line held before it came, as TCP would keep
+        it behind them. Let through at once, it would reach the client ahead of the data the server sent first; the
+        client (grpc-go's BDP estimator) pings again when that data lands, and the server, which has sent nothing
+        since, counts a ping with no data between as abuse: past two it ends the connection (GOAWAY
+        ENHANCE_YOUR_CALM `too_many_pings`), failing every call on it. In order, each ping answers data the
+        server sent after the last one, as without the link."""
+        due = max((c.line[-1][0] for c in self.calls.values() if c.line and not c.up), default=0.0)
+        if self.acks:
+            due = max(due, self.acks[-1][0])
+        self.acks.append((due, data))
+        if self.ack_timer is None:
+            self.ack_timer = self.loop.call_at(self.acks[0][0], self._acks_due)
+
+    def _acks_due(self) -> None:
+        self.ack_timer = None
+        now = self.loop.time()
+        for call in list(self.calls.values()):  # the frames due by now first, whichever timer fires first
+            if call.line and not call.up and call.line[0][0] <= now + 0.0002:
+                if call.timer is not None:
+                    call.timer.cancel()
+                self._drain(call)
+        while self.acks and self.acks[0][0] <= now + 0.0002:
+            self.conn.down.inject(self.acks.pop(0)[1])
+        if self.acks:
+            self.ack_timer = self.loop.call_at(self.acks[0][0], self._acks_due)
 
     def _hold(self, call: Call, data: bytes, stream_window: int) -> None:
         """A frame of a single response `@served` holds: its DATA credited to the server's connection window at once

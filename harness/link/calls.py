@@ -140,6 +140,8 @@ class ConnCalls(CallOps):
         self._block_sid = 0
         self._settings = [False, False]  # each side's first SETTINGS seen (from the server, from the client)
         self.debt = 0
+        self.acks: list[tuple[float, bytes]] = []  # the server's PING ACKs kept behind the delay lines (`_ack`)
+        self.ack_timer: asyncio.TimerHandle | None = None
         self.stream_window = 65535  # the client's SETTINGS_INITIAL_WINDOW_SIZE (RFC 9113 §6.5.2: 65,535 by default)
         self._warned = False
 
@@ -148,6 +150,8 @@ class ConnCalls(CallOps):
         if ftype == h2.SETTINGS:
             return h2.PASS if flags & h2.ACK else h2.TAKE
         if not sid:
+            if ftype == h2.PING and not to_server and flags & h2.ACK and (self.acks or self._delaying()):
+                return h2.TAKE  # kept behind the server frames the delay lines hold (`CallOps._ack`)
             return h2.TAKE if to_server and ftype == h2.WINDOW_UPDATE and self.debt else h2.PASS
         if to_server:
             if ftype in (h2.HEADERS, h2.CONTINUATION):
@@ -197,6 +201,9 @@ class ConnCalls(CallOps):
             self._settings[reader.to_server] = True
             if reader.to_server:
                 self.stream_window = hb.initial_window(data, self.stream_window)
+            return
+        if ftype == h2.PING:
+            self._ack(data)
             return
         if not sid:  # the client's connection WINDOW_UPDATE while the link owes it: the debt kept back first
             increment = int.from_bytes(data[9:13], "big") & h2.MAX_STREAM_ID
@@ -408,10 +415,17 @@ class ConnCalls(CallOps):
     def release_all(self) -> None:
         for call in list(self.calls.values()):
             self.release(call)
+        if self.ack_timer is not None:  # the lines are out: the ACKs kept behind them go too
+            self.ack_timer.cancel()
+            self.ack_timer = None
+        while self.acks:
+            self.conn.down.inject(self.acks.pop(0)[1])
 
     def close(self) -> None:
         """The connection ended: every call not yet recorded is, as cancelled (its caller is gone)."""
         self.owner.conns.discard(self)
+        if self.ack_timer is not None:
+            self.ack_timer.cancel()
         for call in list(self.calls.values()):
             if call.timer is not None:
                 call.timer.cancel()
