@@ -44,7 +44,8 @@ def build() -> db.Dashboard:
         db.Dashboard("Drill overview")
         .uid(UID)
         .description(
-            "Errors (CANCELLED excluded, contracts §6), faults, latency, resilience, connections and links during a drill."
+            "Errors (CANCELLED excluded, contracts §6), faults, latency, resilience, connections and links "
+            "during a drill."
         )
         .tags(["drill", "chaos", "grpc"])
         .refresh("5s")
