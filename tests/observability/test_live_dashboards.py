@@ -246,3 +246,10 @@ def test_the_link_panels_count_what_the_link_did(drill: DrillRun) -> None:
     for title in ("Bytes held by toxics now", "Connections the kernel drops now (kernel-mode blackhole)"):
         now = {s["metric"]["link"]: float(s["value"][1]) for s in drill.prom.query(_overview_query(title), at=at)}
         assert now == {RELAY: 0, BLACKHOLE: 0}, (title, now)
+    # While the drill ran, the latency toxic held each answer (and each reset) of obs-relay 200 ms of its
+    # user's ~230-ms cycle (200 ms held, then a 30-ms pause), two users: a scrape finds nothing held only in
+    # the gaps both users' cycles leave at once (each about 15 % of its time), and the drill holds several scrapes.
+    during = drill.prom.query_range(_overview_query("Bytes held by toxics now"), drill.start, drill.end)
+    held = {s["metric"]["link"]: max(float(v) for _, v in s["values"]) for s in during}
+    print(f"bytes held at most, per scrape during the drill: {held}")
+    assert held[RELAY] > 0 and held[BLACKHOLE] == 0
