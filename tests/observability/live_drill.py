@@ -281,7 +281,8 @@ class LiveDrill:
         return DrillRun(self.prom, start, end, self._wait_until_recorded(), topology, links.outcome)
 
     def _wait_until_zeros_scraped(self, timeout_s: float = 60.0) -> None:
-        """Until Prometheus holds every pre-created loadgen series (all at 0): no series is born mid-window."""
+        """Until Prometheus holds every pre-created loadgen series and each link's counters (all at 0): no series
+        is born mid-window."""
         created = sum(1 for _ in _loadgen_series())
         wanted = {
             f'count(drill_client_calls_total{{service="{SERVICE}",config="{CONFIG}"}})': created,
