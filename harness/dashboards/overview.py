@@ -1,4 +1,4 @@
-"""The "Drill overview" dashboard: what a drill does to errors, latency, resilience and connections."""
+"""The "Drill overview" dashboard: what a drill does to errors, latency, resilience, connections and links."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from harness.dashboards._common import (
     traffic_variable,
     window_variable,
 )
+from harness.dashboards.links import link_variable, with_links_row
 
 UID = "drill-overview"
 QUANTILES = (("p50", "0.5"), ("p99", "0.99"), ("p99.9", "0.999"))
@@ -43,7 +44,8 @@ def build() -> db.Dashboard:
         db.Dashboard("Drill overview")
         .uid(UID)
         .description(
-            "Errors (CANCELLED excluded, contracts §6), faults, latency, resilience and connections during a drill."
+            "Errors (CANCELLED excluded, contracts §6), faults, latency, resilience, connections and links "
+            "during a drill."
         )
         .tags(["drill", "chaos", "grpc"])
         .refresh("5s")
@@ -55,6 +57,7 @@ def build() -> db.Dashboard:
         .with_variable(label_variable("service", "Hop", "label_values(drill_server_calls_total, service)"))
         .with_variable(traffic_variable())
         .with_variable(window_variable())
+        .with_variable(link_variable())
         .annotations(fault_annotations())
     )
     d = d.with_row(db.Row("Errors (contracts §6: CANCELLED is neither error nor denominator)"))
@@ -300,6 +303,7 @@ def build() -> db.Dashboard:
             [(f"sum by (service, port, state) (drill_tcp_connections{{{HOPS}}})", "{{service}} :{{port}} {{state}}")],
         )
     )
+    d = with_links_row(d)
     d = d.with_row(db.Row("Drill timeline"))
     d = d.with_panel(
         timeline(

@@ -13,6 +13,9 @@ calls, a malformed directive (rejected) and a non-drill tenant (skipped). This
 process also exports `drill_phase` / `drill_fault_active`, as the Locust master
 does, and is scraped like a Locust worker.
 
+A `drill link` process stands in front of the leaf with two links of its own users (live_links.py): a latency
+and an rst_stream toxic on one, a blackhole on the other, so every `drill_link_*` panel has data.
+
 Every `loadgen` client series is created at 0 before the first scrape, so a rate
 over a window that holds the whole drill is the exact counter ratio.
 """
@@ -37,6 +40,7 @@ from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import ORGANIC, DrillClientInterceptor, Tagging
 from harness.procs.prometheus import LocalPrometheus
 from harness.procs.spawn import ServeProcess, spawn_serve, stop_processes, wait_serving
+from tests.observability.live_links import TOXICS, LinkOutcome, LiveLinks, spawn_link
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES = sorted((ROOT / "compose/prometheus/rules").glob("*.yml"))
@@ -62,6 +66,7 @@ class DrillRun:
     end: float  # epoch s, last call finished
     eval_at: float  # epoch s, rules have seen the final counts
     topology_metrics: list[str]
+    links: LinkOutcome  # what the users behind `drill link` saw, and each toxic's record
 
     def client_counts(self, traffic: str | None = None) -> dict[str, float]:
         """Final `drill_client_calls_total` of loadgen by status (the runner's own numbers)."""
@@ -144,8 +149,9 @@ async def _user(stub, stop: asyncio.Event, timeout: float) -> None:
         await asyncio.sleep(PACE_S)
 
 
-async def _drive(gateway: str, edge: str, shed: str) -> tuple[float, float]:
-    """Run the phases against `gateway`, `edge` and `shed`; returns (start, end) epoch seconds."""
+async def _drive(gateway: str, edge: str, shed: str, links: LiveLinks) -> tuple[float, float]:
+    """Run the phases against `gateway`, `edge` and `shed`, and the links' users throughout (live_links.py);
+    returns (start, end) epoch seconds."""
     drill_idle = Tagging(tenant=DRILL_TENANT)
     drill_fault = Tagging(tenant=DRILL_TENANT, directive="abort:UNAVAILABLE", target="leaf")
 
@@ -177,6 +183,7 @@ async def _drive(gateway: str, edge: str, shed: str) -> tuple[float, float]:
     users = [(organic, 2), (drill, 6), (edge_organic, 2), (edge_drill, 6), (cancelled, 6), (rejected, 1), (skipped, 1),
              (shed_organic, 2)]  # fmt: skip
     tasks = [asyncio.create_task(_user(stub[ch], always, 1.0)) for ch, n in users for _ in range(n)]
+    tasks.append(asyncio.create_task(links.drive(always)))
     start = time.time()
     fault_stop = asyncio.Event()
     for phase, seconds in PHASES:
@@ -226,6 +233,7 @@ class LiveDrill:
     """Owns the processes of one run; `stop()` ends each by its PID."""
 
     procs: list[ServeProcess] = dataclasses.field(default_factory=list)
+    link_proc: ServeProcess | None = None
     prom: LocalPrometheus | None = None
     metrics_server: object = None
 
@@ -241,9 +249,11 @@ class LiveDrill:
             self.procs.append(_serve(workdir, name, "--downstream", f"@{leaf_proc.ready_file}", "--config", config))
         shed_args = ("--admission", "--concurrency", "1", "--queue", "0", "--work-ms", "200")
         self.procs.append(_serve(workdir, "shed", *shed_args))
-        wait_serving(self.procs)
+        self.link_proc = spawn_link(workdir)
+        wait_serving([*self.procs, self.link_proc])
         leaf, gw, edge, shed = self.procs
         leaf_port, gw_port, edge_port, shed_port = leaf.port, gw.port, edge.port, shed.port
+        links = LiveLinks(self.link_proc, f"127.0.0.1:{leaf_port}")
         preinit_client_series()
         _set_phase(None)
         # only this drill's series: the process-wide registry holds every other test's too (MBs late in a run)
@@ -253,30 +263,38 @@ class LiveDrill:
         self.prom = LocalPrometheus(targets={"loadgen": [f"127.0.0.1:{own_metrics}"]}, rule_files=RULES).start()
         # the hops through file_sd with their `service` label, as the runner does (fd and TCP panels filter on it)
         names = ("gateway", "edge", "leaf", "shed")
-        self.prom.set_targets([(name, f"http://{addr}/metrics") for name, addr in zip(names, topology, strict=True)])
+        hops = [(name, f"http://{addr}/metrics") for name, addr in zip(names, topology, strict=True)]
+        # the link under the service it fronts, as compose scrapes its link as `ledger` (live_links.py)
+        self.prom.set_targets([*hops, ("leaf", f"http://127.0.0.1:{self.link_proc.metrics_port}/metrics")])
 
         async def main() -> tuple[float, float]:
             await _wait_serving(leaf_port)
             await _wait_serving(gw_port)
             await _wait_serving(edge_port)
             await _wait_serving(shed_port)
-            return await _drive(*(f"127.0.0.1:{p}" for p in (gw_port, edge_port, shed_port)))
+            return await _drive(*(f"127.0.0.1:{p}" for p in (gw_port, edge_port, shed_port)), links)
 
-        self.prom.wait_for_up(1 + len(names), timeout_s=60)
+        self.prom.wait_for_up(2 + len(names), timeout_s=60)
         self._wait_until_zeros_scraped()
         start, end = asyncio.run(main())
-        return DrillRun(self.prom, start, end, self._wait_until_recorded(), topology)
+        links.read_records()
+        return DrillRun(self.prom, start, end, self._wait_until_recorded(), topology, links.outcome)
 
     def _wait_until_zeros_scraped(self, timeout_s: float = 60.0) -> None:
-        """Until Prometheus holds every pre-created loadgen series (all at 0): no series is born mid-window."""
+        """Until Prometheus holds every pre-created loadgen series and each link's counters (all at 0): no series
+        is born mid-window."""
         created = sum(1 for _ in _loadgen_series())
+        wanted = {
+            f'count(drill_client_calls_total{{service="{SERVICE}",config="{CONFIG}"}})': created,
+            "count(drill_link_streams_reset_total)": len(TOXICS),  # each link's counters, at 0 before any call
+        }
         deadline = time.time() + timeout_s
         while time.time() < deadline:
-            got = self.prom.query(f'count(drill_client_calls_total{{service="{SERVICE}",config="{CONFIG}"}})')
-            if got and float(got[0]["value"][1]) >= created:
+            got = {q: self.prom.query(q) for q in wanted}
+            if all(got[q] and float(got[q][0]["value"][1]) >= n for q, n in wanted.items()):
                 return
             time.sleep(0.25)
-        raise AssertionError(f"Prometheus never scraped the {created} zeroed loadgen series")
+        raise AssertionError(f"Prometheus never scraped the {created} zeroed loadgen series and the links' zeros")
 
     def _wait_until_recorded(self, timeout_s: float = 60.0) -> float:
         """Poll until Prometheus holds the final client counts and a rule evaluation has seen them.
@@ -304,7 +322,7 @@ class LiveDrill:
     def stop(self) -> None:
         if self.prom is not None:
             self.prom.stop()
-        stop_processes([p.proc for p in self.procs])
+        stop_processes([p.proc for p in (*self.procs, self.link_proc) if p is not None])
         server = self.metrics_server
         if isinstance(server, tuple):
             server[0].shutdown()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import re
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +25,7 @@ from harness.dashboards.rules import plan_window_rules
 from harness.drills.cli.run import _prometheus
 from harness.procs.prometheus import LocalPrometheus, finite_values
 from tests.observability.live_drill import CONFIG, RULES, SERVICE, DrillRun, LiveDrill
+from tests.observability.live_links import BLACKHOLE, RELAY, TOXICS
 
 pytestmark = pytest.mark.slow
 
@@ -182,3 +184,72 @@ def test_the_runners_prometheus_loads_the_rules_the_dashboards_read(tmp_path: pa
         prom.stop()
     groups = {g["name"]: len(g["rules"]) for f in RULES for g in yaml.safe_load(f.read_text())["groups"]}
     assert groups and loaded == groups
+
+
+def _overview_query(title: str) -> str:
+    model = next(m for m in build_all().values() if m["uid"] == "drill-overview")
+    return substitute(next(q.expr for q in iter_queries(model) if q.title == title), default_values(model))
+
+
+def _link_scraped_after(drill: DrillRun, end: float, timeout_s: float = 30.0) -> float:
+    """The time of the link process's last scrape once one came after `end` (the link's counters final)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        got = drill.prom.query(f'timestamp(drill_link_streams_reset_total{{link="{RELAY}"}})')
+        if got and float(got[0]["value"][1]) > end:
+            return float(got[0]["value"][1])
+        time.sleep(0.25)
+    raise AssertionError("Prometheus never scraped the link after the drill")
+
+
+def _counted_by_rate(drill: DrillRun, title: str, at: float) -> dict[str, float]:
+    """The panel's rate, over a window that holds the link's whole life, times that window: the count it shows.
+
+    Exact, not an estimate: the window's first sample of each series is the 0 the link created it with (scraped
+    before any call), and `at` is the last sample's own timestamp, so Prometheus' rate extrapolates to neither
+    end (to the start it stops at the counter's zero point, here the first sample; to the end there is no gap):
+    rate = (last − 0) / window.
+    """
+    span = int(at - drill.start) + 30
+    expr = _overview_query(title).replace("[4s]", f"[{span}s]")
+    return {s["metric"]["link"]: float(s["value"][1]) * span for s in drill.prom.query(expr, at=at)}
+
+
+def test_the_link_panels_count_what_the_link_did(drill: DrillRun) -> None:
+    """The Links row over the live drill equals what the link did, exactly: the drill streams its rst_stream toxic
+    reset (its own record, and the calls the drill user saw CANCELLED), the connections each toxic acted on (each
+    toxic's record), and nothing held or dropped by the kernel once it is over."""
+    out = drill.links
+    at = _link_scraped_after(drill, drill.end)
+    reset = _counted_by_rate(drill, "Drill streams reset/s (rst_stream)", at)
+    recorded_reset = sum(c["streams"]["drill"] for c in out.records[(RELAY, "rst_stream")]["connections"])
+    print(f"\nlink {RELAY}: {out.drill_calls} drill calls, {out.drill_reset} CANCELLED by the reset, "
+          f"{recorded_reset} drill streams in the toxic's record, panel {reset}; organic ok {out.organic_ok}, "
+          f"failed {out.organic_failed}; {BLACKHOLE}: {out.blackhole_failed} calls timed out")  # fmt: skip
+    assert recorded_reset > 0 and out.organic_ok > 0 and out.blackhole_failed > 0
+    assert reset[RELAY] == pytest.approx(recorded_reset, rel=1e-9)
+    assert reset[BLACKHOLE] == 0
+    # every drill call the user sent was one stream, reset at its headers: the caller saw each one
+    assert out.drill_reset == out.drill_calls == recorded_reset
+    assert out.organic_failed == 0, "rst_stream reset an organic stream"
+
+    title = "Connections a toxic acted on (since the link started)"
+    faulted = {(s["metric"]["link"], s["metric"]["toxic"]): float(s["value"][1])
+               for s in drill.prom.query(_overview_query(title), at=at)}  # fmt: skip
+    recorded = {key: len(record["connections"]) for key, record in out.records.items()}
+    print(f"connections faulted: panel {faulted}, records {recorded}")
+    assert faulted == recorded == {(link, t["type"]): 1 for link, toxics in TOXICS.items() for t in toxics}
+
+    accepted = _counted_by_rate(drill, "Link connections accepted/s", at)
+    assert accepted == pytest.approx({RELAY: 1, BLACKHOLE: 1}, rel=1e-9), "one channel, one connection, each"
+
+    for title in ("Bytes held by toxics now", "Connections the kernel drops now (kernel-mode blackhole)"):
+        now = {s["metric"]["link"]: float(s["value"][1]) for s in drill.prom.query(_overview_query(title), at=at)}
+        assert now == {RELAY: 0, BLACKHOLE: 0}, (title, now)
+    # While the drill ran, the latency toxic held each answer (and each reset) of obs-relay 200 ms of its
+    # user's ~230-ms cycle (200 ms held, then a 30-ms pause), two users: a scrape finds nothing held only in
+    # the gaps both users' cycles leave at once (each about 15 % of its time), and the drill holds several scrapes.
+    during = drill.prom.query_range(_overview_query("Bytes held by toxics now"), drill.start, drill.end)
+    held = {s["metric"]["link"]: max(float(v) for _, v in s["values"]) for s in during}
+    print(f"bytes held at most, per scrape during the drill: {held}")
+    assert held[RELAY] > 0 and held[BLACKHOLE] == 0
