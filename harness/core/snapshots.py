@@ -197,10 +197,12 @@ class LoadExport(Collector):
     and the process metrics, live. Nothing else of the process's registry: a test process (or an embedding program) may
     hold thousands of unrelated series, and a 1-s scrape must stay small."""
 
-    def __init__(self, counts: EdgeCounts) -> None:
+    def __init__(self, counts: EdgeCounts, extra: tuple = ()) -> None:
+        """`extra`: more collectors the process serves (the runner: the links its trials run in it)."""
         self.counts = counts
         self.sources = (
             m.PHASE, m.FAULT_ACTIVE, m.TRIAL_PHASE_START, m.PLAN_INFO, m.CLIENT_STREAM_MESSAGES, PROCESS_COLLECTOR,
+            *extra,
         )  # fmt: skip
 
     def collect(self) -> Iterator[Metric]:

@@ -18,6 +18,8 @@ STREAMS_RESET = Counter("drill_link_streams_reset_total", "Drill streams a link 
 BYTES_HELD = Gauge("drill_link_bytes_held", "Bytes a link's toxics hold now", ["link"])
 KERNEL_DROPS = Gauge("drill_link_kernel_drops", "Connections whose packets the kernel drops now (kernel mode)",
                      ["link"])  # fmt: skip
+#: every family above, for a /metrics that serves a chosen few (the runner's: harness.drills.trials.metrics_server)
+FAMILIES = (CONNECTIONS, FAULTED, STREAMS_RESET, BYTES_HELD, KERNEL_DROPS)
 
 
 class LinkMetrics:

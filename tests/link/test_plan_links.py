@@ -14,12 +14,15 @@ import asyncio
 import functools
 import socket
 import time
+import urllib.request
 
 import grpc
 from grpc import aio
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness.drills.plan.links import Expect, LinkFault, StackLink
 from harness.drills.stack.links import POLL_S, TrialLinks
+from harness.drills.trials.metrics_server import runner_metrics_url
 from harness.resilience import load
 from tests.link.echo import echo_server, unary
 
@@ -135,8 +138,25 @@ async def test_grpc_round_robin_sends_every_call_to_the_replica_that_answers_onc
             await links.close()
 
 
+def _served(url: str, name: str, **labels: str) -> float:
+    """A sample's value on the /metrics at `url` (0 when it is not there)."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
 @run
 async def test_the_trial_counts_the_calls_the_toxic_touched_and_the_one_way_stop_removes_it_for_good():
+    """The trial's record of what the toxic touched, the stop; and the runner's own /metrics (what the run's
+    Prometheus scrapes, the overview's Links row reads) serves the series of the link the trial runs in it: one
+    more connection faulted by the toxic, one more accepted."""
+    url = runner_metrics_url()
+    faulted = functools.partial(_served, url, "drill_link_connections_faulted_total", link="b", toxic="timeout")
+    accepted = functools.partial(_served, url, "drill_link_connections_total", link="b")
+    before = faulted(), accepted()  # the registry is the process's: other tests' links named b counted too
     async with echo_server() as port:
         links = await _links(port)
         channel = aio.insecure_channel(f"127.0.0.1:{links.links['b'].port}")
@@ -157,6 +177,7 @@ async def test_the_trial_counts_the_calls_the_toxic_touched_and_the_one_way_stop
             summary = links.summary()
             assert summary["calls_touched"] == {"organic": 3, "drill": 2}
             assert summary["connections_faulted"] == 1
+            assert (faulted() - before[0], accepted() - before[1]) == (1, 1)
         finally:
             await channel.close()
             await links.close()

@@ -1,6 +1,7 @@
 """The runner's one /metrics server, and what the run's Prometheus scrapes through it.
 
-One server per process serves the runner's own series (its phase gauges, the plan's info gauge), the aio
+One server per process serves the runner's own series (its phase gauges, the plan's info gauge, the `drill_link_*`
+series of the links its trials run in it), the aio
 load's per-second edge counts stamped with their second (`harness.core.snapshots`), and a relay to each
 trial's hops and load (`readings.relay`): Prometheus keeps the same targets from trial to trial, so it reads
 a new trial's hops within a scrape interval instead of discovering new ports on its 5-s tick.
@@ -17,6 +18,7 @@ from harness.drills.load.schedule import planned_rps
 from harness.drills.plan.model import Plan
 from harness.drills.readings.relay import Relay, relayed
 from harness.drills.readings.relay import serve as serve_metrics
+from harness.link import metrics as link_metrics
 
 _METRICS: tuple[str, EdgeCounts, str, Relay] | None = None
 
@@ -48,7 +50,9 @@ def _runner_server() -> tuple[str, EdgeCounts, str, Relay]:
     global _METRICS
     if _METRICS is None:
         counts = EdgeCounts("loadgen")
-        base, relay = serve_metrics(LoadExport(counts).registry())
+        # the links a plan's trials run in this process (`fault.link`, `stack.links` without `admin`) are read
+        # here, as a running `drill link` is on its own --metrics-port
+        base, relay = serve_metrics(LoadExport(counts, extra=link_metrics.FAMILIES).registry())
         _METRICS = (f"{base}/metrics", counts, base, relay)
     return _METRICS
 
