@@ -8,7 +8,6 @@ ended), in front of a link that carries call faults, in front of the echo server
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import subprocess
@@ -42,15 +41,11 @@ def through_node(node, body):
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 env={**os.environ, "NODE_PATH": modules},
             )  # fmt: skip
+            client = Client(proc, json.dumps)
             try:
-                return await body(link, Client(proc, json.dumps))
+                return await body(link, client)
             finally:
-                proc.stdin.close()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(proc.wait(), 5)
-                if proc.returncode is None:
-                    proc.kill()
-                    await proc.wait()
+                await client.end()
                 await links.close()
 
     return asyncio.run(main())

@@ -66,6 +66,15 @@ class Client:
         await self.start(id, **spec)
         return await self.result(id)
 
+    async def end(self) -> None:
+        """Its stdin closed (it ends once its calls have), at most 5 s, then killed."""
+        self.proc.stdin.close()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.proc.wait(), 5)
+        if self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+
 
 def through(argv, body, env=None, encode=json.dumps):
     """`body(link, client)`: a client (`argv(target)`) behind a link in front of an echo server; its result."""
@@ -78,16 +87,12 @@ def through(argv, body, env=None, encode=json.dumps):
                 *argv(f"127.0.0.1:{link.port}"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, limit=4 << 20,
             )  # fmt: skip
+            client = Client(proc, encode)
             try:
-                return await body(link, Client(proc, encode))
+                return await body(link, client)
             finally:
                 links.stop()  # every toxic gone: the client's calls end, and so does the client
-                proc.stdin.close()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(proc.wait(), 5)
-                if proc.returncode is None:
-                    proc.kill()
-                    await proc.wait()
+                await client.end()
                 await links.close()
 
     return asyncio.run(main())
