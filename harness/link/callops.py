@@ -33,7 +33,7 @@ class Call:
 
     __slots__ = ("sid", "plan", "t0", "cut", "sink", "delay", "up", "served", "hold", "done", "client_ended", "timer",
                  "line", "held", "held_bytes", "released", "headers_out", "server_headers", "trailers", "block", "trip",
-                 "framing", "kept", "reset_behind")  # fmt: skip
+                 "framing", "kept", "reset_behind", "refused_behind")  # fmt: skip
 
     def __init__(self, sid: int, plan: CallPlan, t0: float) -> None:
         self.sid, self.plan, self.t0 = sid, plan, t0
@@ -47,6 +47,7 @@ class Call:
         self.client_ended = False  # the client's END_STREAM or RST_STREAM came: nothing more of it to drop
         #: a fault at the start on a block that used the HPACK table: the block goes on, the stream is reset behind it
         self.reset_behind = False
+        self.refused_behind = False  # refused by the in-flight limit, its block the server's to read (`_refuse`)
         self.timer: asyncio.TimerHandle | None = None
         #: the delay line: (when it leaves, the frame, the call's status when it is the last)
         self.line: list[tuple[float, bytes, grpc.StatusCode | None]] = []

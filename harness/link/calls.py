@@ -39,7 +39,8 @@ is 4,096), and each encoder then signals a dynamic table size update to 0 at the
 A block an encoder sent before the new setting reached it may still use the table (`HeaderScanner.touched`): such a
 block always goes on to the server, and a fault at the start that hits it resets the stream right behind it
 (RST_STREAM CANCEL, as a fault that fires mid-stream) and answers the caller as for a stream cut whole: the
-service reads one header block and a reset, and never answers (said once per connection in the log). The blocks
+service reads one header block and a reset, and never answers (said once per connection in the log); past the
+in-flight limit such a stream is refused the same way (`_refuse`). The blocks
 the link writes are literals without indexing (RFC 7541 §6.2.2), no Huffman: they change no table. Stream ids the
 server then never sees are legal (RFC 9113 §5.1.1: a higher id closes the idle streams below it).
 
@@ -67,7 +68,7 @@ from harness.interceptors._fault_steps import Step
 from harness.interceptors._server_pipeline import DEADLINE_SLACK_S, ServerCore
 from harness.link import h2
 from harness.link import hblock as hb
-from harness.link.callops import Call, CallOps
+from harness.link.callops import _CANCEL, SINK_S, Call, CallOps
 
 log = logging.getLogger("drill.link")
 
@@ -238,9 +239,9 @@ class ConnCalls(CallOps):
             return False  # health and reflection: neither faulted, recorded nor refused, as the interceptors leave them
         kind = owner.kinds.get(path, Kind.BIDI_STREAMING)
         core = self.core
-        if owner.limit and owner.in_flight >= owner.limit and standalone:
-            self._refuse(sid, path, md, kind)  # (a block that used the HPACK table must reach the server: it passes)
-            return True
+        if owner.limit and owner.in_flight >= owner.limit:
+            self._refuse(sid, path, md, kind, standalone)
+            return standalone  # a block that used the HPACK table goes on to the server, the stream reset behind it
         plan = core.plan(path, md, None, kind)
         d = plan.decision
         if d.outcome is not Outcome.HIT:
@@ -298,16 +299,20 @@ class ConnCalls(CallOps):
             self._begin(sid, plan, found, md)
         return False
 
-    def _refuse(self, sid: int, path: str, md: tuple, kind: Kind) -> None:
-        """The in-flight limit: the stream never reaches the server; RESOURCE_EXHAUSTED at once, counted and audited
-        as `drill proxy` counts a refusal (`ServerCore.refuse`); the client's later frames on it are dropped."""
+    def _refuse(self, sid: int, path: str, md: tuple, kind: Kind, standalone: bool = True) -> None:
+        """The in-flight limit: RESOURCE_EXHAUSTED at once, counted and audited as `drill proxy` counts a refusal
+        (`ServerCore.refuse`); the client's later frames on the stream are dropped. The server never sees the stream,
+        unless its header block used the HPACK table (a connection's first blocks): that block must reach the
+        server's decoder, so it goes on with RST_STREAM CANCEL right behind it (`_client_block`), before any of
+        the request's messages, and whatever the server sends on it is dropped."""
         self.core.refuse(path, md, kind=kind)
         flight = self.core.flight
         self.conn.down.inject(h2.frame(h2.HEADERS, h2.END_STREAM | h2.END_HEADERS, sid,
                                        hb.refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, flight.details)))  # fmt: skip
-        if not self.conn._block_flags & h2.END_STREAM:
+        if not standalone or not self.conn._block_flags & h2.END_STREAM:
             call = Call(sid, None, 0.0)
             call.cut = call.done = True
+            call.refused_behind = not standalone
             self.calls[sid] = call
 
     def _finish(self, call: Call, code: grpc.StatusCode) -> None:
@@ -325,6 +330,15 @@ class ConnCalls(CallOps):
             return
         frames, self._block = self._block, []
         call = self.calls.get(self._block_sid)
+        if call is not None and call.refused_behind:  # the block is the server's to read; the stream is not
+            call.refused_behind = False
+            for frame_bytes in frames:
+                reader.inject(frame_bytes)
+            self.conn.up.inject(h2.rst_stream(call.sid, _CANCEL))
+            call.sink = True  # what the server sends on it is dropped, its window given back
+            call.client_ended = bool(frames[0][4] & h2.END_STREAM)
+            self.loop.call_later(SINK_S, self._forget, call)
+            return
         if call is not None and call.cut:  # never reaches the server (trailers of a cut stream too)
             if frames[0][4] & h2.END_STREAM:
                 self._client_ended(call)
