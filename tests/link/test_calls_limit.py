@@ -24,7 +24,7 @@ from harness import protos
 from harness.core.settings import FaultSettings
 from harness.link import h2
 from harness.link.plane import start_plane
-from tests.link.test_calls_ping import _frame, _read
+from tests.link.test_calls_ping import _frame, _read, _settings
 from tests.proxy.probe import SERVICE
 from tests.proxy.test_forward import probe, seen, service  # noqa: F401 - fixtures
 
@@ -50,11 +50,7 @@ def _client(port: int, over: bytes, after: bytes, release) -> dict[int, dict]:
             ftype, flags, stream, payload = _read(sock, buf)
             assert ftype != h2.GOAWAY, payload
             if ftype == h2.SETTINGS and not flags & h2.ACK:
-                for i in range(0, len(payload), 6):
-                    key, value = struct.unpack_from(">HI", payload, i)
-                    if key == h2.SETTINGS_HEADER_TABLE_SIZE:
-                        enc.header_table_size = value
-                sock.sendall(_frame(h2.SETTINGS, h2.ACK, 0))
+                _settings(sock, enc, payload)
             elif ftype == h2.PING and not flags & h2.ACK:
                 sock.sendall(_frame(h2.PING, h2.ACK, 0, payload))
             elif ftype == h2.HEADERS:

@@ -49,6 +49,16 @@ def _read(sock: socket.socket, buf: bytearray) -> tuple[int, int, int, bytes]:
     return frame
 
 
+def _settings(sock: socket.socket, enc: hpack.Encoder, payload: bytes) -> None:
+    """The server's SETTINGS: the table size it allows (the link's 0) taken by `enc` (its next block starts with the
+    size update), and acknowledged."""
+    for i in range(0, len(payload), 6):
+        key, value = struct.unpack_from(">HI", payload, i)
+        if key == h2.SETTINGS_HEADER_TABLE_SIZE:
+            enc.header_table_size = value
+    sock.sendall(_frame(h2.SETTINGS, h2.ACK, 0))
+
+
 def _client(port: int, body: bytes, answer_held) -> list[str]:
     """One delayed drill call, then a PING once the link holds the whole answer: what arrived, in order."""
     enc = hpack.Encoder()
@@ -58,11 +68,7 @@ def _client(port: int, body: bytes, answer_held) -> list[str]:
         while True:  # the server's SETTINGS (the link's table size 0 in them): the request's block follows them
             ftype, flags, _, payload = _read(sock, buf)
             if ftype == h2.SETTINGS and not flags & h2.ACK:
-                for i in range(0, len(payload), 6):
-                    key, value = struct.unpack_from(">HI", payload, i)
-                    if key == h2.SETTINGS_HEADER_TABLE_SIZE:
-                        enc.header_table_size = value
-                sock.sendall(_frame(h2.SETTINGS, h2.ACK, 0))
+                _settings(sock, enc, payload)
                 break
         headers = [(":method", "POST"), (":scheme", "http"), (":path", "/probe.v1.Probe/Echo"),
                    (":authority", f"127.0.0.1:{port}"), ("content-type", "application/grpc"), ("te", "trailers"),
