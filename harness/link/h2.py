@@ -81,15 +81,22 @@ def message_ends(state: list, payload: bytes) -> list[int]:
     return ends
 
 
-#: The header keys read from a client's blocks. (Hook: the drill's W3C `baggage`, read by `harness.core.baggage`
-#: on branch `baggage`, joins them once it lands, and `tenant_of` asks it.)
-KEYS = frozenset({h.TENANT.encode()})
+#: The header keys read from a client's blocks: the x-* drill keys, and the W3C `baggage` they travel in instead
+#: past a hop that forwards only what OpenTelemetry's propagation carries (contracts "Baggage")
+KEYS = frozenset(k.encode() for k in (*h.X_DRILL_KEYS, h.BAGGAGE))
+_TENANT, _BAGGAGE = h.TENANT.encode(), h.BAGGAGE.encode()
 
 
 def tenant_of(found: dict[bytes, bytes]) -> str | None:
-    """The drill tenant a stream's headers carry: `x-tenant-id`."""
-    value = found.get(b"x-tenant-id")
-    return None if value is None else value.decode("utf-8", "replace")
+    """The drill tenant a stream's headers carry, by the interceptors' rule (`harness.core.headers.metadata_dict`):
+    `x-tenant-id`, else the baggage's `drill.tenant` where the stream has no x-* drill key."""
+    value = found.get(_TENANT)
+    if value is not None:
+        return value.decode("utf-8", "replace")
+    if _BAGGAGE not in found:
+        return None
+    md = h.metadata_dict([(k.decode("latin-1"), v.decode("utf-8", "replace")) for k, v in found.items()])
+    return md.get(h.TENANT)
 
 
 @dataclasses.dataclass(slots=True)
