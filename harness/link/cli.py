@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     kinds = _kinds(args)
     if kinds is not None:  # an injecting hop: its audit lines (INFO) on stderr, as `drill proxy` writes them
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return _run_loop(args.event_loop, _link(args, settings, toxics, kinds))
+    return run_loop(args.event_loop, _link(args, settings, toxics, kinds))
 
 
 def _kinds(args: argparse.Namespace) -> dict[str, Kind] | None:
@@ -145,7 +145,7 @@ def wire_stop(links: LinkSet, settings: FaultSettings) -> asyncio.Event:
     return done
 
 
-def _run_loop(choice: str, main) -> int:
+def run_loop(choice: str, main) -> int:
     """Run `main` on uvloop (`auto`: where it is installed) or on asyncio's own loop."""
     if choice != "asyncio":
         try:

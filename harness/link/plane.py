@@ -24,7 +24,7 @@ from harness.core.errors import BadInput, RunFailed
 from harness.core.settings import FaultSettings
 from harness.demo.lifecycle import STOP_GRACE_S, announce, check_free, serve_metrics, settings_from_args
 from harness.link.calls import LinkCalls
-from harness.link.cli import _run_loop, wire_stop
+from harness.link.cli import run_loop, wire_stop
 from harness.link.links import LinkSet
 from harness.protos import method_kinds
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         kinds = method_kinds(args)
     if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() != "none":
         log.warning("proxy: --plane link writes no spans (OTEL_TRACES_EXPORTER is ignored): use --plane aio for them")
-    return _run_loop("auto", _serve(args, settings, kinds))
+    return run_loop("auto", _serve(args, settings, kinds))
 
 
 async def start_plane(upstream: str, *, host: str = "127.0.0.1", port: int = 0, settings: FaultSettings,
