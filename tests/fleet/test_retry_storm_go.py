@@ -23,8 +23,8 @@ from tests.conftest import drill_process
 
 pytestmark = pytest.mark.slow
 
-#: The ports the shipped plan names (47100-47104 gRPC, 47111 and 47113 /metrics).
-PORTS = re.compile(r"\b471(?:0[0-4]|1[13])\b")
+#: The ports the shipped plan names (27100-27104 gRPC, 27111 and 27113 /metrics).
+PORTS = re.compile(r"\b271(?:0[0-4]|1[13])\b")
 
 
 def free_port() -> int:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pathlib
+import re
 
 import pytest
 
 from harness.core.faults import instance_selected
-from harness.drills.plan.files import PlanError, from_dict, load_plan, shipped_plans
+from harness.drills.plan.files import PLANS_DIR, PlanError, from_dict, load_plan, shipped_plans
 from harness.drills.plan.sections import Phases
 
 SHIPPED = {"retry-storm", "slow-half", "basics", "half-open"}
@@ -31,6 +32,25 @@ def test_shipped_plan_loads_and_names_real_configurations(name, quick):
         else:
             assert (CONFIGS / f"{v.config}.yaml").is_file(), v.config
     assert plan.phases.fault > 0
+
+
+def test_the_fixed_ports_a_shipped_plan_listens_on_are_outside_the_ephemeral_range():
+    """A plan whose processes listen on fixed ports (`stack.processes`) must not pick them where the kernel hands out
+    ports for outgoing connections: any connection of the machine may hold one when a trial starts, and the run (or
+    its dry run) then refuses to start (a CI run met 47104 taken this way). Linux's range is read from /proc."""
+    low, high = map(int, pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    fixed = {}
+    for name in shipped_plans():
+        plan = load_plan(name)
+        if plan.stack is None or not plan.stack.processes:
+            continue
+        text = (PLANS_DIR / f"{name}.yaml").read_text()
+        ports = {p.ready.port for p in plan.stack.processes if p.ready.port is not None}
+        ports |= {int(m) for m in re.findall(r"127\.0\.0\.1:(\d+)", text)}
+        fixed[name] = sorted(ports)
+    assert fixed.get("retry-storm-go")  # the shipped chain is among them
+    inside = {name: [p for p in ports if low <= p <= high] for name, ports in fixed.items()}
+    assert not any(inside.values()), (f"{low}-{high}", inside)
 
 
 def test_retry_storm_compares_naive_budget_resilient_and_quick_is_short():
