@@ -29,8 +29,10 @@ PROBE_CALLS × that; a `/metrics` read at most `READ_TIMEOUT_S`. A hop read from
 once Prometheus has scraped it after the probe: after it by `SETTLE_S`, since a server counts a call when its
 handling ends, after the caller has its answer (a stall of a busy box widens that gap; a scrape inside it reads
 the count without the probe), so the wait is one scrape interval of its config, a second for the scrape itself
-(`readings.scrapes.scrape_interval_s`) and `SETTLE_S`, said before it starts. A trial's counters start
-after all this (the runner reads its baseline after the preflight), so the probe is in none of them.
+(`readings.scrapes.scrape_interval_s`) and `SETTLE_S`, said before it starts. A read in which a target's last
+scrape failed holds no count (its series went stale): such a read waits for the next scrape, before the probe as
+after. A trial's counters start after all this (the runner reads its baseline after the preflight), so the probe
+is in none of them.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from grpc import aio
 
@@ -135,21 +137,36 @@ def with_label(selector: str, matcher: str) -> str:
     return "{" + (f"{inner},{matcher}" if inner else matcher) + "}"
 
 
-def read_selector(url: str, selector: str) -> tuple[float, float | None]:
-    """A hop's drill calls as Prometheus holds them now, and the time of its oldest target's last scrape.
+class SelectorRead(NamedTuple):
+    """A hop's drill calls as Prometheus holds them now, and what that count is worth."""
 
-    One query for both, so both come from one snapshot of what Prometheus holds (its storage isolates a query
-    from appends under way). Asked one after the other, a scrape that landed between them paired the time of
-    that scrape with the count of the one before it: the probe then read as not counted by a hop that had (a
-    false exit 4, met twice in full test runs)."""
+    calls: float
+    #: the time of the oldest target's last scrape, when every target's last scrape succeeded; else None
+    scraped: float | None
+    #: how many of the hop's targets failed their last scrape (`up` 0): their counters are stale, so `calls`
+    #: lacks them
+    down: int
+
+
+def read_selector(url: str, selector: str) -> SelectorRead:
+    """A hop's drill calls as Prometheus holds them now, with the time of the scrape they came from.
+
+    One query for count, time and health, so all come from one snapshot of what Prometheus holds (its storage
+    isolates a query from appends under way). Asked one after the other, a scrape that landed between them paired
+    the time of that scrape with the count of the one before it: the probe then read as not counted a hop that
+    had (a false exit 4). A failed scrape (`up` 0: a timeout, an error) marks the target's series stale, so the
+    count drops to nothing while its `up` has a new time: such a read is no count at all (`scraped` None), else
+    it read as a hop that counted none after the probe (a false exit 4) or as none before it (a false pass)."""
     from harness.procs.prometheus import api_get
 
     drill = with_label(selector, 'traffic="drill"')
     query = (f'label_replace(sum({CALLS}{drill}), "read", "calls", "", "") '
-             f'or label_replace(min(timestamp(up{selector})), "read", "scraped", "", "")')  # fmt: skip
+             f'or label_replace(min(timestamp(up{selector})), "read", "scraped", "", "") '
+             f'or label_replace(count(up{selector} == 0), "read", "down", "", "")')  # fmt: skip
     got = {r["metric"].get("read"): float(r["value"][1]) for r in api_get(url, "query", [("query", query)],
                                                                              READ_TIMEOUT_S)["result"]}  # fmt: skip
-    return got.get("calls", 0.0), got.get("scraped")
+    down = int(got.get("down", 0))
+    return SelectorRead(got.get("calls", 0.0), None if down else got.get("scraped"), down)
 
 
 def selector_gates(url: str, selector: str) -> dict:
@@ -259,15 +276,22 @@ async def check_reach(pf: Preflight, variant: Variant, *, edges: Sequence[str], 
     timeout_s = min(CALL_TIMEOUT_S, variant.traffic.timeout_s)
     target = variant.fault.target or order[0]
     try:
+        waits = [hop for hop in hops if not hop.urls]
+        wait_s = await asyncio.to_thread(scrape_wait_s, prometheus) + SETTLE_S if waits else 0.0
+        before_by = time.monotonic() + wait_s
         for hop in hops:
-            hop.before = await read_urls(hop.urls) if hop.urls else \
-                (await asyncio.to_thread(read_selector, prometheus, hop.selector))[0]  # fmt: skip
+            if hop.urls:
+                hop.before = await read_urls(hop.urls)
+                continue
+            while (read := await asyncio.to_thread(read_selector, prometheus, hop.selector)).down:
+                if time.monotonic() >= before_by:  # still failing: the read after the probe says so (stale)
+                    break
+                await asyncio.sleep(0.5)  # a failed scrape holds no count: the next one will
+            hop.before = read.calls
             if hop.name == target:
                 hop.gates_before = await read_gates(hop, prometheus)
         codes = await send(edges, call, probe_tags(variant, call), plan.name, timeout_s)
         sent_at = time.time() + SETTLE_S
-        waits = [hop for hop in hops if not hop.urls]
-        wait_s = await asyncio.to_thread(scrape_wait_s, prometheus) + SETTLE_S if waits else 0.0
         if waits:
             pf._progress(f"reach probe: waiting for {prometheus} to scrape {', '.join(h.name for h in waits)} after "
                          f"it (at most {wait_s:g} s: one scrape interval from its config, a second and "
@@ -278,7 +302,7 @@ async def check_reach(pf: Preflight, variant: Variant, *, edges: Sequence[str], 
                 hop.after = await read_urls(hop.urls)
                 continue
             while True:  # until a scrape after the probe is held, or the bound
-                hop.after, scraped = await asyncio.to_thread(read_selector, prometheus, hop.selector)
+                hop.after, scraped, _ = await asyncio.to_thread(read_selector, prometheus, hop.selector)
                 if scraped is not None and scraped >= sent_at:
                     break
                 if time.monotonic() >= deadline:
@@ -301,8 +325,10 @@ def _verdict(pf: Preflight, variant: Variant, hops: list[Hop], codes: list[str],
         if hop.counted >= 1:
             continue
         if hop.stale:
-            pf.fail(f"{where}reach probe: Prometheus scraped no target of hop {hop.name} ({hop.selector}) in the "
-                    "scrape interval after the probe: the run cannot prove the drill reaches it; no fault was sent", 1)
+            pf.fail(f"{where}reach probe: Prometheus holds no scrape of hop {hop.name} ({hop.selector}) from the "
+                    "scrape interval after the probe in which every target answered (a target not scraped yet, or "
+                    "failing its scrapes: its `up` is 0): the run cannot prove the drill reaches it; no fault was "
+                    "sent", 1)  # fmt: skip
         proven = f"; hop {hops[i - 1].name} counted it as drill traffic" if i else ""
         cause = PROPAGATION if i or hop.name != pf.plan.hop_names[0] else \
             f"it does not take tenant {variant.fault.tenant} as drill traffic (DRILL_FAULT_TENANTS), or it has a " \
