@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from harness.core.environ import environ_now
 from tests.fake_grafana import FakeGrafana
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -139,7 +140,7 @@ def drill_process(
 
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-        input=stdin, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        input=stdin, env={**environ_now(), "PYTHONPATH": str(ROOT), **(env or {})},
     )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
+from harness.core.environ import environ_now
 from harness.core.errors import DrillError, RunFailed
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -93,7 +94,7 @@ def gohop() -> pathlib.Path:
         if binary.exists() and stamp.exists() and stamp.read_text() == digest:
             return binary
         cache = os.environ.get("GOCACHE") or str(pathlib.Path(tempfile.gettempdir(), "drill-gocache"))
-        env = {**os.environ, "GOPATH": GOPATH, "GO111MODULE": "off", "GOFLAGS": "", "CGO_ENABLED": "0"}
+        env = {**environ_now(), "GOPATH": GOPATH, "GO111MODULE": "off", "GOFLAGS": "", "CGO_ENABLED": "0"}
         env["GOCACHE"] = cache
         partial = out / "gohop.partial"
         _run([go, "build", "-o", str(partial), "."], "go build of harness/fleet/gohop", cwd=GO_SOURCE, env=env)

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+from harness.core.environ import environ_now
 from harness.core.errors import RunFailed
 
 #: every live child's process group, for the atexit sweep
@@ -124,7 +125,7 @@ def last_line(path: pathlib.Path) -> str:
 
 def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for a child Python that can import `harness` from this checkout."""
-    env = dict(os.environ)
+    env = environ_now()
     root = str(pathlib.Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")

@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from harness.core.environ import environ_now
+
 HOPS = ("gateway", "order", "account", "ledger")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -65,7 +67,7 @@ def hop_args(hop: str, bounded: bool) -> list[str]:
 def up(config: str, workdir: pathlib.Path, net: str, bounded: bool = False) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     stop(workdir)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DRILL_CONFIG=config)
+    env = environ_now(PYTHONPATH=str(ROOT), DRILL_CONFIG=config)
     pids, ready = [], []
     for i, hop in enumerate(HOPS):
         ready_file = workdir / f"{hop}.ready.json"

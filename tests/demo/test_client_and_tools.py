@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from harness.core import headers as h
+from harness.core.environ import environ_now
 from harness.core.settings import FaultSettings
 from harness.demo.conntrack import count_states, watch_port
 from harness.demo.probe import half_open, summarize
@@ -91,7 +91,7 @@ def test_spans_carry_drill_attributes_and_audit_lines_and_exemplars_carry_the_tr
 
 
 def _drill(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**environ_now(), "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", *args],
         input=stdin,

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
+from harness.core.environ import environ_now
 from tests.conftest import ROOT
 
 
 def test_client_spawn_reports_hits_by_mode_and_error_rate_without_cancelled():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "160"}
+    env = {**environ_now(), "PYTHONPATH": str(ROOT), "COLUMNS": "160"}
     out = subprocess.run(
         [sys.executable, "-m", "harness.cli", "client", "--spawn", "--calls", "150", "--ratio", "100",
          "--directive", "abort:UNAVAILABLE", "--directive", "delay:300", "--cancel-ms", "50", "--timeout", "30"],

@@ -16,6 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from harness.core.environ import environ_now
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.interceptors import SyncDrillClientInterceptor, Tagging
 from tests.conftest import ROOT
@@ -24,7 +25,7 @@ from tests.conftest import ROOT
 @pytest.fixture
 def served(tmp_path):
     ready = tmp_path / "ready.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DRILL_FAULT_ENABLED": "1", "DRILL_FAULT_SEED": "3"}
+    env = {**environ_now(), "PYTHONPATH": str(ROOT), "DRILL_FAULT_ENABLED": "1", "DRILL_FAULT_SEED": "3"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "serve", "--port", "0", "--metrics-port", "-1", "--service", "ledger",
          "--ready-file", str(ready)],
@@ -105,7 +106,8 @@ def _serve(tmp_path, *args: str, env: dict | None = None):
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "serve", "--port", "0", "--metrics-port", "-1", "--service", "ledger",
          "--ready-file", str(ready), *args],
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**environ_now(), "PYTHONPATH": str(ROOT), **(env or {})}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 30

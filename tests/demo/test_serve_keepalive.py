@@ -20,7 +20,6 @@ side by side (the `watched` fixture), each with its own processes and connection
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.environ import environ_now
 from harness.procs.spawn import stop_processes
 from tests.conftest import ROOT, side_by_side
 
@@ -65,7 +65,7 @@ READY, IDLE = "2", "0"  # grpc_connectivity_state: GRPC_CHANNEL_READY, GRPC_CHAN
 
 def _serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
     ready = tmp_path / "ready.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**environ_now(), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "serve", "--port", "0", "--metrics-port", "-1", "--service", "ledger",
          "--ready-file", str(ready), *extra],
@@ -82,7 +82,7 @@ def _serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
 
 
 def _watch(tmp_path: Path, port: int, config: Path) -> tuple[list[tuple[float, str]], str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}  # the GOAWAY is logged at ERROR
+    env = {**environ_now(), "PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}  # the GOAWAY is logged at ERROR
     out = subprocess.run([sys.executable, "-c", CLIENT, f"127.0.0.1:{port}", str(config), str(WATCH_S)],
                          env=env, capture_output=True, text=True, timeout=WATCH_S + 30)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]

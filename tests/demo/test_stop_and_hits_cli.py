@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import urllib.request
@@ -11,6 +10,7 @@ import urllib.request
 import pytest
 
 from harness.core import headers as h
+from harness.core.environ import environ_now
 from harness.core.faults import is_hit_attempt
 from harness.demo import stop as stop_cmd
 from harness.procs.spawn import start_serve
@@ -95,7 +95,7 @@ def test_hits_prints_one_column_per_attempt():
         [sys.executable, "-m", "harness.cli", "hits", "--seed", "-1", "--directive", "delay:250", "--ratio", "50",
          "--scope", "attempt", "--attempts", "6"],
         input="\n".join(ids) + "\n", capture_output=True, text=True, cwd=ROOT, timeout=30,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**environ_now(), "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     rows = [line.split("\t") for line in proc.stdout.splitlines()]
@@ -113,7 +113,7 @@ def test_request_scope_with_attempts_prints_hits_then_misses():
         [sys.executable, "-m", "harness.cli", "hits", "--seed", "1", "--directive", "abort:UNAVAILABLE",
          "--attempts", "3"],
         input="x\n", capture_output=True, text=True, cwd=ROOT, timeout=30,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**environ_now(), "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert proc.stdout == "x\thit\thit\thit\n"
     assert h.FAULT_ATTEMPTS == "x-fault-attempts"

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from harness import cli
+from harness.core.environ import environ_now
 from tests.conftest import ROOT
 from tests.deploy.kube import (
     K8S,
@@ -338,7 +339,7 @@ def test_forward_script_replaces_only_its_own_previous_forward(tmp_path: pathlib
     # itself, not for a process whose arguments merely name it (a CI run beside two CPU hogs caught the gap)
     (fake / "setsid").write_text(f"#!/bin/sh\nsleep 0.5\nexec {shutil.which('setsid')} \"$@\"\n")
     (fake / "setsid").chmod(0o755)
-    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "TMPDIR": str(tmp_path), "COLUMNS": "80"}
+    env = {**environ_now(), "PATH": f"{fake}:{os.environ['PATH']}", "TMPDIR": str(tmp_path), "COLUMNS": "80"}
     pidfile = tmp_path / "drill-k8s-gateway-forward.pid"
     unrelated = subprocess.Popen(["sleep", "30"], start_new_session=True)  # a stale PID must not be killed
     pids = []

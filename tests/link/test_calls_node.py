@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 
 import pytest
 
+from harness.core.environ import environ_now
 from harness.core.safety import EmergencyStop
 from harness.core.settings import FaultSettings
 from harness.fleet import build
@@ -39,7 +39,7 @@ def through_node(node, body):
             proc = await asyncio.create_subprocess_exec(
                 node_cmd, str(CLIENTS / "node" / "client.js"), f"127.0.0.1:{link.port}", "{}",
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env={**os.environ, "NODE_PATH": modules},
+                env={**environ_now(), "NODE_PATH": modules},
             )  # fmt: skip
             client = Client(proc, json.dumps)
             try:

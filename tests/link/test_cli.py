@@ -21,6 +21,7 @@ import requests
 import toxiproxy
 from toxiproxy.api import APIConsumer
 
+from harness.core.environ import environ_now
 from harness.link import draw
 from tests.conftest import ROOT, drill_process
 from tests.proxy.probe import SERVICE, build, descriptor_set, go_service, message_class
@@ -45,7 +46,7 @@ def drill_link(tmp, *args: str, env: dict | None = None):
     ready = tmp / f"link-{time.monotonic_ns()}.json"
     log = open(tmp / f"{ready.stem}.stderr", "w")  # what the link said, kept beside its ready file
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "link", *args, "--ready-file", str(ready)], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, stderr=log)  # fmt: skip
+                            env={**environ_now(), "PYTHONPATH": str(ROOT), **(env or {})}, stderr=log)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while not ready.exists():

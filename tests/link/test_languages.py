@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from harness.core.environ import environ_now
 from harness.fleet import build
 from harness.link.links import LinkSet
 from tests.conftest import side_by_side
@@ -85,7 +86,7 @@ def through(argv, body, env=None, encode=json.dumps):
             link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
             proc = await asyncio.create_subprocess_exec(
                 *argv(f"127.0.0.1:{link.port}"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, limit=4 << 20,
+                stderr=subprocess.PIPE, env={**environ_now(), **(env or {})}, limit=4 << 20,
             )  # fmt: skip
             client = Client(proc, encode)
             try:

@@ -13,12 +13,12 @@ What each configuration must show follows from how it is built (harness/plans/bl
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from harness.core.environ import environ_now
 from tests.conftest import ROOT
 
 #: time 1 s + ping timeout 1 s + the relay's poll (20 ms) and the runner's loop lateness (it runs the load too):
@@ -29,7 +29,7 @@ DETECT_S = 2.5
 @pytest.mark.slow
 def test_blackhole_quick_detects_with_the_ping_timeout_and_only_balancing_routes_around(tmp_path):
     out = tmp_path / "blackhole"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = environ_now(PYTHONPATH=str(ROOT))
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "run", "blackhole", "--quick", "--fail-on", "expect",
          "--out", str(out), "--no-live"],

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 
+from harness.core.environ import environ_now
 from harness.core.errors import BadInput, ConditionFailed
 from harness.drills.analysis import gate
 from harness.drills.analysis.links import expect_reasons, link_notes
@@ -226,7 +227,7 @@ def test_a_kernel_mode_link_fault_is_said_as_such_and_refused_before_anything_st
     if os.geteuid() == 0:  # as nobody: setresuid away from root clears the effective capabilities
         argv = [shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT,
-                          env={**os.environ, "HOME": str(readable)})  # fmt: skip
+                          env={**environ_now(), "HOME": str(readable)})  # fmt: skip
     shutil.rmtree(readable)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [

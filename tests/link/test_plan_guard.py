@@ -4,13 +4,13 @@ actions, and the trial's link record shows how long it acted: `drill run` on a t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 import yaml
 
+from harness.core.environ import environ_now
 from tests.conftest import ROOT
 
 PLAN = {
@@ -35,7 +35,7 @@ def test_a_guards_trip_removes_the_link_toxic_at_once(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(out), "--no-live"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
+        cwd=ROOT, env=environ_now(PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 5, proc.stderr[-3000:]  # a guard stopped the drill
     trial = json.loads((out / "results.json").read_text())["configs"]["naive"]["trials"][0]

@@ -10,7 +10,6 @@ through the link, the toxic silences it at the fault's start, keepalive closes t
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import sys
 import pytest
 import yaml
 
+from harness.core.environ import environ_now
 from harness.procs.spawn import start_serve, stop_processes
 from tests.conftest import ROOT
 
@@ -64,7 +64,7 @@ def test_a_stack_link_is_started_per_trial_and_its_fault_judged(tmp_path):
         proc = subprocess.run(
             [sys.executable, "-m", "harness.cli", "run", str(path), "--fail-on", "expect", "--out", str(out),
              "--no-live"],
-            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
+            cwd=ROOT, env=environ_now(PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]  # expect met: --fail-on expect holds nothing
         r = json.loads((out / "results.json").read_text())

@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from harness.core.environ import environ_now
 from harness.core.errors import BadInput
 from harness.core.faults import Kind
 from harness.drills.plan.sections import Phases
@@ -36,7 +37,7 @@ LOCUSTFILE = str(ROOT / "loadtests" / "locustfile.py")
 
 def _start_notes(tmp: pathlib.Path, *extra: str) -> tuple[subprocess.Popen, dict]:
     ready, record = tmp / "ready.json", tmp / "record.jsonl"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DRILL_FAULT_ENABLED="1", DRILL_FAULT_SEED="3")
+    env = environ_now(PYTHONPATH=str(ROOT), DRILL_FAULT_ENABLED="1", DRILL_FAULT_SEED="3")
     argv = [sys.executable, "-m", "tests.loadtests.notes_service", "--ready-file", str(ready), "--record",
             str(record), *extra]  # fmt: skip
     proc = spawn(argv, tmp / "notes.log", env)

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 
+from harness.core.environ import environ_now
 from harness.procs.ports import private_loopback
 from tests.conftest import ROOT
 from tests.loadtests.conftest import LOCUST, kill_group, wait_announced
@@ -30,7 +31,7 @@ def _free_port(host: str) -> int:
 
 
 def _locust(tmp_path, tag: str, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, LOCUST_DRILL_MASTER_WAIT=WAIT_S)
+    env = environ_now(LOCUST_DRILL_MASTER_WAIT=WAIT_S)
     log = open(tmp_path / f"{tag}.log", "w")  # noqa: SIM115 - closed with the process's end by the OS
     return subprocess.Popen([LOCUST, "-f", LOCUSTFILE, *args], cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip

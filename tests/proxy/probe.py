@@ -11,7 +11,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -20,6 +19,8 @@ import tempfile
 import time
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from harness.core.environ import environ_now
 
 HERE = pathlib.Path(__file__).parent
 PROTO = HERE / "probe.proto"
@@ -51,7 +52,7 @@ def go_build(source: pathlib.Path) -> pathlib.Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the other workers wait for the one that builds
         if binary.exists():
             return binary
-        env = {**os.environ, "GOPATH": GOPATH, "GO111MODULE": "off", "GOFLAGS": "",
+        env = {**environ_now(), "GOPATH": GOPATH, "GO111MODULE": "off", "GOFLAGS": "",
                "GOCACHE": str(tmp / "drill-gocache"), "CGO_ENABLED": "0"}  # fmt: skip
         partial = cache / f"{source.name}.partial"
         proc = subprocess.run([go, "build", "-o", str(partial), "."], cwd=source, env=env,
@@ -105,7 +106,7 @@ def drill_proxy(tmp: pathlib.Path, *args: str, env: dict[str, str] | None = None
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "proxy", *args, "--ready-file", str(ready)],
                                 cwd=ROOT, stderr=log, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})  # fmt: skip
+                                env={**environ_now(), "PYTHONPATH": str(ROOT), **(env or {})})  # fmt: skip
         try:
             deadline = time.monotonic() + 60
             while not ready.exists():

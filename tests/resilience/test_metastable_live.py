@@ -11,12 +11,12 @@ budgeted configurations recover from the same trigger is the 5-trial run's claim
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from harness.core.environ import environ_now
 from harness.core.status import StatusClass, classify
 from harness.drills.analysis import trial as a
 from harness.drills.readings.series import read_series_document
@@ -30,7 +30,7 @@ def test_naive_stays_outside_its_slo_after_the_trigger_is_gone(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "run", "metastable", "--quick", "--configs", "naive",
          "--out", str(out), "--no-live"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
+        cwd=ROOT, env=environ_now(PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())

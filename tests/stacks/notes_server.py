@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import pathlib
 import sys
 import time
 from collections.abc import Iterator
 
+from harness.core.environ import environ_now
 from harness.procs.spawn import spawn, stop_processes
 from tests.conftest import ROOT
 
@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 def notes_server(tmp: pathlib.Path, seed: int) -> Iterator[dict]:
     """{port, metrics_port, pid, log (its audit lines), record (a JSON line per call its handlers finished)}."""
     ready, log, record = tmp / "ready.json", tmp / "notes.log", tmp / "record.jsonl"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DRILL_FAULT_ENABLED="1", DRILL_FAULT_SEED=str(seed))
+    env = environ_now(PYTHONPATH=str(ROOT), DRILL_FAULT_ENABLED="1", DRILL_FAULT_SEED=str(seed))
     argv = [sys.executable, "-m", "tests.loadtests.notes_service", "--ready-file", str(ready), "--record", str(record)]
     proc = spawn(argv, log, env)
     try:

@@ -10,7 +10,6 @@ have its calls, and the hits the service audited are only drill calls of the fau
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import sys
 import pytest
 import yaml
 
+from harness.core.environ import environ_now
 from harness.procs.spawn import spawn_serve, stop_processes, wait_serving
 from tests.conftest import ROOT
 
@@ -57,7 +57,7 @@ def test_a_load_started_by_a_command_runs_the_runners_trial(tmp_path):
         wait_serving([serve])
         proc = subprocess.run(
             [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "out"), "--no-live"],
-            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=180,
+            cwd=ROOT, env=environ_now(PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=180,
         )  # fmt: skip
     finally:
         stop_processes([serve.proc])

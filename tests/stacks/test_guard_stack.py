@@ -12,7 +12,6 @@ commands (docker compose, kubectl) stay: a dry run must not run them, and they w
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import subprocess
@@ -23,6 +22,7 @@ import urllib.request
 import pytest
 import yaml
 
+from harness.core.environ import environ_now
 from harness.procs.prometheus import LocalPrometheus
 from harness.procs.spawn import start_serve
 from tests.conftest import ROOT, drill_inprocess, side_by_side
@@ -51,7 +51,7 @@ def _counters(i: int) -> dict[str, float]:
 def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("guard-stack")
     chain = tmp / "chain"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = environ_now(PYTHONPATH=str(ROOT))
     chain_cmd = [sys.executable, "-m", "harness.testing.external_chain"]
     up = subprocess.run([*chain_cmd, "up", "naive", "--dir", str(chain), "--net", NET], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=90)  # fmt: skip

@@ -13,7 +13,6 @@ forms. The two configurations' runs go side by side (the `link_runs` fixture), e
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import urllib.request
@@ -21,6 +20,7 @@ import urllib.request
 import pytest
 import yaml
 
+from harness.core.environ import environ_now
 from harness.drills.plan.links import StackLink
 from harness.procs.spawn import start_serve, stop_processes
 from tests.conftest import ROOT, side_by_side
@@ -97,7 +97,7 @@ def _run_on_running_link(tmp_path, config: str) -> dict:
         out = tmp_path / "out"
         proc = subprocess.run(
             [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(out), "--no-live"],
-            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
+            cwd=ROOT, env=environ_now(PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         results = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
         return {"proc": proc, "admin": admin, "results": results, "faulted": _faulted(metrics),

@@ -11,13 +11,13 @@ holds) is a saved run in benchmarks/results/, not an assertion.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 import yaml
 
+from harness.core.environ import environ_now
 from harness.drills.plan.outputs import SeriesKey
 from harness.drills.readings.series import read_series_document
 from tests.conftest import ROOT, drill_process
@@ -64,7 +64,7 @@ def chain_run(tmp_path_factory):
         proc = drill("run", str(plan), "--out", str(out), "--no-live")
     finally:
         down = [sys.executable, "-m", "harness.testing.external_chain", "down", "--dir", str(chain_dir)]
-        subprocess.run(down, cwd=ROOT, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        subprocess.run(down, cwd=ROOT, timeout=60, env=environ_now(PYTHONPATH=str(ROOT)))
     results = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
     return proc, results, out, chain_dir
 

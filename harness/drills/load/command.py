@@ -16,6 +16,7 @@ import time
 import urllib.request
 
 from harness.core import metrics as m
+from harness.core.environ import environ_now
 from harness.core.errors import RunFailed
 from harness.drills.load.schedule import announced_start, planned_rps
 from harness.drills.plan.sections import Fault, Phases, Traffic
@@ -72,7 +73,7 @@ class CommandLoad:
                 "MESSAGE_RATE": f"{rate:g}" if rate else "",
             })  # fmt: skip
         env = {f"LOCUST_DRILL_{k}": v for k, v in values.items()}
-        return {**os.environ, **env, "DRILL_CONFIG": self.config_label, "DRILL_TRIAL": str(self.trial)}
+        return {**environ_now(), **env, "DRILL_CONFIG": self.config_label, "DRILL_TRIAL": str(self.trial)}
 
     def metrics_endpoints(self) -> list[tuple[str | None, str]]:
         return [("loadgen", url) for url in self.spec.metrics]

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 
 from harness.core.audit import hit_ids
+from harness.core.environ import environ_now
 from harness.core.errors import RunFailed
 from harness.drills.plan.model import Plan, Variant
 from harness.drills.plan.stack import StackProcess
@@ -74,7 +75,8 @@ class ProcessChain:
 
     def env(self, spec: StackProcess, config: str, trial: int, workdir: pathlib.Path) -> dict[str, str]:
         """The environment `spec`'s command runs with: ours, the trial's variables, then its own `env`."""
-        return {**os.environ, "DRILL_CONFIG": config, "DRILL_TRIAL": str(trial), "DRILL_PLAN_DIR": str(self.plan_dir),
+        return {**environ_now(), "DRILL_CONFIG": config, "DRILL_TRIAL": str(trial),
+                "DRILL_PLAN_DIR": str(self.plan_dir),
                 "DRILL_OUT": str(workdir), "DRILL_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1",
                 **spec.env}  # fmt: skip
 

@@ -38,6 +38,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from harness.core.audit import hit_ids
+from harness.core.environ import environ_now
 from harness.core.errors import RunFailed
 from harness.core.headers import DEFAULT_DRILL_TENANT
 from harness.drills.plan.model import Plan, Variant
@@ -295,7 +296,7 @@ class RunningStack:
             return links
         workdir.mkdir(parents=True, exist_ok=True)
         log_path = workdir / "emergency-stop.log"
-        env = dict(os.environ, DRILL_TRIAL=str(trial))
+        env = environ_now(DRILL_TRIAL=str(trial))
         with open(log_path, "ab") as log:
             proc = await asyncio.create_subprocess_shell(
                 command, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True
@@ -382,7 +383,7 @@ def target_for(plan: Plan, log=print) -> DrillTarget:
 
 async def run_switch(config: StackConfig, trial: int, log_path: pathlib.Path) -> None:
     """Run a configuration's switch command in its own process group, bounded by its timeout."""
-    env = dict(os.environ, DRILL_CONFIG=config.name, DRILL_TRIAL=str(trial))
+    env = environ_now(DRILL_CONFIG=config.name, DRILL_TRIAL=str(trial))
     with open(log_path, "ab") as log:
         proc = await asyncio.create_subprocess_shell(
             config.switch, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True

@@ -4,19 +4,19 @@ benchmarks/results/demo-run.txt). The drill runner's own wiring is proved by tes
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from harness.core.environ import environ_now
 from tests.conftest import ROOT
 
 
 @pytest.mark.slow
 def test_demo_quick_meets_the_done_criteria(tmp_path):
     out = tmp_path / "demo"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = environ_now(PYTHONPATH=str(ROOT))
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "demo", "--quick", "--out", str(out), "--no-live"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,

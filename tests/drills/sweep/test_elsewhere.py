@@ -10,6 +10,7 @@ import subprocess
 import pytest
 import yaml
 
+from harness.core.environ import environ_now
 from harness.core.errors import BadInput
 from harness.drills.sweep.axes import Axis
 from harness.drills.sweep.elsewhere import collect, render_k8s
@@ -68,7 +69,7 @@ def test_the_rendered_indexed_job_validates_and_each_index_runs_its_own_point(tm
     stand_in.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
     stand_in.chmod(0o755)
     for index in (0, 7, 19):
-        env = {**os.environ, "PATH": f"{stand_in.parent}:{os.environ['PATH']}", "JOB_COMPLETION_INDEX": str(index)}
+        env = {**environ_now(), "PATH": f"{stand_in.parent}:{os.environ['PATH']}", "JOB_COMPLETION_INDEX": str(index)}
         argv = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
         assert argv[argv.index("--at") + 1] == f"{settings.axis.values[index]:g}"
         assert argv[argv.index("--out") + 1] == f"/results/point-{index}"

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.core.environ import environ_now
 from harness.procs.ports import listening_ports
 from tests.conftest import ROOT
 
@@ -81,7 +82,7 @@ def _start(tmp: pathlib.Path) -> Started:
     plan = tmp / "plan.yaml"
     plan.write_text(PLAN)
     out, err = tmp / "out", tmp / "runner.err"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = environ_now(PYTHONPATH=str(ROOT))
     with open(err, "w") as fh:
         runner = subprocess.Popen(
             [sys.executable, "-m", "harness.cli", "run", str(plan), "--out", str(out), "--no-live"],

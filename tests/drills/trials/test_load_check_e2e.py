@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from harness.core.environ import environ_now
 from harness.drills.readings.series import read_series_document
 from tests.conftest import ROOT, side_by_side
 
@@ -43,7 +43,7 @@ def _drill_run(tmp_path, plan: str | dict, *extra: str) -> dict:
         path.write_text(json.dumps(plan))
         plan = str(path)
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = environ_now(PYTHONPATH=str(ROOT))
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "run", plan, "--out", str(out), "--no-live", *extra],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
