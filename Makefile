@@ -32,6 +32,11 @@ test: $(STAMP)
 	@# the suite starts a few hundred Python processes; where PYTHONDONTWRITEBYTECODE is set (CI) none of them
 	@# would cache its imports: compiled once here, each start is ~0.2 s of CPU cheaper
 	$(PY) -m compileall -q harness loadtests tests >/dev/null
+	@# the fleet's Go and Node hops, built beside the steps below and the workers' start: a fresh clone has
+	@# neither, and the worker that first needs them built them under the load of four others (24 s in one CI
+	@# run, 4.6 s alone); a worker that needs them now waits on the build's lock, and a failed build is retried
+	@# there and fails its tests in one line
+	$(PY) -m harness.fleet.build >/dev/null 2>&1 &
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider -n 5 --dist loadfile --durations=15
 
