@@ -80,7 +80,7 @@ def trial(name: str, extra: tuple, work: pathlib.Path) -> dict:
     try:
         with grpc.insecure_channel(f"127.0.0.1:{ln['link_port']}", options=options) as channel:
             call = channel.unary_unary(METHOD)
-            call(b"", timeout=10)  # connected before the clock starts
+            call(b"", timeout=10, wait_for_ready=True)  # connected before the clock starts
             t0 = time.monotonic()
             pending, n, removed_at, set_at = [], 0, None, None
             while True:
@@ -146,7 +146,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for name, extra in VARIANTS.items():
-                got = trial(name, extra, pathlib.Path(tmp))
+                work = pathlib.Path(tmp, f"round-{r + 1}")
+                work.mkdir()
+                got = trial(name, extra, work)
                 results.append(got)
                 print(f"round {r + 1} {json.dumps(got)}", flush=True)
     for name in VARIANTS:
