@@ -147,7 +147,7 @@ def main() -> int:
         for r in range(args.rounds):
             for name, extra in VARIANTS.items():
                 work = pathlib.Path(tmp, f"round-{r + 1}")
-                work.mkdir()
+                work.mkdir(exist_ok=True)
                 got = trial(name, extra, work)
                 results.append(got)
                 print(f"round {r + 1} {json.dumps(got)}", flush=True)
