@@ -15,8 +15,8 @@ timeout 1 s), sending a unary call every 100 ms (2-s deadline, open loop) for CL
 blackhole set, then until a second's calls sent after the fault all answered OK, or for at most AFTER_S. Per variant:
 when the caller first failed fast (UNAVAILABLE: keepalive closed the connection), how many connections the link
 faulted, and how long after the toxic was removed the first OK and the last failure came. Variants: the shipped
-configuration, and the same with `grpc.min_reconnect_backoff_ms` 2000 (a 2-s connect timeout). The last line is
-machine-readable.
+configuration, and the same with `keepalive.connectTimeout: 2s` (`grpc.min_reconnect_backoff_ms` 2000). The last
+line is machine-readable.
 """
 
 from __future__ import annotations
@@ -34,18 +34,27 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
+import yaml  # noqa: E402
 
 from benchmarks._cpu import header  # noqa: E402
 from harness.core.environ import environ_now  # noqa: E402
 from harness.procs.spawn import stop_processes  # noqa: E402
-from harness.resilience import load  # noqa: E402
+from harness.resilience import from_dict  # noqa: E402
 
 CONFIG = ROOT / "harness/configs/keepalive-detect.yaml"
 METHOD = "/drill.v1.Demo/Call"
 RATE = 10  # calls/s
 DEADLINE_S = 2.0
 CLEAN_S, FAULT_S, AFTER_S = 3.0, 10.0, 40.0
-VARIANTS = {"shipped": (), "connect-timeout-2s": (("grpc.min_reconnect_backoff_ms", 2000),)}
+#: each variant's keepalive section over keepalive-detect.yaml's
+VARIANTS = {"shipped": {}, "connect-timeout-2s": {"connectTimeout": "2s"}}
+
+
+def channel_options(keepalive: dict) -> tuple:
+    """The caller's channel options: keepalive-detect.yaml with `keepalive` over its keepalive section."""
+    raw = yaml.safe_load(CONFIG.read_text())
+    raw["keepalive"] = {**raw["keepalive"], **keepalive}
+    return from_dict(raw, str(CONFIG)).channel_options()
 
 
 def _start(argv: list[str], ready: pathlib.Path, log: pathlib.Path) -> tuple[subprocess.Popen, dict]:
@@ -70,12 +79,12 @@ def _admin(port: int, method: str, path: str, body: dict | None = None) -> dict:
     return json.loads(text) if text.strip() else {}
 
 
-def trial(name: str, extra: tuple, work: pathlib.Path) -> dict:
+def trial(name: str, keepalive: dict, work: pathlib.Path) -> dict:
     serve, s = _start(["serve", "--service", "ledger", "--port", "0", "--metrics-port", "-1", "--config", str(CONFIG)],
                       work / f"{name}-serve.json", work / f"{name}-serve.log")  # fmt: skip
     link, ln = _start(["link", "--upstream", f"127.0.0.1:{s['port']}", "--port", "0", "--name", "ledger-1",
                        "--admin-port", "0"], work / f"{name}-link.json", work / f"{name}-link.log")  # fmt: skip
-    options = [*load(str(CONFIG)).channel_options(), *extra]
+    options = channel_options(keepalive)
     calls: list[tuple[float, float, str]] = []  # (sent, ended, code), times from the start
     try:
         with grpc.insecure_channel(f"127.0.0.1:{ln['link_port']}", options=options) as channel:
@@ -142,13 +151,15 @@ def main() -> int:
     print(header("blackhole_reconnect", pinned=False))
     print(f"# grpc-python {grpc.__version__}; {RATE} calls/s, {DEADLINE_S:g}-s deadline; clean {CLEAN_S:g} s, "
           f"blackhole {FAULT_S:g} s, then up to {AFTER_S:g} s; channel options of {CONFIG.relative_to(ROOT)}")
+    for name, keepalive in VARIANTS.items():
+        print(f"# {name}: keepalive {keepalive or 'as shipped'}: {dict(channel_options(keepalive))}")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for name, extra in VARIANTS.items():
+            for name, keepalive in VARIANTS.items():
                 work = pathlib.Path(tmp, f"round-{r + 1}")
                 work.mkdir(exist_ok=True)
-                got = trial(name, extra, work)
+                got = trial(name, keepalive, work)
                 results.append(got)
                 print(f"round {r + 1} {json.dumps(got)}", flush=True)
     for name in VARIANTS:

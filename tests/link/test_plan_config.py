@@ -128,6 +128,15 @@ def test_keepalive_becomes_channel_options_and_the_servers_permit_policy():
     assert config_from_dict({"name": "n"}).channel_options() == () == config_from_dict({"name": "n"}).server_options()
 
 
+def test_a_connect_timeout_bounds_the_reconnects_handshake():
+    """gRPC core's minimum connect timeout (20 s unless set) is read from `grpc.min_reconnect_backoff_ms`:
+    benchmarks/blackhole_reconnect.py measures what it changes after a blackhole."""
+    cfg = config_from_dict({"name": "k", "keepalive": {"time": "1s", "connectTimeout": "2s"}})
+    assert dict(cfg.channel_options())["grpc.min_reconnect_backoff_ms"] == 2000
+    assert "grpc.min_reconnect_backoff_ms" not in dict(config_from_dict(
+        {"name": "k", "keepalive": {"time": "1s"}}).channel_options())  # gRPC's default kept  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("keepalive", "said"),
     [
@@ -135,6 +144,7 @@ def test_keepalive_becomes_channel_options_and_the_servers_permit_policy():
         ({"time": "1s", "pingTimout": "1s"}, "keepalive.pingTimout: unknown key"),
         ({"time": "0s"}, "keepalive.time"),
         ({"time": "1s", "serverPermit": {"minPingInterval": "5s"}}, "GOAWAY too_many_pings"),
+        ({"time": "1s", "connectTimeout": "10ms"}, "keepalive.connectTimeout"),
     ],
 )
 def test_a_keepalive_that_cannot_work_is_refused_with_its_key_path(keepalive, said):
