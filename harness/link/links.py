@@ -66,6 +66,7 @@ class Link:
         self.connections: set[Connection] = set()
         self.metrics = LinkMetrics(name)
         self._server: asyncio.AbstractServer | None = None
+        self.reuse_port = False  # SO_REUSEPORT on its port (LinkSet.add)
         self._kernel: kernel.KernelDrops | None = None
         self._order = itertools.count()
         #: connections accepted so far (the next one's order in the draw)
@@ -102,7 +103,8 @@ class Link:
             return
         host, port = self.listen_addr
         try:
-            self._server = await self.loop.create_server(self._accept, host, port, reuse_address=True)
+            self._server = await self.loop.create_server(self._accept, host, port, reuse_address=True,
+                                                         reuse_port=self.reuse_port or None)  # fmt: skip
         except OSError as exc:
             raise ToxicError(f"listen tcp {host}:{port}: {exc.strerror or exc}", 500) from None
         self.listen_addr = (host, self._server.sockets[0].getsockname()[1])
@@ -243,11 +245,15 @@ class LinkSet:
         if not upstream:
             raise ToxicError("missing required field: upstream")
 
-    async def add(self, name: str, listen: str, upstream: str, enabled: bool = True) -> Link:
+    async def add(self, name: str, listen: str, upstream: str, enabled: bool = True, *,
+                  reuse_port: bool = False) -> Link:  # fmt: skip
+        """A new link; `reuse_port`: its port shared with other processes' (SO_REUSEPORT: `drill proxy --plane
+        link --workers`), else a port in use is refused."""
         self._check(name, upstream)
         if name in self.links:
             raise ToxicError("proxy already exists", 409)
         link = Link(self, name, listen or "127.0.0.1:0", upstream)
+        link.reuse_port = reuse_port
         if enabled:
             await link.start()
         self.links[name] = link

@@ -8,9 +8,10 @@ every stream recorded as the call it is (the per-call metrics drill proxy export
 server's grpc-status read from its trailers), and the in-flight limit (`--max-in-flight` / DRILL_MAX_IN_FLIGHT:
 past it a new stream is refused at once with RESOURCE_EXHAUSTED, never forwarded, counted and audited as drill proxy
 counts one). The settings, each method's kind (`harness.protos.method_kinds`: --descriptor-set, --proto, else the
-upstream's reflection), the ready and port files, the one-way stop and the error lines are drill proxy's.
-Not carried (refused as bad input, so nobody believes they are on): `--workers`, `--max-backlog` (the link has no
-grpc core queue: its bound is the in-flight limit). No spans either (said at start when OTEL_TRACES_EXPORTER asks).
+upstream's reflection), the ready and port files, the one-way stop and the error lines are drill proxy's, and so
+is `--workers N` (`harness.demo.workers`: N link-plane processes on one port, SO_REUSEPORT).
+Not carried (refused as bad input, so nobody believes it is on): `--max-backlog` (the link has no grpc core
+queue: its bound is the in-flight limit). No spans either (said at start when OTEL_TRACES_EXPORTER asks).
 The choice between the planes is `harness.cli`'s (`PLANES`): this module imports nothing of `harness.proxy`.
 """
 
@@ -26,6 +27,7 @@ from harness.demo.lifecycle import STOP_GRACE_S, announce, check_free, serve_met
 from harness.link.calls import LinkCalls
 from harness.link.cli import run_loop, wire_stop
 from harness.link.links import LinkSet
+from harness.link.toxics import ToxicError
 from harness.protos import method_kinds
 
 log = logging.getLogger("drill.proxy")
@@ -34,8 +36,6 @@ log = logging.getLogger("drill.proxy")
 def run(args: argparse.Namespace) -> int:
     """`drill proxy --plane link` until SIGINT or SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if args.workers > 1:
-        raise BadInput("proxy: --workers: --plane link runs one process (no --workers yet): drop it or use --plane aio")
     if args.max_backlog is not None:
         raise BadInput("proxy: --max-backlog: it bounds grpc's core queue, which --plane link has not (its bound is "
                        "--max-in-flight): drop it or use --plane aio")  # fmt: skip
@@ -48,7 +48,12 @@ def run(args: argparse.Namespace) -> int:
     local = bool(args.descriptor_set or args.proto or args.proto_path)
     kinds = method_kinds(args) if local else {}
     settings = settings_from_args(args, "proxy")
-    check_free(args.host, args.port, "proxy")
+    if args.workers > 1:  # each worker is this command with --reuse-port, its checks passed here once
+        from harness.demo.workers import supervise
+
+        return supervise(args)
+    if not args.reuse_port:
+        check_free(args.host, args.port, "proxy")
     if not local:
         kinds = method_kinds(args)
     if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() != "none":
@@ -57,12 +62,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def start_plane(upstream: str, *, host: str = "127.0.0.1", port: int = 0, settings: FaultSettings,
-                      method_kinds: dict | None = None, metrics: bool = True) -> tuple[LinkSet, int]:  # fmt: skip
+                      method_kinds: dict | None = None, metrics: bool = True,
+                      reuse_port: bool = False) -> tuple[LinkSet, int]:  # fmt: skip
     """Start a link-plane proxy in front of `upstream` (what `drill proxy --plane link` runs); (its links, the bound
-    port). `await links.close()` ends it."""
+    port). `reuse_port`: share the port with the other workers of `--workers`. `await links.close()` ends it."""
     calls = LinkCalls(settings, kinds=method_kinds, metrics=metrics, hop=True)
     links = LinkSet(seed=settings.seed, drill_tenants=settings.tenants, calls=calls)
-    link = await links.add("proxy", f"{host}:{port}", upstream)
+    link = await links.add("proxy", f"{host}:{port}", upstream, reuse_port=reuse_port)
     return links, link.port
 
 
@@ -70,8 +76,8 @@ async def _serve(args: argparse.Namespace, settings: FaultSettings, kinds: dict)
     metrics_port = serve_metrics(args, "proxy")
     try:
         links, port = await start_plane(args.upstream, host=args.host, port=args.port, settings=settings,
-                                        method_kinds=kinds)  # fmt: skip
-    except OSError as exc:
+                                        method_kinds=kinds, reuse_port=args.reuse_port)  # fmt: skip
+    except (OSError, ToxicError) as exc:  # ToxicError: the link's bind failed (a port in use)
         raise RunFailed(f"proxy: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
     done = wire_stop(links, settings)
     log.warning("proxy %s on %s:%d → %s (plane link, faults %s, seed %d, %d methods known, at most %d in flight), "

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         if args.descriptor_set or args.proto:  # bad input (a missing file, both given) once, not per worker
             method_kinds(args)
         settings_from_args(args, "proxy")  # a bad DRILL_* value once, not per worker
-        from harness.proxy.workers import supervise
+        from harness.demo.workers import supervise
 
         return supervise(args)
     try:

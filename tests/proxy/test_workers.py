@@ -1,4 +1,5 @@
-"""`drill proxy --workers N`: N processes on one port (SO_REUSEPORT), one supervisor that owns them.
+"""`drill proxy --workers N`: N processes on one port (SO_REUSEPORT), one supervisor that owns them, on either
+data plane (`--plane aio`, `--plane link`).
 
 Against the Go probe: the connections of many channels spread over both workers (the kernel hashes each
 new connection to one listener: 16 connections all on one of two workers has a chance of 2 / 2**16), each
@@ -15,6 +16,7 @@ import signal
 import time
 import urllib.request
 
+import pytest
 from grpc import aio
 
 from harness.core import headers as h
@@ -29,13 +31,14 @@ def _calls(metrics_port: int, pattern: str) -> float:
     return sum(float(v) for v in re.findall(pattern + r".* ([0-9.e+]+)$", text, re.M))
 
 
-def test_two_workers_share_the_port_each_count_their_calls_and_stop_together(tmp_path):
+@pytest.mark.parametrize("plane", ["aio", "link"])
+def test_two_workers_share_the_port_each_count_their_calls_and_stop_together(tmp_path, plane):
     binary = build()
     ds = descriptor_set(tmp_path / "probe.pb")
     msg = message_class(ds)
     with go_service(binary, tmp_path) as upstream:
         args = ("--upstream", upstream, "--port", "0", "--metrics-port", "-1", "--service", "probe",
-                "--enable-faults", "--workers", "2", "--descriptor-set", str(ds))  # fmt: skip
+                "--enable-faults", "--workers", "2", "--descriptor-set", str(ds), "--plane", plane)  # fmt: skip
         with drill_proxy(tmp_path, *args) as (proc, info):
             assert len(info["pids"]) == 2 and len(set(info["metrics_ports"])) == 2, info
             hit = ((h.TENANT, "tenant-drill"), (h.FAULT, "abort:UNAVAILABLE"), (h.FAULT_RATIO, "100"),

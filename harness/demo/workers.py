@@ -1,6 +1,8 @@
 """`drill proxy --workers N`: N proxy processes behind one listening port, for more than one core.
 
-One proxy process is one Python event loop, so one core at most. With `--workers N`
+One proxy process is one Python event loop, so one core at most, on either data plane (`--plane aio`, the
+grpc.aio handlers of `harness.proxy`; `--plane link`, the frame relay of `harness.link.plane`): both planes call
+this supervisor, which sits below them, after their own checks of the command line. With `--workers N`
 this process becomes a supervisor: it reserves the port, starts N ordinary `drill
 proxy` processes that each bind it with SO_REUSEPORT (the kernel spreads new
 connections over them; a connection stays with the worker that accepted it, as a
@@ -56,7 +58,7 @@ def worker_argv(args: argparse.Namespace, index: int, port: int, ready: pathlib.
     metrics_port = args.metrics_port + index if args.metrics_port > 0 else args.metrics_port
     argv = [sys.executable, "-m", "harness.cli", "proxy", "--upstream", args.upstream, "--host", args.host,
             "--port", str(port), "--reuse-port", "--metrics-port", str(metrics_port), "--service", args.service,
-            "--ready-file", str(ready)]  # fmt: skip
+            "--ready-file", str(ready), "--plane", getattr(args, "plane", "aio")]  # fmt: skip
     if args.enable_faults:
         argv.append("--enable-faults")
     if args.seed is not None:
