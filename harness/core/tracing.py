@@ -261,7 +261,7 @@ _NO_PARENT = Context()
 _fields: tuple[object, frozenset[str]] = (None, frozenset())
 
 
-def _propagation_keys() -> frozenset[str]:
+def propagation_keys() -> frozenset[str]:
     """Metadata keys the global propagator reads (`traceparent`, `tracestate`, `baggage` by default)."""
     global _fields
     textmap = get_global_textmap()
@@ -272,7 +272,7 @@ def _propagation_keys() -> frozenset[str]:
 
 def start_server_span(tracer, name: str, metadata, tenant: str, mode: str, hit: bool, request_id: str) -> trace.Span:
     """A SERVER span for one call, child of the caller's span when the metadata carries its context."""
-    keys = _propagation_keys()
+    keys = propagation_keys()
     parent = _NO_PARENT  # what extracting from metadata without any propagation key gives
     for item in metadata or ():
         if item[0] in keys:

@@ -64,6 +64,7 @@ from harness.core.gate import Outcome
 from harness.core.metrics import is_infrastructure
 from harness.core.safety import EmergencyStop
 from harness.core.settings import FaultSettings
+from harness.core.tracing import propagation_keys
 from harness.interceptors._fault_steps import Step
 from harness.interceptors._server_pipeline import DEADLINE_SLACK_S, ServerCore
 from harness.link import h2
@@ -91,8 +92,11 @@ class LinkCalls:
     bidi stream, as `drill proxy` judges it (every kind is one on the wire)."""
 
     def __init__(self, settings: FaultSettings, *, kinds: dict[str, Kind] | None = None, metrics: bool = True,
-                 stop: EmergencyStop | None = None, hop: bool = False) -> None:  # fmt: skip
-        self.core = ServerCore(settings, metrics=metrics, stop=stop)
+                 stop: EmergencyStop | None = None, hop: bool = False, tracer=None) -> None:  # fmt: skip
+        #: `tracer`: each call the pipeline begins is a SERVER span, as in process (`ServerCore.begin`), child of the
+        #: caller's context: its blocks are read for the propagation keys too (`traceparent`, `tracestate`)
+        self.core = ServerCore(settings, metrics=metrics, stop=stop, tracer=tracer)
+        self.keys = KEYS if tracer is None else KEYS | {k.encode() for k in propagation_keys()}
         self.kinds = dict(kinds or {})
         #: a hop (`drill proxy --plane link`): every stream is a call the pipeline records, as `drill proxy` records
         #: each call it forwards (organic ones too: started, finished with the server's grpc-status, latency), and
@@ -114,7 +118,7 @@ class LinkCalls:
         """Carry call faults on a new connection (before its first byte)."""
         self._loop = loop
         calls = ConnCalls(self, conn, loop)
-        conn.attach_calls(calls, KEYS)
+        conn.attach_calls(calls, self.keys)
         self.conns.add(calls)
         return calls
 

@@ -11,7 +11,9 @@ counts one). The settings, each method's kind (`harness.protos.method_kinds`: --
 upstream's reflection), the ready and port files, the one-way stop and the error lines are drill proxy's, and so
 is `--workers N` (`harness.demo.workers`: N link-plane processes on one port, SO_REUSEPORT).
 Not carried (refused as bad input, so nobody believes it is on): `--max-backlog` (the link has no grpc core
-queue: its bound is the in-flight limit). No spans either (said at start when OTEL_TRACES_EXPORTER asks).
+queue: its bound is the in-flight limit). Spans: a SERVER span per call when OTEL_TRACES_EXPORTER names an
+exporter, child of the caller's context, as the aio plane writes them (the service's own span is its sibling on both
+planes: neither rewrites the caller's `traceparent`).
 The choice between the planes is `harness.cli`'s (`PLANES`): this module imports nothing of `harness.proxy`.
 """
 
@@ -23,7 +25,7 @@ import os
 
 from harness.core.errors import BadInput, RunFailed
 from harness.core.settings import FaultSettings
-from harness.demo.lifecycle import STOP_GRACE_S, announce, check_free, serve_metrics, settings_from_args
+from harness.demo.lifecycle import STOP_GRACE_S, announce, check_free, serve_metrics, settings_from_args, tracer_for
 from harness.link.calls import LinkCalls
 from harness.link.cli import run_loop, wire_stop
 from harness.link.links import LinkSet
@@ -56,17 +58,16 @@ def run(args: argparse.Namespace) -> int:
         check_free(args.host, args.port, "proxy")
     if not local:
         kinds = method_kinds(args)
-    if os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() != "none":
-        log.warning("proxy: --plane link writes no spans (OTEL_TRACES_EXPORTER is ignored): use --plane aio for them")
     return run_loop("auto", _serve(args, settings, kinds))
 
 
 async def start_plane(upstream: str, *, host: str = "127.0.0.1", port: int = 0, settings: FaultSettings,
                       method_kinds: dict | None = None, metrics: bool = True,
-                      reuse_port: bool = False) -> tuple[LinkSet, int]:  # fmt: skip
+                      reuse_port: bool = False, tracer=None) -> tuple[LinkSet, int]:  # fmt: skip
     """Start a link-plane proxy in front of `upstream` (what `drill proxy --plane link` runs); (its links, the bound
-    port). `reuse_port`: share the port with the other workers of `--workers`. `await links.close()` ends it."""
-    calls = LinkCalls(settings, kinds=method_kinds, metrics=metrics, hop=True)
+    port). `reuse_port`: share the port with the other workers of `--workers`; `tracer`: a SERVER span per call, as
+    the aio plane writes. `await links.close()` ends it."""
+    calls = LinkCalls(settings, kinds=method_kinds, metrics=metrics, hop=True, tracer=tracer)
     links = LinkSet(seed=settings.seed, drill_tenants=settings.tenants, calls=calls)
     link = await links.add("proxy", f"{host}:{port}", upstream, reuse_port=reuse_port)
     return links, link.port
@@ -76,7 +77,8 @@ async def _serve(args: argparse.Namespace, settings: FaultSettings, kinds: dict)
     metrics_port = serve_metrics(args, "proxy")
     try:
         links, port = await start_plane(args.upstream, host=args.host, port=args.port, settings=settings,
-                                        method_kinds=kinds, reuse_port=args.reuse_port)  # fmt: skip
+                                        method_kinds=kinds, reuse_port=args.reuse_port,
+                                        tracer=tracer_for(settings))  # fmt: skip
     except (OSError, ToxicError) as exc:  # ToxicError: the link's bind failed (a port in use)
         raise RunFailed(f"proxy: cannot listen on {args.host}:{args.port} (port in use or not allowed)") from exc
     done = wire_stop(links, settings)
