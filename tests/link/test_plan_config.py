@@ -105,7 +105,8 @@ def test_the_dry_run_says_what_the_blackhole_touches_and_its_expectation():
 
 def test_blackhole_quick_runs_three_configurations_each_one_knob_apart():
     full, quick = load_plan("blackhole"), load_plan("blackhole", quick=True)
-    assert [v.name for v in full.variants] == ["naive", "keepalive", "keepalive-detects", "balanced"]
+    assert [v.name for v in full.variants] == ["naive", "keepalive", "keepalive-detects", "keepalive-reconnects",
+                                               "balanced"]  # fmt: skip
     assert [v.name for v in quick.variants] == ["naive", "keepalive-detects", "balanced"]
     assert quick.phases.total <= 15
     keepalive = {v.name: load(v.config).keepalive for v in full.variants}
@@ -113,6 +114,11 @@ def test_blackhole_quick_runs_three_configurations_each_one_knob_apart():
     assert keepalive["keepalive"]["ping_timeout_s"] is None
     assert keepalive["keepalive-detects"]["ping_timeout_s"] == keepalive["balanced"]["ping_timeout_s"] == 1.0
     assert {v.name: load(v.config).balancer["kind"] for v in full.variants}["balanced"] == "grpc_round_robin"
+    # keepalive-reconnects: keepalive-detects and a 2-s connect timeout, nothing else
+    detects, reconnects = (load(v.config) for v in full.variants if v.name in ("keepalive-detects",
+                                                                               "keepalive-reconnects"))  # fmt: skip
+    assert reconnects.keepalive == {**detects.keepalive, "connect_timeout_s": 2.0}
+    assert reconnects.balancer == detects.balancer and reconnects.methods == detects.methods
 
 
 def test_keepalive_becomes_channel_options_and_the_servers_permit_policy():
