@@ -11,12 +11,14 @@ bring the lost bytes back, so the caller waits that out after the fault too.
 
 One `drill serve --service ledger` (permitting 1-s PINGs), one `drill link` in front of it (admin API), one caller
 in this process on `harness/configs/keepalive-detect.yaml`'s channel options (keepalive 1 s, timeout 1 s, ping
-timeout 1 s), sending a unary call every 100 ms (2-s deadline, open loop) for CLEAN_S, then FAULT_S with the
-blackhole set, then until a second's calls sent after the fault all answered OK, or for at most AFTER_S. Per variant:
-when the caller first failed fast (UNAVAILABLE: keepalive closed the connection), how many connections the link
-faulted, and how long after the toxic was removed the first OK and the last failure came. Variants: the shipped
-configuration, and the same with `keepalive.connectTimeout: 2s` (`grpc.min_reconnect_backoff_ms` 2000). The last
-line is machine-readable.
+timeout 1 s), sending a unary call every 100 ms (2-s deadline, open loop) for CLEAN_S, then `--fault-s` (FAULT_S)
+with the blackhole set, then until a second's calls sent after the fault all answered OK, or for at most AFTER_S.
+Per variant: when the caller first failed fast (UNAVAILABLE: keepalive closed the connection), how many
+connections the link faulted, and how long after the toxic was removed the first OK and the last failure came.
+Variants: the shipped configuration; with `reconnect: {connectTimeout: 2s}` (`grpc.min_reconnect_backoff_ms`
+2000); with `reconnect: {connectTimeout: 2s, maxBackoff: 2s}` (`grpc.max_reconnect_backoff_ms` 2000 too). The
+wait between attempts grows 1.6 times per failed attempt up to its longest, so after a long blackhole a short
+connect timeout alone can leave the next attempt far off. The last line is machine-readable.
 """
 
 from __future__ import annotations
@@ -46,14 +48,16 @@ METHOD = "/drill.v1.Demo/Call"
 RATE = 10  # calls/s
 DEADLINE_S = 2.0
 CLEAN_S, FAULT_S, AFTER_S = 3.0, 10.0, 40.0
-#: each variant's keepalive section over keepalive-detect.yaml's
-VARIANTS = {"shipped": {}, "connect-timeout-2s": {"connectTimeout": "2s"}}
+#: each variant's `reconnect` section added to keepalive-detect.yaml
+VARIANTS = {"shipped": None, "connect-timeout-2s": {"connectTimeout": "2s"},
+            "reconnect-2s": {"connectTimeout": "2s", "maxBackoff": "2s"}}  # fmt: skip
 
 
-def channel_options(keepalive: dict) -> tuple:
-    """The caller's channel options: keepalive-detect.yaml with `keepalive` over its keepalive section."""
+def channel_options(reconnect: dict | None) -> tuple:
+    """The caller's channel options: keepalive-detect.yaml with `reconnect` as its reconnect section."""
     raw = yaml.safe_load(CONFIG.read_text())
-    raw["keepalive"] = {**raw["keepalive"], **keepalive}
+    if reconnect is not None:
+        raw["reconnect"] = reconnect
     return from_dict(raw, str(CONFIG)).channel_options()
 
 
@@ -79,12 +83,12 @@ def _admin(port: int, method: str, path: str, body: dict | None = None) -> dict:
     return json.loads(text) if text.strip() else {}
 
 
-def trial(name: str, keepalive: dict, work: pathlib.Path) -> dict:
+def trial(name: str, reconnect: dict | None, work: pathlib.Path, fault_s: float) -> dict:
     serve, s = _start(["serve", "--service", "ledger", "--port", "0", "--metrics-port", "-1", "--config", str(CONFIG)],
                       work / f"{name}-serve.json", work / f"{name}-serve.log")  # fmt: skip
     link, ln = _start(["link", "--upstream", f"127.0.0.1:{s['port']}", "--port", "0", "--name", "ledger-1",
                        "--admin-port", "0"], work / f"{name}-link.json", work / f"{name}-link.log")  # fmt: skip
-    options = channel_options(keepalive)
+    options = channel_options(reconnect)
     calls: list[tuple[float, float, str]] = []  # (sent, ended, code), times from the start
     try:
         with grpc.insecure_channel(f"127.0.0.1:{ln['link_port']}", options=options) as channel:
@@ -98,14 +102,14 @@ def trial(name: str, keepalive: dict, work: pathlib.Path) -> dict:
                     _admin(ln["admin_port"], "POST", "/proxies/ledger-1/toxics",
                            {"name": "blackhole", "type": "timeout", "attributes": {"timeout": 0}})  # fmt: skip
                     set_at = now
-                if removed_at is None and now >= CLEAN_S + FAULT_S:
+                if removed_at is None and now >= CLEAN_S + fault_s:
                     touched = _admin(ln["admin_port"], "GET", "/proxies/ledger-1/toxics/blackhole/connections")
                     _admin(ln["admin_port"], "DELETE", "/proxies/ledger-1/toxics/blackhole")
                     removed_at = now
                 if removed_at is not None:
                     last = sorted(calls)[-RATE:]  # the last second's calls, by when they were sent
                     if (len(last) == RATE and last[0][0] >= removed_at and all(c[2] == "OK" for c in last)) or \
-                            now >= CLEAN_S + FAULT_S + AFTER_S:  # fmt: skip
+                            now >= CLEAN_S + fault_s + AFTER_S:  # fmt: skip
                         break
                 sent = t0 + n / RATE
                 time.sleep(max(0.0, sent - time.monotonic()))
@@ -147,19 +151,21 @@ def trial(name: str, keepalive: dict, work: pathlib.Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--fault-s", type=float, default=FAULT_S,
+                    help=f"how long the blackhole lasts (default {FAULT_S:g})")  # fmt: skip
     args = ap.parse_args()
     print(header("blackhole_reconnect", pinned=False))
     print(f"# grpc-python {grpc.__version__}; {RATE} calls/s, {DEADLINE_S:g}-s deadline; clean {CLEAN_S:g} s, "
-          f"blackhole {FAULT_S:g} s, then up to {AFTER_S:g} s; channel options of {CONFIG.relative_to(ROOT)}")
-    for name, keepalive in VARIANTS.items():
-        print(f"# {name}: keepalive {keepalive or 'as shipped'}: {dict(channel_options(keepalive))}")
+          f"blackhole {args.fault_s:g} s, then up to {AFTER_S:g} s; channel options of {CONFIG.relative_to(ROOT)}")
+    for name, reconnect in VARIANTS.items():
+        print(f"# {name}: reconnect {reconnect or 'left to gRPC'}: {dict(channel_options(reconnect))}")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for name, keepalive in VARIANTS.items():
+            for name, reconnect in VARIANTS.items():
                 work = pathlib.Path(tmp, f"round-{r + 1}")
                 work.mkdir(exist_ok=True)
-                got = trial(name, keepalive, work)
+                got = trial(name, reconnect, work, args.fault_s)
                 results.append(got)
                 print(f"round {r + 1} {json.dumps(got)}", flush=True)
     for name in VARIANTS:

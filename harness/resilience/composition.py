@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.resilience import backoff as _backoff
 from harness.resilience import keepalive as _keepalive
+from harness.resilience import reconnect as _reconnect
 from harness.resilience._schema import ConfigError
 from harness.resilience.balancer import Balancer, Ejection, PowerOfTwoChoices, RoundRobin
 from harness.resilience.breaker import BreakerSet, CircuitBreaker, CountWindow, TimeWindow, Transition
@@ -84,13 +85,17 @@ class ResilienceConfig:
     outcomes: dict[str, str] = dataclasses.field(default_factory=lambda: {"relayed_give_ups": "ignore"})
     #: keepalive (gRFC A8, `keepalive.py`): {time_s, timeout_s, ping_timeout_s, permit_without_calls, server}
     keepalive: dict[str, Any] | None = None
+    #: reconnecting (gRPC's connection backoff, `reconnect.py`): {connect_timeout_s, initial_backoff_s,
+    #: max_backoff_s}; None = gRPC's
+    reconnect: dict[str, Any] | None = None
 
     # -- channels and servers --------------------------------------------------------------
     def channel_options(self) -> tuple[tuple[str, Any], ...]:
-        """The gRPC channel options this configuration's callers add (keepalive; gRPC's round robin)."""
+        """The gRPC channel options this configuration's callers add (keepalive; reconnecting; gRPC's round
+        robin)."""
         lb = (("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),)
-        return _keepalive.channel_options(self.keepalive) + (lb if self.balancer.get("kind") == GRPC_ROUND_ROBIN
-                                                             else ())  # fmt: skip
+        return _keepalive.channel_options(self.keepalive) + _reconnect.channel_options(self.reconnect) + \
+            (lb if self.balancer.get("kind") == GRPC_ROUND_ROBIN else ())  # fmt: skip
 
     def targets(self, addresses: Sequence[str]) -> list[str]:
         """The targets a caller's balancer picks among: `addresses`, or with `balancer.kind: grpc_round_robin`

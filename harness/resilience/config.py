@@ -25,6 +25,7 @@ import yaml
 
 from harness.core.status import STATUS_NAMES
 from harness.resilience import keepalive as _keepalive
+from harness.resilience import reconnect as _reconnect
 from harness.resilience._schema import ConfigError, Reader
 from harness.resilience.composition import GRPC_ROUND_ROBIN, NO_RETRY, MethodConfig, ResilienceConfig
 from harness.resilience.deadline import DeadlinePolicy
@@ -41,7 +42,7 @@ NAMES: tuple[str, ...] = ("naive", "jitter", "budget", "resilient", "resilient-p
 _TOP = (
     "name", "description", "methodConfig", "retryPolicy", "retryThrottling", "nonIdempotentMethods",
     "backoff", "pushback", "retryBudget", "breaker", "adaptiveThrottling", "outcomes", "deadline",
-    "attemptTimeouts", "balancer", "keepalive",
+    "attemptTimeouts", "balancer", "keepalive", "reconnect",
 )  # fmt: skip
 _RETRY_POLICY = ("maxAttempts", "initialBackoff", "maxBackoff", "backoffMultiplier", "retryableStatusCodes")
 _JITTER = ("full", "none", "decorrelated")
@@ -331,6 +332,7 @@ def _parse(raw: Any, source: str, default_name: str | None) -> ResilienceConfig:
         adaptive=_adaptive(top.child("adaptiveThrottling", ("k", "window"))),
         outcomes=_outcomes(top.child("outcomes", ("relayedGiveUps",))),
         keepalive=_keepalive.parse(top.child("keepalive", _keepalive.KEYS)),
+        reconnect=_reconnect.parse(top.child("reconnect", _reconnect.KEYS)),
     )
 
 

@@ -7,7 +7,6 @@ A configuration's `keepalive` section:
       timeout: 1s           # grpc.keepalive_timeout_ms: the PING's ACK awaited this long
       pingTimeout: 1s       # grpc.http2.ping_timeout_ms: gRPC core's own bound on any PING's ACK
       permitWithoutCalls: true   # grpc.keepalive_permit_without_calls: PINGs also with no call open
-      connectTimeout: 2s    # grpc.min_reconnect_backoff_ms: how long a reconnect's handshake may take
       serverPermit: {minPingInterval: 1s, permitWithoutCalls: true}
 
 `pingTimeout` is not in gRFC A8 but governs it in gRPC core (grpc-python 1.8x): there a keepalive PING
@@ -15,13 +14,6 @@ whose ACK never comes is failed by the transport's ping timeout, 60 s by default
 `keepalive_timeout_ms` (issue 48 measured it: keepalive 1 s / 1 s did not notice a blackholed connection
 within a 20-s deadline; with `pingTimeout` 1 s it failed in 2.0 s). Leave it out to drill keepalive "as it
 is usually written".
-
-`connectTimeout` is what brings a caller back once its peer answers again. A connection keepalive closed is
-reconnected at once; where the peer is still silent, that handshake is lost too, and gRPC core gives it up only
-at its minimum connect timeout, 20 s by default (MIN_CONNECT_TIMEOUT of gRPC's connection-backoff protocol; core
-reads it from `grpc.min_reconnect_backoff_ms`), even once the peer is back: the seconds of failed calls after a
-blackhole ends, with and without it, are in docs/link-drills.md (benchmarks/blackhole_reconnect.py). Leave it
-out for gRPC's default.
 
 `serverPermit` is what a server running this configuration should let its callers do (`server_options`;
 `drill serve --config` applies it to its own server, a leaf's too, and the runner passes every hop its `--config`):
@@ -37,14 +29,13 @@ from typing import Any
 
 from harness.resilience._schema import Reader
 
-KEYS = ("time", "timeout", "pingTimeout", "permitWithoutCalls", "connectTimeout", "serverPermit")
+KEYS = ("time", "timeout", "pingTimeout", "permitWithoutCalls", "serverPermit")
 #: gRPC takes times as a C int of ms; a day is longer than any drill and far inside it
 MAX_S = 86400.0
 
 
 def parse(r: Reader | None) -> dict[str, Any] | None:
-    """The `keepalive` section → {time_s, timeout_s, ping_timeout_s, permit_without_calls, connect_timeout_s,
-    server}; None = off."""
+    """The `keepalive` section → {time_s, timeout_s, ping_timeout_s, permit_without_calls, server}; None = off."""
     if r is None:
         return None
     out: dict[str, Any] = {
@@ -52,8 +43,6 @@ def parse(r: Reader | None) -> dict[str, Any] | None:
         "timeout_s": r.duration("timeout", 20.0, lo=0.001, hi=MAX_S),  # gRPC's default: 20 s
         "ping_timeout_s": r.duration("pingTimeout", None, lo=0.001, hi=MAX_S),
         "permit_without_calls": r.boolean("permitWithoutCalls", False),
-        # gRPC core's floor on a connect timeout is 100 ms
-        "connect_timeout_s": r.duration("connectTimeout", None, lo=0.1, hi=MAX_S),
     }
     s = r.child("serverPermit", ("minPingInterval", "permitWithoutCalls"))
     out["server"] = {
@@ -85,8 +74,6 @@ def channel_options(spec: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
     ]
     if spec["ping_timeout_s"] is not None:
         out.append(("grpc.http2.ping_timeout_ms", _ms(spec["ping_timeout_s"])))
-    if spec.get("connect_timeout_s") is not None:
-        out.append(("grpc.min_reconnect_backoff_ms", _ms(spec["connect_timeout_s"])))
     return tuple(out)
 
 

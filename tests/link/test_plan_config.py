@@ -114,10 +114,11 @@ def test_blackhole_quick_runs_three_configurations_each_one_knob_apart():
     assert keepalive["keepalive"]["ping_timeout_s"] is None
     assert keepalive["keepalive-detects"]["ping_timeout_s"] == keepalive["balanced"]["ping_timeout_s"] == 1.0
     assert {v.name: load(v.config).balancer["kind"] for v in full.variants}["balanced"] == "grpc_round_robin"
-    # keepalive-reconnects: keepalive-detects and a 2-s connect timeout, nothing else
+    # keepalive-reconnects: keepalive-detects and reconnecting bounded to 2 s, nothing else
     detects, reconnects = (load(v.config) for v in full.variants if v.name in ("keepalive-detects",
                                                                                "keepalive-reconnects"))  # fmt: skip
-    assert reconnects.keepalive == {**detects.keepalive, "connect_timeout_s": 2.0}
+    assert reconnects.keepalive == detects.keepalive and detects.reconnect is None
+    assert reconnects.reconnect == {"connect_timeout_s": 2.0, "initial_backoff_s": None, "max_backoff_s": 2.0}
     assert reconnects.balancer == detects.balancer and reconnects.methods == detects.methods
 
 
@@ -134,13 +135,31 @@ def test_keepalive_becomes_channel_options_and_the_servers_permit_policy():
     assert config_from_dict({"name": "n"}).channel_options() == () == config_from_dict({"name": "n"}).server_options()
 
 
-def test_a_connect_timeout_bounds_the_reconnects_handshake():
-    """gRPC core's minimum connect timeout (20 s unless set) is read from `grpc.min_reconnect_backoff_ms`:
-    benchmarks/blackhole_reconnect.py measures what it changes after a blackhole."""
-    cfg = config_from_dict({"name": "k", "keepalive": {"time": "1s", "connectTimeout": "2s"}})
-    assert dict(cfg.channel_options())["grpc.min_reconnect_backoff_ms"] == 2000
-    assert "grpc.min_reconnect_backoff_ms" not in dict(config_from_dict(
-        {"name": "k", "keepalive": {"time": "1s"}}).channel_options())  # gRPC's default kept  # fmt: skip
+def test_reconnect_becomes_grpcs_connection_backoff_options():
+    """gRPC core reads its minimum connect timeout from `grpc.min_reconnect_backoff_ms`, its backoff from the
+    initial and max options: benchmarks/blackhole_reconnect.py measures what they change after a blackhole."""
+    cfg = config_from_dict({"name": "k", "reconnect": {"connectTimeout": "2s", "initialBackoff": "0.5s",
+                                                        "maxBackoff": "3s"}})  # fmt: skip
+    assert dict(cfg.channel_options()) == {"grpc.min_reconnect_backoff_ms": 2000,
+                                           "grpc.initial_reconnect_backoff_ms": 500,
+                                           "grpc.max_reconnect_backoff_ms": 3000}  # fmt: skip
+    only = dict(config_from_dict({"name": "k", "reconnect": {"maxBackoff": "2s"}}).channel_options())
+    assert only == {"grpc.max_reconnect_backoff_ms": 2000}  # what it leaves out stays gRPC's
+
+
+@pytest.mark.parametrize(
+    ("reconnect", "said"),
+    [
+        ({"connectTimeout": "0.05s"}, "reconnect.connectTimeout"),
+        ({"maxBackoff": "0.5s"}, "reconnect.maxBackoff: 0.5s is shorter than initialBackoff (1s)"),
+        ({"initialBackoff": "3s", "maxBackoff": "2s"}, "reconnect.maxBackoff: 2s is shorter than initialBackoff (3s)"),
+        ({"connectTimout": "1s"}, "reconnect.connectTimout: unknown key"),
+    ],
+)
+def test_a_reconnect_that_cannot_work_is_refused_with_its_key_path(reconnect, said):
+    with pytest.raises(ConfigError, match="k.yaml") as err:
+        config_from_dict({"name": "k", "reconnect": reconnect}, source="k.yaml")
+    assert said in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -150,7 +169,6 @@ def test_a_connect_timeout_bounds_the_reconnects_handshake():
         ({"time": "1s", "pingTimout": "1s"}, "keepalive.pingTimout: unknown key"),
         ({"time": "0s"}, "keepalive.time"),
         ({"time": "1s", "serverPermit": {"minPingInterval": "5s"}}, "GOAWAY too_many_pings"),
-        ({"time": "1s", "connectTimeout": "10ms"}, "keepalive.connectTimeout"),
     ],
 )
 def test_a_keepalive_that_cannot_work_is_refused_with_its_key_path(keepalive, said):
