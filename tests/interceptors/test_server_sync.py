@@ -79,7 +79,9 @@ def test_cancel_during_delay_is_cancelled_and_quiet(caplog):
         elapsed = time.perf_counter() - t0
         time.sleep(0.6)
     assert info.value.code() is grpc.StatusCode.CANCELLED
-    assert 0.09 <= elapsed < 0.5  # well before the 500 ms delay would have answered
+    # the caller's own cancel at 100 ms ended it; no upper bound on the wall clock (the aio twin of this test read
+    # 1.67 s on a stalled box): that the server's delay was cut short, not served, is its CANCELLED record below
+    assert elapsed >= 0.09
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert sample(
         "drill_server_calls_total", service="sync-cancel", grpc_method=M, grpc_status="CANCELLED",
