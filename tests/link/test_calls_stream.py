@@ -87,7 +87,7 @@ def test_after_n_delay_holds_the_rest_of_the_stream():
     assert len(times) == 3 and times[1] >= 0.3 - EARLY_S and mark == "delay"
 
 
-def test_read_n_on_a_client_stream_lets_the_service_read_n_then_ends_the_call():
+def test_read_n_on_a_client_stream_ends_the_call_and_the_service_never_reads_past_n():
     def collect(port: int, directive: str, rid: str):
         # grpc's sync client: grpc.aio's reads a request stream ended early as INTERNAL (see test_calls.py)
         def requests():
