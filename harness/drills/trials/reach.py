@@ -214,6 +214,8 @@ class Hop:
     after: float = 0.0
     #: read from Prometheus with no scrape after the probe within the bound: its count says nothing yet
     stale: bool = False
+    #: read from Prometheus with a target still failing its scrapes before the probe: no count to start from
+    no_baseline: bool = False
     #: the target's drill gates (`analysis.landing.Gates`) by URL or selector, before and after the probe
     gates_before: dict = dataclasses.field(default_factory=dict)
     gates_after: dict = dataclasses.field(default_factory=dict)
@@ -284,7 +286,8 @@ async def check_reach(pf: Preflight, variant: Variant, *, edges: Sequence[str], 
                 hop.before = await read_urls(hop.urls)
                 continue
             while (read := await asyncio.to_thread(read_selector, prometheus, hop.selector)).down:
-                if time.monotonic() >= before_by:  # still failing: the read after the probe says so (stale)
+                if time.monotonic() >= before_by:  # a baseline without a failing target's calls: none at all
+                    hop.no_baseline = True
                     break
                 await asyncio.sleep(0.5)  # a failed scrape holds no count: the next one will
             hop.before = read.calls
@@ -322,6 +325,10 @@ def _verdict(pf: Preflight, variant: Variant, hops: list[Hop], codes: list[str],
     n = len(codes)
     answered = ", ".join(f"{codes.count(c)} {c}" for c in dict.fromkeys(codes))
     for i, hop in enumerate(hops):
+        if hop.no_baseline:  # what it counted would include what a failing target counted before the probe
+            pf.fail(f"{where}reach probe: a target of hop {hop.name} ({hop.selector}) failed its scrapes (`up` 0) "
+                    "for a scrape interval before the probe, so what the hop had counted before it is unknown: the "
+                    "run cannot prove the drill reaches it; no fault was sent", 1)  # fmt: skip
         if hop.counted >= 1:
             continue
         if hop.stale:
