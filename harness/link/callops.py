@@ -17,12 +17,14 @@ from harness.interceptors._fault_steps import Step
 from harness.interceptors._server_pipeline import CallPlan, abort_details, marker
 from harness.link import h2
 from harness.link import hblock as hb
+from harness.link.toxics import H2_CODES
 
 if TYPE_CHECKING:
     from harness.interceptors._server_pipeline import ServerCore
 
 _ENDS = h2.END_STREAM | h2.END_HEADERS
-_CANCEL = 0x8
+#: the RST_STREAM code (RFC 9113 §7) the link ends a stream toward the server with (the table: `toxics.H2_CODES`)
+CANCEL = H2_CODES["CANCEL"]
 #: How long a stream the link reset toward the server keeps dropping the server's frames on it: those the server sent
 #: before it read the reset are on the wire, a round trip on any network a drill runs on
 SINK_S = 10.0
@@ -119,7 +121,7 @@ class CallOps:
                 self._line(call, rest_frame, None)
             return
         # the service's side ends (as a proxy cancels its upstream call); what either side sends later is dropped
-        self.conn.up.inject(h2.rst_stream(call.sid, _CANCEL))
+        self.conn.up.inject(h2.rst_stream(call.sid, CANCEL))
         if rest:  # the data past the boundary was read by the link only: its sender's window back
             (self.conn.down if to_server else self.conn.up).inject(hb.window_update(len(rest)))
         call.cut = call.sink = True

@@ -69,7 +69,7 @@ from harness.interceptors._fault_steps import Step
 from harness.interceptors._server_pipeline import DEADLINE_SLACK_S, ServerCore
 from harness.link import h2
 from harness.link import hblock as hb
-from harness.link.callops import _CANCEL, SINK_S, Call, CallOps
+from harness.link.callops import CANCEL, SINK_S, Call, CallOps
 
 log = logging.getLogger("drill.link")
 
@@ -338,7 +338,7 @@ class ConnCalls(CallOps):
             call.refused_behind = False
             for frame_bytes in frames:
                 reader.inject(frame_bytes)
-            self.conn.up.inject(h2.rst_stream(call.sid, _CANCEL))
+            self.conn.up.inject(h2.rst_stream(call.sid, CANCEL))
             call.sink = True  # what the server sends on it is dropped, its window given back
             call.client_ended = bool(frames[0][4] & h2.END_STREAM)
             self.loop.call_later(SINK_S, self._forget, call)

@@ -53,7 +53,7 @@ def split_address(text: Any, field: str) -> tuple[str, int]:
 class Link:
     """One listen address relayed to one upstream, with its toxics."""
 
-    def __init__(self, links: LinkSet, name: str, listen: str, upstream: str) -> None:
+    def __init__(self, links: LinkSet, name: str, listen: str, upstream: str, *, reuse_port: bool = False) -> None:
         self.links = links
         self.name = name
         self.listen_addr = split_address(listen, "listen")
@@ -66,7 +66,7 @@ class Link:
         self.connections: set[Connection] = set()
         self.metrics = LinkMetrics(name)
         self._server: asyncio.AbstractServer | None = None
-        self.reuse_port = False  # SO_REUSEPORT on its port (LinkSet.add)
+        self.reuse_port = reuse_port  # SO_REUSEPORT on its port (`drill proxy --plane link --workers`)
         self._kernel: kernel.KernelDrops | None = None
         self._order = itertools.count()
         #: connections accepted so far (the next one's order in the draw)
@@ -252,8 +252,7 @@ class LinkSet:
         self._check(name, upstream)
         if name in self.links:
             raise ToxicError("proxy already exists", 409)
-        link = Link(self, name, listen or "127.0.0.1:0", upstream)
-        link.reuse_port = reuse_port
+        link = Link(self, name, listen or "127.0.0.1:0", upstream, reuse_port=reuse_port)
         if enabled:
             await link.start()
         self.links[name] = link
