@@ -1,9 +1,11 @@
 """When a Prometheus reads its targets, in its own words: the durations of its config, read back over its API.
 
-Two readers need them: the preflight, which waits for a target that has just started to appear in `up` (one
-service-discovery refresh and one scrape: `discovery_s`), and the live view's hop rates, whose `irate` window
-must hold two scrapes of the slowest target (`scrape_interval_s`). Both ask `config()`, Prometheus'
-`/api/v1/status/config`, and fall back to Prometheus' own defaults where the config says nothing.
+Three readers need them: the preflight, which waits for a target that has just started to appear in `up` (one
+service-discovery refresh and one scrape: `discovery_s`) and for a target whose last scrape failed to be scraped
+again (`scrape_wait_s`), the reach probe, which waits for a scrape after its calls (`scrape_wait_s`), and the live
+view's hop rates, whose `irate` window must hold two scrapes of the slowest target (`scrape_interval_s`). All
+ask `config()`, Prometheus' `/api/v1/status/config`, and fall back to Prometheus' own defaults where the config
+says nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ def scrape_interval_s(cfg: dict) -> float:
     default = seconds((cfg.get("global") or {}).get("scrape_interval"), DEFAULT_SCRAPE_S)
     jobs = cfg.get("scrape_configs") or []
     return max((seconds(job.get("scrape_interval"), default) for job in jobs), default=default)
+
+
+def scrape_wait_s(url: str, timeout_s: float) -> float:
+    """One scrape interval of the Prometheus at `url` (from its config) and a second for the scrape itself: how long
+    until every target has been scraped again; Prometheus' default interval when its config cannot be read."""
+    try:
+        return scrape_interval_s(config(url, timeout_s)) + 1.0
+    except Exception:  # noqa: BLE001 - an unreadable config: Prometheus' default interval
+        return DEFAULT_SCRAPE_S + 1.0
 
 
 def discovery_s(cfg: dict) -> float:

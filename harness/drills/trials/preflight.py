@@ -473,11 +473,19 @@ class Preflight:
                     self._progress(f"hop {name}: waiting for {url} to scrape {selector} (at most {wait_s:.0f} s: "
                                    f"{why})")  # fmt: skip
                 time.sleep(1.0)
+            result = self._scraped_again(name, selector, result)
             switch = api_get(url, "query", [("query", f"drill_fault_switch{selector}")], ASK_TIMEOUT_S)["result"]
         except PrometheusError as exc:
             self.fail(f"hop {name}: {exc}", 1)
         up = sum(1 for r in result if r["value"][1] == "1")
         head = f"hop {name}: {selector}: {len(result)} target{'s' if len(result) > 1 else ''} in {url}, {up} up"
+        if not up:  # every target's switch series is stale: whether the hop injects cannot be read
+            text = f"{head}: no target answered its scrapes for a scrape interval, so its injection switch and " \
+                   "counts cannot be read"  # fmt: skip
+            if matters := self._must_inject(index, variants):
+                self.fail(f"{text}; it is {matters}: a run could not be judged; nothing was sent", 1)
+            self.warn(text)
+            return
         off = [r for r in switch if float(r["value"][1]) == 0]
         if switch and len(off) == len(switch):
             matters = self._must_inject(index, variants)
@@ -487,7 +495,33 @@ class Preflight:
         if off:
             self.warn(f"{head}, injection OFF in {len(off)} of {len(switch)} (drill_fault_switch 0)")
             return
+        if up < len(result):
+            self.warn(f"{head}: {len(result) - up} failed {'their' if len(result) - up > 1 else 'its'} scrapes for a "
+                      "scrape interval; the hop's counts lack their calls while they do")  # fmt: skip
+            return
         self.ok(head)
+
+    def _scraped_again(self, name: str, selector: str, result: list[dict]) -> list[dict]:
+        """`up{selector}` once every target answered its last scrape, or as it stands after one scrape interval and
+        a second: a failed scrape (a timeout on a busy host, a restart) reads as a target down until the next one,
+        so one failure alone is not what the check reports."""
+        from harness.drills.readings.scrapes import scrape_wait_s
+        from harness.procs.prometheus import api_get
+
+        url = self.plan.stack.prometheus
+        deadline = None
+        while down := sum(1 for r in result if r["value"][1] != "1"):
+            if deadline is None:
+                wait_s = scrape_wait_s(url, ASK_TIMEOUT_S)
+                deadline = time.monotonic() + wait_s
+                self._progress(f"hop {name}: {down} of {len(result)} target{'s' if len(result) > 1 else ''} failed "
+                               f"the last scrape; waiting for the next (at most {wait_s:g} s: one scrape interval "
+                               "from its config and a second)")  # fmt: skip
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+            result = api_get(url, "query", [("query", f"up{selector}")], ASK_TIMEOUT_S)["result"] or result
+        return result
 
 
 def discovery_wait(config: dict) -> float:

@@ -194,13 +194,10 @@ async def read_gates(hop: Hop, prometheus: str | None) -> dict:
 
 
 def scrape_wait_s(url: str) -> float:
-    """One scrape interval of the Prometheus at `url` (from its config) and a second for the scrape itself."""
-    from harness.drills.readings.scrapes import DEFAULT_SCRAPE_S, config, scrape_interval_s
+    """One scrape interval of the Prometheus at `url` and a second (`readings.scrapes.scrape_wait_s`)."""
+    from harness.drills.readings import scrapes
 
-    try:
-        return scrape_interval_s(config(url, READ_TIMEOUT_S)) + 1.0
-    except Exception:  # noqa: BLE001 - an unreadable config: Prometheus' default interval
-        return DEFAULT_SCRAPE_S + 1.0
+    return scrapes.scrape_wait_s(url, READ_TIMEOUT_S)
 
 
 @dataclasses.dataclass
