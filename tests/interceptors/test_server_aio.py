@@ -81,8 +81,10 @@ def test_drop_with_a_shorter_client_deadline_records_the_deadline_gap():
                 return info.value, elapsed, servicer.calls, seen
 
     err, elapsed, calls, seen = asyncio.run(main())
+    # the caller's deadline ended the call, not the drop (which ends UNAVAILABLE after 2 s): its code says so; no
+    # upper bound on the wall clock (a CI run's busy box took 2.19 s to deliver the 0.8-s deadline)
     assert err.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-    assert 0.75 <= elapsed < 1.9
+    assert 0.75 <= elapsed
     assert calls == 0
     labels = dict(service="aio-drop", grpc_method=M, fault_mode="drop")
     assert sample("drill_deadline_gap_seconds_count", **labels) == 1

@@ -64,8 +64,10 @@ def test_drop_with_a_shorter_deadline_records_the_gap_and_frees_the_thread():
             if sample("drill_deadline_gap_seconds_count", **labels):
                 break
             time.sleep(0.02)
+    # the caller's deadline ended the call, not the drop (UNAVAILABLE after 2 s): its code says so, with no upper
+    # bound on the wall clock (the aio twin's took 2.19 s on a CI run's busy box); the freed worker is the `after` call
     assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-    assert 0.75 <= elapsed < 1.9 and after.payload == "next" and servicer.calls == 1
+    assert 0.75 <= elapsed and after.payload == "next" and servicer.calls == 1
     assert sample("drill_deadline_gap_seconds_count", **labels) == 1
     assert 1.0 <= sample("drill_deadline_gap_seconds_sum", **labels) <= 1.4
 
