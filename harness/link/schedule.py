@@ -104,23 +104,25 @@ class Slicer(Stage):
 
 
 class LimitData(Stage):
-    """`bytes` bytes pass in this direction of the connection, then it is closed."""
+    """`bytes` bytes pass in this direction of the connection, then it is closed: at the chunk that reaches the
+    limit, as Toxiproxy's LimitDataToxic closes (with `bytes: 0`, at the first chunk, which passes nothing)."""
 
     sent = 0
+    closed = False
 
     def feed(self, items: list[Item]) -> list[Item]:
         limit = self.toxic.attr("bytes")
         out = []
         for t, data in items:
-            room = limit - self.sent
-            if room <= 0:
+            if self.closed:
                 break
-            part = data[:room]
-            self.sent += len(part)
-            out.append((t, part))
+            part = data[: max(0, limit - self.sent)]
+            if part:
+                self.sent += len(part)
+                out.append((t, part))
             if self.sent >= limit:
+                self.closed = True
                 self.act(t, CLOSE)
-                break
         return out
 
 

@@ -64,7 +64,15 @@ def test_limit_data_passes_exactly_its_bytes_then_closes():
     s, acts = stage("limit_data", bytes=10)
     assert s.feed([(0.0, b"12345678"), (0.1, b"abcdef")]) == [(0.0, b"12345678"), (0.1, b"ab")]
     assert acts == [(0.1, schedule.CLOSE)]
-    assert s.feed([(0.2, b"more")]) == []
+    assert s.feed([(0.2, b"more")]) == [] and acts == [(0.1, schedule.CLOSE)]  # closed once
+
+
+def test_limit_data_zero_closes_at_the_first_chunk_as_toxiproxy_does():
+    # Toxiproxy's LimitDataToxic cuts the first chunk to the 0 bytes left, sends nothing and closes (before: nothing
+    # passed and the connection stayed open)
+    s, acts = stage("limit_data", bytes=0)
+    assert s.feed([(0.5, b"first")]) == [] and acts == [(0.5, schedule.CLOSE)]
+    assert s.feed([(0.6, b"more")]) == [] and acts == [(0.5, schedule.CLOSE)]
 
 
 def test_timeout_drops_data_and_closes_after_its_time():
