@@ -11,6 +11,7 @@ this in the full suite: both calls UNAVAILABLE where DEADLINE_EXCEEDED was due.)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from harness.demo.downstream import demo_caller
 from harness.demo.proto import drill_pb2
@@ -31,9 +32,13 @@ def test_a_new_caller_reaches_a_hop_restarted_on_its_port_while_an_old_caller_st
             except Exception:  # noqa: BLE001 - what it fails with does not matter here
                 pass
             again, _, _ = await start_server(port=port, metrics=False)
-            new = demo_caller([address], rconfig.load("naive"), service="restart-new")
-            try:  # at once: no reconnect backoff of anybody's stands in the way (a 0.5-s deadline, none needed)
-                await new.call("Call", drill_pb2.CallRequest(payload="y"), timeout=0.5)
+            # naive without its 1 s per-attempt timeout: a busy box's stall while connecting cannot end the call.
+            # A long deadline hides nothing: the inherited failing subchannel fails each attempt UNAVAILABLE at once
+            # (a call does not wait for a connection), and naive's three immediate retries are spent within
+            # milliseconds, well inside that subchannel's reconnect backoff (a second or more)
+            new = demo_caller([address], dataclasses.replace(rconfig.load("naive"), timeouts={}), service="restart-new")
+            try:
+                await new.call("Call", drill_pb2.CallRequest(payload="y"), timeout=10)
                 return "OK"
             except Exception as exc:  # noqa: BLE001 - the failure is the finding: say it
                 return repr(exc)[:300]

@@ -165,10 +165,16 @@ def test_1_sync_thread_with_a_copied_context_stays_organic():
 
 # --- 2. sync handlers on grpc.aio servers ------------------------------------------------------
 class SyncOnAio(drill_pb2_grpc.DemoServicer):
-    """Plain functions and a plain generator, served by a grpc.aio server."""
+    """Plain functions and a plain generator, served by a grpc.aio server. `meet`: a barrier a call with payload
+    "meet" waits at (a broken one, from calls run one after another, fails the call)."""
+
+    def __init__(self, meet: threading.Barrier | None = None) -> None:
+        self.meet = meet
 
     def Call(self, request, context):  # noqa: N802
         time.sleep(request.work_ms / 1000.0)
+        if self.meet is not None and request.payload == "meet":
+            self.meet.wait()
         if request.payload == "raise":
             raise RuntimeError("handler failed")
         if request.payload == "abort":
@@ -182,11 +188,12 @@ class SyncOnAio(drill_pb2_grpc.DemoServicer):
 
 def test_2_aio_server_keeps_sync_handlers_on_the_executor_and_plain_generators_work():
     async def main():
-        async with aio_server(on("sync-on-aio"), servicer=SyncOnAio()) as (port, _):
+        # three handlers side by side: each waits at a barrier of three (10 s), which only a concurrent run passes
+        # (before: one after another, the first's barrier breaks and its call fails)
+        async with aio_server(on("sync-on-aio"), servicer=SyncOnAio(threading.Barrier(3, timeout=10))) as (port, _):
             async with aio_stub(port) as stub:
-                t0 = time.perf_counter()
-                replies = await asyncio.gather(*(stub.Call(Req(work_ms=1000)) for _ in range(3)))
-                concurrent = time.perf_counter() - t0
+                replies = await asyncio.gather(*(stub.Call(Req(payload="meet"), timeout=30) for _ in range(3)),
+                                               return_exceptions=True)  # fmt: skip
                 items = [r.payload async for r in stub.Stream(Req(count=3))]
             async with aio_stub(port, drill("delay:100")) as stub:
                 t0 = time.perf_counter()
@@ -194,10 +201,10 @@ def test_2_aio_server_keeps_sync_handlers_on_the_executor_and_plain_generators_w
                 delayed = time.perf_counter() - t0
             async with aio_stub(port, drill("abort:UNAVAILABLE")) as stub:
                 aborted = await _code(stub.Call(Req()))
-            return concurrent, replies, items, delayed_items, delayed, aborted
+            return replies, items, delayed_items, delayed, aborted
 
-    concurrent, replies, items, delayed_items, delayed, aborted = asyncio.run(main())
-    assert concurrent < 2.5  # three 1 s handlers side by side (before: 3.0 s, one after another)
+    replies, items, delayed_items, delayed, aborted = asyncio.run(main())
+    assert all(isinstance(r, Reply) for r in replies), replies  # all three met at the barrier: side by side
     assert all(r.payload != "MainThread" for r in replies)  # not on the event loop's thread
     assert items == ["0", "1", "2"]  # before: UNKNOWN "object generator can't be used in 'await'"
     assert delayed_items == ["0", "1"] and delayed >= 0.1

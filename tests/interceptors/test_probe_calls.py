@@ -106,16 +106,19 @@ def test_health_checks_and_reflection_are_neither_faulted_nor_counted(flavour):
 
 def test_a_bounded_hop_answers_probes_without_a_slot_and_never_sheds_them():
     """The demo's admission (every attempt pays a slot and the work time) leaves probes alone: with its one slot
-    held and no queue, a health check is answered SERVING at once, and neither it nor a shed is counted."""
+    held and no queue, a health check is answered SERVING while it is held, and neither it nor a shed is counted."""
     import asyncio
 
     from harness.demo.service import AdmissionInterceptor, Capacity
 
     service = "probe-admission"
 
+    entered, release = asyncio.Event(), asyncio.Event()
+
     class Slow(CountingAioServicer):
         async def Call(self, request, context):  # noqa: N802
-            await asyncio.sleep(1.0)  # holds the hop's one slot
+            entered.set()
+            await release.wait()  # holds the hop's one slot until the test lets go
             return drill_pb2.CallReply(payload=request.payload)
 
     async def main():
@@ -128,14 +131,20 @@ def test_a_bounded_hop_answers_probes_without_a_slot_and_never_sheds_them():
         await server.start()
         try:
             async with aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-                held = asyncio.ensure_future(drill_pb2_grpc.DemoStub(ch).Call(drill_pb2.CallRequest(payload="x")))
-                await asyncio.sleep(0.3)  # the slow call holds the slot: a second Call would be shed now
+                held = asyncio.ensure_future(
+                    drill_pb2_grpc.DemoStub(ch).Call(drill_pb2.CallRequest(payload="x"), timeout=30)
+                )
+                # the slow call is in its handler, so it holds the slot: a second Call would be shed now
+                await asyncio.wait_for(entered.wait(), 10)
                 before = _counts(service)
-                reply = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                reply = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10)
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING
+                assert not held.done()  # answered while the slot was still held
                 assert _counts(service) == before
-                await held
+                release.set()
+                assert (await held).payload == "x"
         finally:
+            release.set()
             await server.stop(0)
 
     asyncio.run(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 
@@ -213,10 +214,19 @@ async def _call_in_scope(config, remaining: float | None, *, timeout=None):
 
 
 def test_outgoing_deadline_is_the_incoming_one_minus_the_hop_margin():
-    code, rec = run(_call_in_scope(rconfig.load("resilient"), 0.3))
+    """resilient, its caps lifted (2 s methodConfig timeout, 1 s per attempt: they would bind below a 10 s
+    incoming deadline) and its hop margin made 1 s, so that a margin not subtracted shows however long the call
+    takes to reach the leaf (before: 10 ms margin on a 0.3 s incoming deadline, where a stall of 0.29 s failed
+    the call and a missing margin passed whenever the leaf read its deadline 5 ms late)."""
+    base = rconfig.load("resilient")
+    config = cfg("resilient", deadline=dataclasses.replace(base.deadline, hop_margin_s=1.0, total_s=None), timeouts={})
+    code, rec = run(_call_in_scope(config, 10.0))
     assert code is grpc.StatusCode.OK
     (remaining,) = rec.remaining
-    assert remaining is not None and 0.0 < remaining <= 0.29 + 0.005
+    # at most 10 s - 1 s (the time the call took only lowers it), + 12 ms of gRPC core's rounding up: it sends a
+    # timeout of 1 to 10 s in 10-ms units, from and to whole milliseconds (+2 ms, as tests/fleet/test_hops.py);
+    # without the margin it would be 10 s less that time, above 9.012 s unless the call took a second
+    assert remaining is not None and 0.0 < remaining <= 9.0 + 0.012
     assert [rid for rid, _, _ in rec.previous_attempts] == ["rid-1"]  # the served call's request id
 
 
@@ -250,9 +260,14 @@ def test_an_unbounded_incoming_deadline_is_never_passed_on():
 
 
 def test_without_propagation_the_incoming_deadline_is_ignored():
-    code, rec = run(_call_in_scope(rconfig.load("naive"), 0.3))
-    assert code is grpc.StatusCode.OK
-    assert rec.remaining[0] is not None and rec.remaining[0] > 0.5  # naive's own fixed 1 s timeout
+    """naive, its 1 s per-attempt timeout lifted, under a 1 ms incoming deadline that a propagating hop would give
+    up on (DEADLINE_EXCEEDED, no downstream call; 1 ms is less than the margin): the call goes out, with the
+    caller's own 9 s. (Before: a 0.3 s incoming deadline and naive's 1 s, where a 0.5 s stall failed the test.)"""
+    code, rec = run(_call_in_scope(cfg("naive", timeouts={}), 0.001, timeout=9))
+    assert code is grpc.StatusCode.OK and rec.calls == 1
+    # the caller's own 9 s (8.5 s of slack for the call to reach the leaf), not the 1 ms incoming one; + 12 ms of
+    # gRPC core's rounding up (as above; 9 s, not 10, keeps it below 10 s, whose 100-ms units read 10.095 s once)
+    assert rec.remaining[0] is not None and 0.5 < rec.remaining[0] <= 9 + 0.012
 
 
 def test_downstream_for_serves_a_hop_over_balanced_replicas():
