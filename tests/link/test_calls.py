@@ -154,6 +154,21 @@ def sample(name: str, **labels) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
+def carried(link) -> dict:
+    """The calls the link's pipeline carries now (every connection's `callops.Call`), by request id."""
+    return {c.plan.decision.request_id: c for conn in list(link.links.calls.conns) for c in list(conn.calls.values())
+            if c.plan is not None and not c.done}  # fmt: skip
+
+
+async def until(condition, what: str, bound_s: float = 10.0) -> None:
+    """Poll `condition()` until it holds; fail saying `what` was awaited once `bound_s` passed (a busy box's
+    stalls are 1-2 s: 10 s is never reached when the product is right)."""
+    deadline = time.monotonic() + bound_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {bound_s:g} s: {what}"
+        await asyncio.sleep(0.01)
+
+
 def unary(channel, payload: bytes, md: tuple, timeout: float = 5):
     return channel.unary_unary(SERVICE + "Unary")(payload, metadata=md, timeout=timeout)
 
@@ -311,47 +326,82 @@ def test_max_active_lets_calls_past_the_cap_pass_and_audits_each_hit(caplog):
     assert len(hits) == 1 and "drop" in hits[0]
 
 
-def test_the_emergency_stop_releases_held_calls_within_a_second_and_stops_new_faults():
+#: How soon after the emergency stop the calls it releases end. The release is at once (`LinkCalls._tripped`: the
+#: loop's next turn) and takes milliseconds; 5 s leaves a busy box's 1-2 s stalls twice over and stays well under the
+#: 10-s deadlines of the held calls and their 15-s faults, which would end them otherwise. (The outcomes themselves
+#: prove the release: unreleased, each would end DEADLINE_EXCEEDED at its deadline, without the fault's marker.)
+RELEASED_WITHIN_S = 5.0
+
+
+def test_the_emergency_stop_releases_held_calls_at_once_and_stops_new_faults():
+    """Was `..._within_a_second_...`: a 1-s bound on the release broke on a busy box's stall. The release is now
+    proved by the calls' outcomes (their deadlines end well before their faults) and bounded by `RELEASED_WITHIN_S`."""
+
     async def body(link, channel, rec, stop):
-        held = [asyncio.ensure_future(outcome(unary(channel, b"x", drill(d, r), timeout=20)))
+        held = [asyncio.ensure_future(outcome(unary(channel, b"x", drill(d, r), timeout=10)))
                 for r, d in (("d", "drop:15000"), ("l", "delay:15000"), ("s", "drop:15000@served"))]  # fmt: skip
-        working = asyncio.ensure_future(outcome(unary(channel, b"sleep:1500", drill("abort:INTERNAL@served", "w"))))
-        await asyncio.sleep(0.3)
+        # the service works 4 s: the stop trips while it does (a busy box's stalls are 1-2 s)
+        working = asyncio.ensure_future(outcome(unary(channel, b"sleep:4000", drill("abort:INTERNAL@served", "w"),
+                                                      timeout=10)))  # fmt: skip
+
+        def all_held() -> bool:
+            c = carried(link)
+            waiting = [r for r in "ds" if r in c and c[r].timer is not None]  # the drops wait (`s`: answer dropped)
+            return len(waiting) == 2 and "l" in c and bool(c["l"].line) and "w" in c  # the delay's answer held
+
+        await until(all_held, "the three calls held at the link and the fourth begun (a hit)")
+        working_at_trip = "w" not in rec.seen  # its service still works
         t = time.perf_counter()
         link.links.stop("test")
         released = await asyncio.gather(*held)
-        took = time.perf_counter() - t
-        after = await outcome(unary(channel, b"x", drill("abort:INTERNAL", "after")))
-        return released, took, await working, after
+        took = max(o["ended"] for o in released) - t
+        after = await outcome(unary(channel, b"x", drill("abort:INTERNAL", "after"), timeout=10))
+        return released, took, await working, working_at_trip, after
 
-    (drop, delay, served), took, working, after = run(body, service="lc-stop")
+    (drop, delay, served), took, working, working_at_trip, after = run(body, service="lc-stop")
     # the drops answer at once (their wait cut short, as in process: `releasable_sleep`); the delay's answer goes
     assert (drop["code"], drop["marker"], served["code"], served["marker"]) == ("UNAVAILABLE", "drop") * 2
     assert (delay["code"], delay["reply"], delay["marker"]) == ("OK", b"x", "delay")
-    assert took < 1.0
+    assert took < RELEASED_WITHIN_S
     # a served fault whose service still worked when the stop tripped never acts: the service's answer, untouched
-    assert (working["code"], working["reply"], working["marker"]) == ("OK", b"sleep:1500", None)
+    assert working_at_trip
+    assert (working["code"], working["reply"], working["marker"]) == ("OK", b"sleep:4000", None)
     assert (after["code"], after["marker"]) == ("OK", None)
 
 
 def test_a_caller_that_leaves_gets_nothing_more_and_the_call_is_recorded_as_cancelled():
     async def body(link, channel, rec, stop):
-        for rid, directive in (("d", "drop:3000"), ("l", "delay:3000")):
-            gone = await outcome(unary(channel, b"x", drill(directive, rid), timeout=0.3))
-            assert gone["code"] == "DEADLINE_EXCEEDED"
-        await asyncio.sleep(0.1)
-        return await outcome(unary(channel, b"o", organic("o"))), link
+        # 30-s faults, callers that leave at 3 s (the deadline is what is under test here)
+        gone = await asyncio.gather(*(outcome(unary(channel, b"x", drill(directive, rid), timeout=3))
+                                      for rid, directive in (("d", "drop:30000"), ("l", "delay:30000"))))  # fmt: skip
+        # on the same connection, behind the callers' resets: the link has read them once this is answered
+        return gone, await outcome(unary(channel, b"o", organic("o"), timeout=10))
 
-    after, link = run(body, service="lc-left")
-    assert after["code"] == "OK"
+    gone, after = run(body, service="lc-left")
+    assert [o["code"] for o in gone] == ["DEADLINE_EXCEEDED"] * 2 and after["code"] == "OK"
     m = "calls.Rec/Unary"
-    assert sample("drill_server_calls_total", service="lc-left", grpc_method=m, grpc_status="DEADLINE_EXCEEDED",
-                  traffic="drill", fault_mode="drop") == 1  # fmt: skip
-    # the deadline gap, as in process: the drop would have answered 3 s after the call began, its caller gave up at
-    # 0.3 s (the `grpc-timeout` it wrote, at most 0.3 s, counted from when the link read it): 2.7 s, plus at most
-    # the transit of that header over loopback on one event loop (0.1 s bounds it on a busy box)
+
+    def recorded(mode: str) -> dict:
+        return {code: sample("drill_server_calls_total", service="lc-left", grpc_method=m, grpc_status=code,
+                             traffic="drill", fault_mode=mode)
+                for code in ("DEADLINE_EXCEEDED", "CANCELLED", "UNAVAILABLE", "OK")}  # fmt: skip
+
+    # each call recorded once, as left by its caller (the drop's UNAVAILABLE and the delay's OK never went): past its
+    # deadline when the reset came at the deadline the link counts, else cancelled (docs/link.md). The link counts
+    # the `grpc-timeout` from when it read the HEADERS (`LEFT_BY_DEADLINE_S`), so a busy box that reads them late
+    # while the reset comes on time records CANCELLED: either is the product's answer
+    for mode in ("drop", "delay"):
+        got = recorded(mode)
+        assert got["DEADLINE_EXCEEDED"] + got["CANCELLED"] == 1 and got["UNAVAILABLE"] == got["OK"] == 0, (mode, got)
+    # the deadline gap, as in process: the drop would have answered 30 s after the link began the call, its caller's
+    # deadline was the `grpc-timeout` it wrote, counted from the same moment. gRPC core writes a 1-10 s timeout in
+    # units of 10 ms rounded up (a 2-s call wrote "2010m"): at most 3.01 s, so the gap is at least 26.99 s. The
+    # timeout is less than 3 s by the client's delay before it wrote the HEADERS, and the gap more by a stall of the
+    # link between beginning the call and its wait (a busy box's stalls: 1-2 s; past 3 s the call would never reach
+    # the link), so the gap is under 29.9 s, and under the 30 s it would be if it were counted from the call's start
+    # instead of the caller's deadline
     gap = sample("drill_deadline_gap_seconds_sum", service="lc-left", grpc_method=m, fault_mode="drop")
-    assert 2.7 - 0.001 <= gap < 2.8
+    assert 30 - 3.01 - EARLY_S <= gap < 29.9
 
 
 # --- HPACK: every block stands alone -------------------------------------------------------------------------

@@ -27,7 +27,8 @@ def _md(directive: str, rid: str) -> tuple:
 
 
 def _call(channel, msg, method: str, rid: str, md: tuple) -> dict:
-    """One call (Echo: unary; Repeat: N answers): status, details, marker, answers, time, and the service's record."""
+    """One call (Echo: unary; Repeat: N answers): status, details, marker, answers, time (how long, when it ended:
+    `time.perf_counter`), and the service's record."""
     out = {"code": "OK", "details": "", "count": 0}
     t = time.perf_counter()
     trailers = ()
@@ -45,7 +46,8 @@ def _call(channel, msg, method: str, rid: str, md: tuple) -> dict:
     except grpc.RpcError as err:
         out["code"], out["details"] = err.code().name, err.details() or ""
         trailers = err.trailing_metadata()
-    out["took"] = time.perf_counter() - t
+    out["ended"] = time.perf_counter()
+    out["took"] = out["ended"] - t
     out["marker"] = dict(trailers or ()).get(h.FAULT_MARKER)
     seen = channel.unary_unary(SERVICE + "Seen")(msg(id=rid).SerializeToString(), timeout=5)
     out["record"] = msg.FromString(seen).body.decode() or "null"
@@ -99,9 +101,24 @@ def test_call_faults_through_drill_link_in_front_of_the_go_service(service, prob
     assert hits == {"abort": 4, "delay": 1}
 
 
-def test_sigusr1_releases_the_calls_the_link_holds_within_a_second(service, probe):  # noqa: F811
+def _active_faults(metrics_port: int) -> float:
+    """The link's `drill_fault_active_calls` for the service `probe` (faults in flight: each holds a slot)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    lines = [x for x in text.splitlines() if x.startswith('drill_fault_active_calls{service="probe"} ')]
+    return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
+
+
+#: How soon after SIGUSR1 the held calls end: at once (a handler thread, then the loop's next turn), milliseconds;
+#: 5 s leaves a busy box's 1-2 s stalls twice over and stays well under the calls' 10-s deadline and 20-s faults
+RELEASED_WITHIN_S = 5.0
+
+
+def test_sigusr1_releases_the_calls_the_link_holds_at_once(service, probe):  # noqa: F811
+    """Was `..._within_a_second`: a 1-s bound broke on a busy box's stall. Unreleased, each call would end at its
+    10-s deadline (DEADLINE_EXCEEDED, no marker) before its 20-s fault: its outcome proves the release, which
+    `RELEASED_WITHIN_S` bounds."""
     _, msg, tmp = probe
-    args = ("--upstream", service, "--port", "0", "--enable-faults", "--service", "probe")
+    args = ("--upstream", service, "--port", "0", "--enable-faults", "--service", "probe", "--metrics-port", "-1")
     with drill_link(tmp, *args) as (proc, ready):
         address = f"127.0.0.1:{ready['port']}"
         results: dict[str, dict] = {}
@@ -113,15 +130,20 @@ def test_sigusr1_releases_the_calls_the_link_holds_within_a_second(service, prob
         threads = [threading.Thread(target=held, args=a) for a in (("d", "delay:20000"), ("p", "drop:20000"))]
         for t in threads:
             t.start()
-        time.sleep(1.0)  # both calls held at the link
+        # both calls held at the link: begun there as hits, each in its fault slot (the drop's wait starts with it;
+        # the delay's answer is held whenever it comes); a stop before that would let them pass untouched
+        deadline = time.monotonic() + 10  # a busy box's stalls are 1-2 s
+        while _active_faults(ready["metrics_port"]) < 2:
+            assert time.monotonic() < deadline, "the two calls were not held at the link within 10 s"
+            time.sleep(0.02)
         stopped = time.perf_counter()
         proc.send_signal(signal.SIGUSR1)
         for t in threads:
-            t.join(10)
-        took = time.perf_counter() - stopped
+            t.join(30)  # each ends by its 10-s deadline, and its record (`Seen`) by 5 s more
         with grpc.insecure_channel(address) as channel:
             after = _call(channel, msg, "Echo", "after", _md("abort:INTERNAL", "after"))
     # the delay's answer goes, the drop answers (its wait cut short); then no fault acts any more
     assert (results["d"]["code"], results["d"]["marker"]) == ("OK", "delay")
     assert (results["p"]["code"], results["p"]["marker"]) == ("UNAVAILABLE", "drop")
-    assert took < 1.0 and (after["code"], after["marker"]) == ("OK", None)
+    assert max(r["ended"] for r in results.values()) - stopped < RELEASED_WITHIN_S
+    assert (after["code"], after["marker"]) == ("OK", None)

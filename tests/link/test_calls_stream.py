@@ -11,7 +11,20 @@ import grpc
 
 from harness.core import headers as h
 from harness.link import h2
-from tests.link.test_calls import BIG, EARLY_S, SERVICE, drill, organic, outcome, run, sample, unary
+from tests.link.test_calls import (
+    BIG,
+    EARLY_S,
+    RELEASED_WITHIN_S,
+    SERVICE,
+    carried,
+    drill,
+    organic,
+    outcome,
+    run,
+    sample,
+    unary,
+    until,
+)
 
 
 def test_message_ends_are_found_across_frames_and_inside_them():
@@ -135,7 +148,10 @@ def test_read_n_on_a_client_stream_ends_the_call_and_the_service_never_reads_pas
     assert echoes == [b"1", b"2"] and stamps[1] >= 0.35 - EARLY_S and seen["c"] == ["read", "read"]
 
 
-def test_the_stop_releases_a_mid_stream_delay_in_either_direction_within_a_second():
+def test_the_stop_releases_a_mid_stream_delay_in_either_direction_at_once():
+    """Was `..._within_a_second`: a 1-s bound on the release broke on a busy box's stall. The calls' deadlines (10 s)
+    end well before their delays (15 s), so their outcomes prove the release; `RELEASED_WITHIN_S` bounds it."""
+
     async def body(link, channel, rec, stop):
         async def two():
             yield b"1"
@@ -143,19 +159,24 @@ def test_the_stop_releases_a_mid_stream_delay_in_either_direction_within_a_secon
             yield b"2"
 
         async def chat() -> list:
-            call = channel.stream_stream(SERVICE + "Chat")(two(), metadata=drill("delay:15000@read=1", "c"), timeout=20)
+            call = channel.stream_stream(SERVICE + "Chat")(two(), metadata=drill("delay:15000@read=1", "c"), timeout=10)
             return [m async for m in call]
 
         async def stream() -> list:
             call = channel.unary_stream(SERVICE + "Stream")(b"s", metadata=drill("delay:15000@after=1", "s"),
-                                                            timeout=20)  # fmt: skip
+                                                            timeout=10)  # fmt: skip
             return [m async for m in call]
 
         held = [asyncio.ensure_future(chat()), asyncio.ensure_future(stream())]
-        await asyncio.sleep(0.5)  # the second request and the later messages are held
+
+        def both_held() -> bool:  # the second request, and the messages after the first, in their delay lines
+            c = carried(link)
+            return all(r in c and bool(c[r].line) for r in "cs")
+
+        await until(both_held, "the second request and the later messages held at the link")
         t = time.perf_counter()
         link.links.stop("test")
         return await asyncio.gather(*held), time.perf_counter() - t
 
     (echoes, messages), took = run(body, service="lc-mid-stop")
-    assert echoes == [b"1", b"2"] and messages == [b"s"] * 3 and took < 1.0
+    assert echoes == [b"1", b"2"] and messages == [b"s"] * 3 and took < RELEASED_WITHIN_S

@@ -99,23 +99,22 @@ def test_toxiproxy_python_drives_the_link_unchanged(service, probe):
         assert server.running() and b"drill-link" in server.version()
         proxy = server.create(upstream=service, name="ledger-1")
         assert proxy.listen.startswith("127.0.0.1:") and not proxy.listen.endswith(":0")
-        t0 = time.monotonic()
-        assert echo(proxy.listen, msg, b"hello") == b"hello"
-        bare = time.monotonic() - t0
-        proxy.add_toxic(type="latency", attributes={"latency": 300})
-        assert proxy.get_toxic("latency_downstream").attributes == {"latency": 300, "jitter": 0}
-        t0 = time.monotonic()
-        assert echo(proxy.listen, msg, b"slow") == b"slow"
-        assert time.monotonic() - t0 >= 0.3  # the answer waited 300 ms on the way back
+        assert echo(proxy.listen, msg, b"hello", timeout=10) == b"hello"
+        # told apart by outcomes, not by the wall clock (a 300-ms latency against a bound of 0.3 s plus a bare call
+        # broke on a busy box's stall): the answer held 20 s, past a 1-s deadline, then (once the toxic is gone) an
+        # answer within a 10-s deadline, which the toxic would have held twice as long
+        proxy.add_toxic(type="latency", attributes={"latency": 20_000})
+        assert proxy.get_toxic("latency_downstream").attributes == {"latency": 20_000, "jitter": 0}
+        with pytest.raises(grpc.RpcError) as err:
+            echo(proxy.listen, msg, b"slow", timeout=1)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # the answer waited on the way back
         proxy.destroy_toxic("latency_downstream")
         assert proxy.toxics() == {}
         with proxy.down():  # Toxiproxy's enabled: false: not listening, connections closed
             with pytest.raises(grpc.RpcError) as err:
                 echo(proxy.listen, msg, b"x", timeout=2)
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-        t0 = time.monotonic()
-        assert echo(proxy.listen, msg, b"back") == b"back"
-        assert time.monotonic() - t0 < 0.3 + bare
+        assert echo(proxy.listen, msg, b"back", timeout=10) == b"back"
         made = server.populate([{"name": "ledger-2", "upstream": service, "listen": "127.0.0.1:0"}])
         assert [p.name for p in made] == ["ledger-2"] and set(server.proxies()) == {"ledger-1", "ledger-2"}
         proxy.add_toxic(type="timeout", attributes={"timeout": 0})
@@ -165,26 +164,45 @@ def test_bad_input_gets_toxiproxys_status_and_changes_nothing(service, probe):
         assert requests.get(base + "/proxies", headers={"User-Agent": "Mozilla/5.0"}).status_code == 403
 
 
-def test_the_one_way_stop_removes_every_toxic_within_1_s(service, probe):
+def bytes_held(metrics_port: int, link: str = "link") -> float:
+    """The link's `drill_link_bytes_held`: what its toxics hold now."""
+    text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+    lines = [x for x in text.splitlines() if x.startswith(f'drill_link_bytes_held{{link="{link}"}} ')]
+    return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
+
+
+def test_the_one_way_stop_removes_every_toxic_at_once(service, probe):
+    """Was `..._within_1_s`: a 1-s bound on the release broke on a busy box's stall. The call's 10-s deadline ends
+    well before the toxic's 30 s, so its answer proves the release; a bound with seconds of slack says how soon."""
     _, msg, tmp = probe
     toxic = json.dumps({"type": "latency", "attributes": {"latency": 30_000}})
-    with drill_link(tmp, "--upstream", service, "--port", "0", "--admin-port", "0", "--toxic", toxic) as (proc, ready):
+    with drill_link(tmp, "--upstream", service, "--port", "0", "--admin-port", "0", "--metrics-port", "-1",
+                    "--toxic", toxic) as (proc, ready):  # fmt: skip
         address, base = f"127.0.0.1:{ready['port']}", f"http://127.0.0.1:{ready['admin_port']}"
         result = {}
 
         def call():
-            result["body"] = echo(address, msg, b"held", timeout=20)
+            try:
+                result["body"] = echo(address, msg, b"held", timeout=10)
+            except grpc.RpcError as err:
+                result["error"] = err.code()
             result["at"] = time.monotonic()
 
         caller = threading.Thread(target=call)
         caller.start()
-        time.sleep(1.0)  # the answer is held (30 s)
-        assert "body" not in result
+        # the call's connection held: the toxic holds what the service sent back (a stop before would hold nothing)
+        deadline = time.monotonic() + 10  # a busy box's stalls are 1-2 s
+        while not bytes_held(ready["metrics_port"]):
+            assert time.monotonic() < deadline, "the link held nothing of the call within 10 s"
+            time.sleep(0.02)
+        assert "at" not in result
         signalled = time.monotonic()
         proc.send_signal(signal.SIGUSR1)
-        caller.join(5)
-        # the held answer goes at once: the call ends within 1 s of the signal (a handler thread, the loop's turn)
-        assert result["body"] == b"held" and result["at"] - signalled < 1.0
+        caller.join(20)  # the call ends by its 10-s deadline
+        # the held answer goes at once (a handler thread, the loop's next turn: milliseconds): unreleased, the call
+        # would end DEADLINE_EXCEEDED at its deadline; 5 s leaves a busy box's 1-2 s stalls twice over
+        assert result.get("body") == b"held", result
+        assert result["at"] - signalled < 5.0
         assert requests.get(base + "/proxies/link/toxics").json() == []
         refused = requests.post(base + "/proxies/link/toxics", json={"type": "latency"})
         assert refused.status_code == 403  # one way: no toxic for the life of the process
@@ -200,27 +218,33 @@ def test_the_stop_file_removes_every_toxic(service, probe, tmp_path):
         assert len(requests.get(base + "/proxies/link/toxics").json()) == 1
         stop.touch()
         seen = time.monotonic()
-        # the file is looked at once a second (harness.core.safety): seen within 1 s, removed at the loop's next turn
+        # the file is looked at once a second (harness.core.safety), the toxics removed at the loop's next turn:
+        # within 1 s and a turn; 10 s leaves a busy box's 1-2 s stalls several times over
         while requests.get(base + "/proxies/link/toxics").json():
-            assert time.monotonic() - seen < 2.0
+            assert time.monotonic() - seen < 10.0, "the toxics were not removed within 10 s of the stop file"
             time.sleep(0.05)
 
 
 class _Echo(socketserver.BaseRequestHandler):
     def handle(self):
-        while data := self.request.recv(65536):
-            self.request.sendall(data)
+        with contextlib.suppress(ConnectionError):  # a connection the link reset
+            while data := self.request.recv(65536):
+                self.request.sendall(data)
 
 
 def hit_string(port: int, count: int) -> str:
-    """Which of `count` connections, opened one after another, had their echo delayed (> 150 ms)."""
+    """Which of `count` connections, opened one after another, the toxic hit: a hit one is reset (`reset_peer`),
+    its echo never comes; an untouched one echoes. Told apart by the outcome, never by the time it took."""
     out = []
     for _ in range(count):
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            t0 = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             s.sendall(b"x")
-            assert s.recv(1) == b"x"
-            out.append("x" if time.monotonic() - t0 > 0.15 else ".")
+            try:
+                got = s.recv(1)
+            except ConnectionResetError:
+                got = b""
+            assert got in (b"x", b""), got
+            out.append("." if got == b"x" else "x")
     return "".join(out)
 
 
@@ -228,7 +252,9 @@ def test_the_seeded_draw_hits_the_same_connections_in_two_runs(tmp_path):
     upstream = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
     upstream.daemon_threads = True
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    toxic = json.dumps({"type": "latency", "toxicity": 0.5, "attributes": {"latency": 300}})
+    # reset_peer at once: a hit connection is reset, not slowed (a 300-ms latency told apart at 150 ms broke on a
+    # busy box's stall)
+    toxic = json.dumps({"type": "reset_peer", "toxicity": 0.5, "attributes": {"timeout": 0}})
     args = ("--upstream", f"127.0.0.1:{upstream.server_address[1]}", "--port", "0", "--seed", "7", "--toxic", toxic)
     runs = []
     try:
@@ -237,8 +263,7 @@ def test_the_seeded_draw_hits_the_same_connections_in_two_runs(tmp_path):
                 runs.append(hit_string(ready["port"], 16))
     finally:
         upstream.shutdown()
-    # 300 ms against a bare echo of well under 150 ms: a delayed connection is told apart without doubt
-    assert runs[0] == runs[1] == draw.preview(7, "latency_downstream", 0.5, 16)
+    assert runs[0] == runs[1] == draw.preview(7, "reset_peer_downstream", 0.5, 16)
     assert "x" in runs[0] and "." in runs[0]
 
 
