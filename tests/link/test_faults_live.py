@@ -23,6 +23,48 @@ KEEPALIVE = [("grpc.keepalive_time_ms", 1000), ("grpc.keepalive_timeout_ms", 100
 PERMIT = [("grpc.http2.min_recv_ping_interval_without_data_ms", 100), ("grpc.http2.max_ping_strikes", 0),
           ("grpc.http2.min_ping_interval_without_data_ms", 100)]  # fmt: skip
 APART = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connection
+#: How long a test waits for a condition that should hold within milliseconds before it fails
+WAIT_S = 10.0
+
+
+async def _until(condition, what: str) -> None:
+    """Poll `condition` until it holds; fail saying `what` did not happen within WAIT_S."""
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {WAIT_S:g} s"
+        await asyncio.sleep(0.01)
+
+
+class _InFlight:
+    """A server's `Hold` method that notes how many calls it served at once: `b"300"` holds a call 300 ms;
+    `b"gate"` holds it until `gate` calls are in at once (then answers `together`), or WAIT_S passed (`alone`)."""
+
+    def __init__(self, gate: int) -> None:
+        self.gate, self.now, self.most = gate, 0, 0
+        self.changed = asyncio.Event()
+        hold = grpc.unary_unary_rpc_method_handler(self._hold)
+        self.handlers = grpc.method_handlers_generic_handler("h.H", {"Hold": hold})
+
+    async def _hold(self, request: bytes, context) -> bytes:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        self.changed.set()
+        try:
+            if request != b"gate":
+                await asyncio.sleep(int(request) / 1000)
+                return request
+            try:
+                await asyncio.wait_for(self._all_in(), WAIT_S)
+                return b"together"
+            except asyncio.TimeoutError:
+                return b"alone"
+        finally:
+            self.now -= 1
+
+    async def _all_in(self) -> None:
+        while self.now < self.gate:
+            self.changed.clear()
+            await self.changed.wait()
 
 
 def test_ping_blackhole_lets_keepalive_detect_a_silent_peer_while_data_flows_without_it():
@@ -42,20 +84,44 @@ def test_ping_blackhole_lets_keepalive_detect_a_silent_peer_while_data_flows_wit
 
 
 def test_max_streams_makes_the_client_queue_its_calls_then_lets_them_go():
-    async def body(link, channel):
-        wait = unary(channel, "Wait")
-        await wait(b"0", timeout=5)
-        link.add_toxic(toxic("max_streams", streams=1))
-        await asyncio.sleep(0.2)  # the SETTINGS reach the client
-        one_at_a_time = await timed(asyncio.gather(*(wait(b"300", timeout=10) for _ in range(4))))
-        link.remove_toxic("max_streams_downstream")
-        await asyncio.sleep(0.2)
-        together = await timed(asyncio.gather(*(wait(b"300", timeout=10) for _ in range(4))))
-        return one_at_a_time, together
+    """Seen by the server, not by the clock: how many of four calls it served at once."""
 
-    one_at_a_time, together = through(body)
-    # four 300-ms calls: one stream at a time they take 4 x 300 ms; all at once about 300 ms
-    assert one_at_a_time >= 1.2 and together < 0.9
+    async def main():
+        served = _InFlight(gate=4)
+        server = aio.server(options=BIG)
+        server.add_generic_rpc_handlers((served.handlers,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        links = LinkSet()
+        try:
+            link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
+            async with aio.insecure_channel(f"127.0.0.1:{link.port}", options=BIG) as channel:
+                hold = channel.unary_unary("/h.H/Hold")
+                await hold(b"0", timeout=10)
+                (conn,) = link.connections
+
+                def acknowledged() -> bool:
+                    # the client ACKed the SETTINGS the link sent it (it applies them before it ACKs, RFC 9113
+                    # §6.5.3): none waits to be sent, none waits for its ACK
+                    return not conn.h2.down._pending and not conn.h2.settings_fifo
+
+                link.add_toxic(toxic("max_streams", streams=1))
+                await _until(acknowledged, "the client's ACK of SETTINGS_MAX_CONCURRENT_STREAMS 1")
+                # each held 300 ms: had the client sent them at once, they would overlap on the server
+                assert await asyncio.gather(*(hold(b"300", timeout=30) for _ in range(4))) == [b"300"] * 4
+                one_at_a_time, served.most = served.most, 0
+                link.remove_toxic("max_streams_downstream")
+                await _until(acknowledged, "the client's ACK of the server's own SETTINGS_MAX_CONCURRENT_STREAMS")
+                # each held until all four are in at once (up to WAIT_S): only if the client sends them together
+                together = await asyncio.gather(*(hold(b"gate", timeout=30) for _ in range(4)))
+                return one_at_a_time, served.most, together
+        finally:
+            await links.close()
+            await server.stop(0)
+
+    one_at_a_time, most, together = asyncio.run(main())
+    assert one_at_a_time == 1  # queued by the client: never two on the server at once
+    assert most == 4 and together == [b"together"] * 4  # let go: all four on the server at once
 
 
 def test_window_stall_holds_a_large_answer_until_it_ends():
@@ -81,12 +147,12 @@ def test_connect_refuse_fails_new_connections_and_leaves_open_ones_alone():
             link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
             address = f"127.0.0.1:{link.port}"
             async with aio.insecure_channel(address, options=[*BIG, *APART]) as old:
-                await unary(old)(b"ok", timeout=5)
+                await unary(old)(b"ok", timeout=10)
                 link.add_toxic(toxic("connect", mode="refuse"))
                 async with aio.insecure_channel(address, options=[*BIG, *APART]) as new:
                     with pytest.raises(aio.AioRpcError) as err:
-                        await unary(new)(b"x", timeout=3)
-                assert await unary(old)(b"still", timeout=5) == b"still"
+                        await unary(new)(b"x", timeout=10)  # refused: fails at once, not at its deadline
+                assert await unary(old)(b"still", timeout=10) == b"still"
                 link.remove_toxic("connect_downstream")
                 link.add_toxic(toxic("connect", mode="hang"))
                 async with aio.insecure_channel(address, options=[*BIG, *APART]) as new:
@@ -106,23 +172,34 @@ def test_the_cap_on_faulted_connections_lets_the_rest_pass_untouched():
             link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
             link.add_toxic(toxic("latency", latency=300))
             channels = [aio.insecure_channel(f"127.0.0.1:{link.port}", options=[*BIG, *APART]) for _ in range(3)]
-            took = [await timed(unary(ch)(b"x", timeout=5)) for ch in channels]
+            calls = []  # per channel, in order: (its call's seconds, whether the toxic acts on its connection)
+            for ch in channels:  # a channel connects at its first call: its connection is the one new after it
+                before = set(link.connections)
+                took = await timed(unary(ch)(b"x", timeout=10))
+                (conn,) = link.connections - before
+                calls.append((took, "latency_downstream" in conn.acting))
+            began_on = sorted(c["connection"] for c in link.touched("latency_downstream")["connections"])
+            open_now = len(link.connections)
             for ch in channels:
                 await ch.close()
             await links.close()
-            return took
+            return calls, began_on, open_now
 
-    took = asyncio.run(main())
-    # three connections open at once, one slot: exactly one is delayed (300 ms), the others pass (< 150 ms)
-    assert sum(t >= 0.3 for t in took) == 1 and sum(t < 0.15 for t in took) == 2
+    calls, began_on, open_now = asyncio.run(main())
+    # three connections open at once, one slot: the toxic acts on exactly one (the first, which took the slot), and
+    # its call waited the 300 ms; on the other two it never began (the link's record), so they passed untouched.
+    # Their own durations are not judged: a loaded box can stall a bare call past 300 ms too
+    assert open_now == 3 and began_on == [0]
+    assert [acting for _, acting in calls] == [True, False, False]
+    assert calls[0][0] >= 0.3
 
 
 def test_limit_data_closes_the_connection_once_its_bytes_passed():
     async def body(link, channel):
-        await unary(channel)(b"ok", timeout=5)
+        await unary(channel)(b"ok", timeout=10)
         link.add_toxic(toxic("limit_data", bytes=1000))
         with pytest.raises(aio.AioRpcError) as err:
-            await unary(channel)(os.urandom(100_000), timeout=5)
+            await unary(channel)(os.urandom(100_000), timeout=10)  # the close ends it, not its deadline
         return err.value.code()
 
     assert through(body) == grpc.StatusCode.UNAVAILABLE
@@ -137,14 +214,21 @@ def test_drill_only_faults_connections_that_carried_only_drill_streams():
             took = {}
             for name, calls in (("drill", "ddd"), ("organic first", "odd"), ("organic later", "dod")):
                 async with aio.insecure_channel(f"127.0.0.1:{link.port}", options=[*BIG, *APART]) as ch:
-                    seen = ""
+                    before, conn, seen = set(link.connections), None, ""
                     for c in calls:
-                        t = await timed(unary(ch)(b"x", timeout=5, metadata=DRILL if c == "d" else ORGANIC))
-                        seen += "S" if t >= 0.3 else "f"
+                        t = await timed(unary(ch)(b"x", timeout=10, metadata=DRILL if c == "d" else ORGANIC))
+                        if conn is None:  # a channel connects at its first call
+                            (conn,) = link.connections - before
+                        if "latency_downstream" in conn.acting:
+                            seen += "S" if t >= 0.3 else "?"  # acting, yet the answer did not wait: wrong either way
+                        else:
+                            seen += "f"
                     took[name] = seen
             await links.close()
             return took
 
-    # S: the answer waited 300 ms; f: it did not (a bare call here is well under 300 ms). A connection is faulted
-    # from its first drill stream while every stream on it is the drill's; its first organic stream ends that for good
+    # S: the toxic acted on the call's connection once it was answered (the link's own state), and the answer waited
+    # its 300 ms; f: the toxic was not acting there (a call's duration alone does not say so: a loaded box can stall
+    # a bare call past 300 ms). A connection is faulted from its first drill stream while every stream on it is the
+    # drill's; its first organic stream ends that for good
     assert asyncio.run(main()) == {"drill": "SSS", "organic first": "fff", "organic later": "Sff"}

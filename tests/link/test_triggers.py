@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import struct
+import time
 import urllib.error
 import urllib.request
 
@@ -24,6 +25,10 @@ from tests.link.echo import BIG, SERVICE, echo_server, unary
 from tests.link.test_relay import DRILL, ORGANIC, through, toxic
 
 APART = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connection
+#: The deadline of a call expected to be answered (a loaded CI box stalls for 1-2 s at any point)
+ANSWERED_S = 10.0
+#: The deadline of a call a blackhole holds: nothing but its deadline ends it, so it is no bound on anything
+HELD_S = 1.0
 
 
 async def _ok(call) -> bool:
@@ -47,12 +52,14 @@ def test_after_streams_blackholes_a_connection_from_its_n_plus_1th_stream_on():
             try:
                 async with aio.insecure_channel(address, options=[*BIG, *APART]) as old:
                     for _ in range(3):  # three streams before the toxic is set
-                        assert await unary(old)(b"x", timeout=5) == b"x"
+                        assert await unary(old)(b"x", timeout=ANSWERED_S) == b"x"
                     link.add_toxic(toxic("timeout", after_streams=2))
-                    old_now = await _ok(unary(old)(b"x", timeout=1))
+                    old_now = await _ok(unary(old)(b"x", timeout=HELD_S))
                     async with aio.insecure_channel(address, options=[*BIG, *APART]) as new:
-                        # one at a time, so each is its connection's next stream
-                        new_calls = [await _ok(unary(new)(b"x", metadata=ORGANIC, timeout=1)) for _ in range(4)]
+                        # one at a time, so each is its connection's next stream; the first two are expected to be
+                        # answered, the rest held (were any of them held or answered otherwise, the list shows it)
+                        deadlines = [ANSWERED_S, ANSWERED_S, HELD_S, HELD_S]
+                        new_calls = [await _ok(unary(new)(b"x", metadata=ORGANIC, timeout=d)) for d in deadlines]
                 return old_now, new_calls, link.accepted
             finally:
                 await links.close()
@@ -63,19 +70,26 @@ def test_after_streams_blackholes_a_connection_from_its_n_plus_1th_stream_on():
     assert accepted == 2
 
 
+LATENCY_S = 4.0
+
+
 def test_after_streams_on_latency_adds_the_delay_from_that_stream_on():
-    """latency 400 ms upstream, after_streams 1: the connection's first call is not delayed by it, the second is.
-    Each call is timed against a deadline of 300 ms: the first passes (loopback answers in milliseconds; 300 ms
-    leaves a busy box its slack), the second cannot (400 ms added to its request before the server sees it)."""
+    """latency 4 s upstream, after_streams 1: the connection's first call is not delayed by it, the second is.
+    The first is answered (deadline 10 s) in less than the 4 s the toxic would add (loopback answers in
+    milliseconds: the 4 s leave a loaded box's 1-2 s stalls their slack); the second cannot be, by its deadline of
+    1 s (4 s added to its request before the server sees it: its answer could come 3 s after that deadline at the
+    earliest, more than a stall can make grpc's deadline timer late); the third, with time, still is."""
 
     async def body(link, channel):
-        link.add_toxic(toxic("latency", "upstream", latency=400, after_streams=1))
-        first = await _ok(unary(channel)(b"a", timeout=0.3))
-        second = await _ok(unary(channel)(b"b", timeout=0.3))
-        third = await unary(channel)(b"c", timeout=5)  # it still arrives, late
-        return first, second, third
+        link.add_toxic(toxic("latency", "upstream", latency=int(LATENCY_S * 1000), after_streams=1))
+        t0 = time.monotonic()
+        first = await _ok(unary(channel)(b"a", timeout=ANSWERED_S))
+        first_s = time.monotonic() - t0
+        second = await _ok(unary(channel)(b"b", timeout=1.0))
+        third = await unary(channel)(b"c", timeout=LATENCY_S + ANSWERED_S)  # it still arrives, late
+        return first, first_s < LATENCY_S, second, third
 
-    assert through(body) == (True, False, b"c")
+    assert through(body) == (True, True, False, b"c")
 
 
 MESSAGE = 40_000  # bytes: more than a DATA frame (16,384 by default), so a message's boundary falls mid-frame
@@ -218,7 +232,7 @@ def test_bad_trigger_values_get_400_through_the_admin_api_and_change_nothing(bod
                 req = urllib.request.Request(url, method=method, data=None if payload is None else
                                              json.dumps(payload).encode())  # fmt: skip
                 try:
-                    with urllib.request.urlopen(req, timeout=5) as resp:
+                    with urllib.request.urlopen(req, timeout=10) as resp:
                         return resp.status, json.loads(resp.read())
                 except urllib.error.HTTPError as exc:
                     return exc.code, json.loads(exc.read())
@@ -263,8 +277,13 @@ def test_a_connection_that_is_not_http2_has_no_streams_so_after_streams_never_ac
         link.add_toxic(toxic("timeout", after_streams=0, stream="downstream"))
         link.add_toxic(parse_toxic({"name": "later", "type": "reset_peer", "attributes": {"after_streams": 1}}))
         reader, writer = await asyncio.open_connection("127.0.0.1", link.port)
+        # the link accepts the connection and connects upstream before the toxics are set on it: wait for that
+        deadline = time.monotonic() + 10
+        while not (len(link.connections) == 1 and next(iter(link.connections)).early is None):
+            assert time.monotonic() < deadline, "the link did not relay the connection within 10 s"
+            await asyncio.sleep(0.01)
         writer.write(os.urandom(100))
-        try:
+        try:  # an echo through the link comes in milliseconds; a stall only makes the wait less likely to see one
             got = await asyncio.wait_for(reader.read(100), 0.5)
         except asyncio.TimeoutError:
             got = None
