@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import pathlib
 import random
-import socket
 
 import grpc
 import pytest
@@ -21,32 +20,17 @@ import pytest
 from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from harness.procs.spawn import spawn_serve, stop_processes, wait_serving
 from tests.deploy.dns_stub import DnsStub
+from tests.ports import free_port
 
 NAME = "ledger.drill.test"
 REPLICAS = 3
-
-
-def _free_port_on(addresses: list[str]) -> int:
-    """A port free on every one of `addresses` (the replicas all listen on it, as containers would)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((addresses[0], 0))
-            port = s.getsockname()[1]
-        try:
-            for addr in addresses:
-                with socket.socket() as s:
-                    s.bind((addr, port))
-        except OSError:
-            continue
-        return port
-    raise AssertionError("no port free on every replica address")
 
 
 @pytest.mark.parametrize("config", ["naive", None], ids=["resilience-layer", "plain"])
 def test_calls_spread_over_every_replica_behind_the_name(tmp_path: pathlib.Path, config: str | None) -> None:
     net = f"127.{random.randint(100, 250)}.{random.randint(0, 255)}"
     addresses = [f"{net}.{10 + i}" for i in range(REPLICAS)]
-    port = _free_port_on(addresses)
+    port = free_port(*addresses)
     procs = []
     with DnsStub({NAME: addresses}) as dns:
         try:
@@ -106,7 +90,7 @@ def test_a_replica_added_while_calls_flow_gets_calls(tmp_path: pathlib.Path) -> 
 
     net = f"127.{random.randint(100, 250)}.{random.randint(0, 255)}"
     addresses = [f"{net}.{10 + i}" for i in range(2)]
-    port = _free_port_on(addresses)
+    port = free_port(*addresses)
     procs = []
 
     def ledger(i: int):

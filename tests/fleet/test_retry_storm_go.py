@@ -13,24 +13,18 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 
 import pytest
 
 from harness.drills.plan.files import PLANS_DIR
 from harness.fleet import build
 from tests.conftest import drill_process
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 
 #: The ports the shipped plan names (27100-27104 gRPC, 27111 and 27113 /metrics).
 PORTS = re.compile(r"\b271(?:0[0-4]|1[13])\b")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def shipped_copy(tmp_path):

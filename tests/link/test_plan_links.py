@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import socket
 import time
 import urllib.request
 
@@ -25,6 +24,7 @@ from harness.drills.stack.links import POLL_S, TrialLinks
 from harness.drills.trials.metrics_server import runner_metrics_url
 from harness.resilience import load
 from tests.link.echo import echo_server, unary
+from tests.ports import free_port
 
 #: keepalive time 1 s: a PING at most 1 s after the connection's last read; the ping timeout (1 s) closes it
 #: 1 s later: 2 s. The relay is looked at every POLL_S; the rest is lateness of grpc's timer thread and of our
@@ -48,12 +48,6 @@ def run(test):
         asyncio.run(test())
 
     return sync
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _links(upstream_port: int, fault: LinkFault = BLACKHOLE) -> TrialLinks:

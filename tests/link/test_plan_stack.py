@@ -20,6 +20,7 @@ import yaml
 from harness.core.environ import environ_now
 from harness.procs.spawn import start_serve, stop_processes
 from tests.conftest import ROOT
+from tests.ports import free_port
 
 #: The plan's `expect.detect_within_s`: keepalive time 1 s (a PING at most 1 s after the connection's last read)
 #: + ping timeout 1 s, in account's process; the runner sees the close within its 20-ms poll of the relay. The
@@ -27,12 +28,6 @@ from tests.conftest import ROOT
 #: at any point: 3 s of slack (the blackhole plan's own 2.5 s is meant for a quiet box). Keepalive without the
 #: ping timeout closes it only at grpc's default ping timeout, 60 s: far above.
 DETECT_WITHIN_S = 1.0 + 1.0 + 3.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

@@ -10,24 +10,18 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 
 from harness.core.environ import environ_now
 from harness.procs.ports import private_loopback
 from tests.conftest import ROOT
 from tests.loadtests.conftest import LOCUST, kill_group, wait_announced
+from tests.ports import free_port
 
 LOCUSTFILE = str(ROOT / "loadtests" / "locustfile.py")
 #: what each worker is told; the tests wait WAIT_BOUND_S at most (Locust's own would be 300 s and 60 s)
 WAIT_S = "2"
 WAIT_BOUND_S = 45
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _locust(tmp_path, tag: str, *args: str) -> subprocess.Popen:
@@ -39,7 +33,7 @@ def _locust(tmp_path, tag: str, *args: str) -> subprocess.Popen:
 
 def test_a_worker_whose_master_never_answers_gives_up(tmp_path):
     here = private_loopback()
-    worker = _locust(tmp_path, "worker", "--worker", "--master-host", here, "--master-port", str(_free_port(here)))
+    worker = _locust(tmp_path, "worker", "--worker", "--master-host", here, "--master-port", str(free_port(here)))
     try:
         rc = worker.wait(timeout=WAIT_BOUND_S)
     finally:

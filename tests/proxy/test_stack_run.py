@@ -17,6 +17,7 @@ import yaml
 from harness.core.faults import is_hit
 from harness.drills.load.schedule import ids_digest, request_id
 from tests.conftest import drill_process, side_by_side
+from tests.ports import free_port
 from tests.proxy.probe import build, descriptor_set, drill_proxy, go_service
 
 pytestmark = pytest.mark.slow
@@ -51,18 +52,12 @@ def _run_behind_a_proxy_started_here(tmp_path):
                                  "--trials", "1")  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_with_a_stack_proxy(tmp_path):
     """`stack.proxy` in front of the Go service: a dry run with a directive the method cannot take, a dry run, and
     the run (each process), and the proxy's port."""
     binary = build()
     descriptor_set(tmp_path / "probe.pb")
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_port(), free_port()
     with go_service(binary, tmp_path) as upstream:
         plan = {
             "name": "probe", "seed": 3,

@@ -19,7 +19,6 @@ import os
 import pathlib
 import re
 import shlex
-import socket
 import subprocess
 import sys
 
@@ -30,6 +29,7 @@ from harness.drills.load.schedule import ids_digest, request_id
 from harness.procs.ports import wait_listening
 from harness.procs.spawn import stop_processes
 from tests.conftest import ROOT, side_by_side
+from tests.ports import free_port
 
 DOC = ROOT / "docs" / "stacks.md"
 PORTS = ("50051", "9464")  # the service's gRPC and /metrics ports, as the page writes them
@@ -68,12 +68,6 @@ def shell() -> tuple[dict[str, str], list[str], list[str]]:
             drill = command
     assert service and drill, body
     return env, service, drill
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def predicted() -> set[str]:

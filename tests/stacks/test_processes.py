@@ -20,6 +20,7 @@ from harness.core.errors import RunFailed
 from harness.drills.plan.stack import StackProcess
 from harness.drills.stack.processes import ProcessChain, ProcessError
 from tests.conftest import drill_process, side_by_side
+from tests.ports import free_port
 
 #: A program that records its environment and working directory, then listens on $PORT until stopped.
 LISTEN = ('"$DRILL_PYTHON" -c "import json,os,socket,time; '
@@ -27,12 +28,6 @@ LISTEN = ('"$DRILL_PYTHON" -c "import json,os,socket,time; '
           "| {'cwd': os.getcwd(), 'at': time.time()}, open(os.environ['NAME'] + '.env', 'w')); "
           "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
           "s.bind(('127.0.0.1', int(os.environ['PORT']))); s.listen(); print('up', flush=True); time.sleep(600)\"")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def proc(name: str, port: int, command: str = LISTEN, **extra) -> StackProcess:

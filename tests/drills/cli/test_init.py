@@ -30,6 +30,7 @@ from harness.drills.trials.dryrun import predicted_hits
 from harness.procs.ports import refused_port
 from harness.procs.spawn import start_serve
 from tests.conftest import ROOT, drill_inprocess, drill_process, side_by_side
+from tests.ports import free_port
 from tests.proxy.probe import build, go_service
 from tests.stacks.test_own_service import start_cart
 from tests.test_cli_errors import assert_one_line
@@ -38,12 +39,6 @@ PROBE = "tests/proxy/probe.proto"
 PROBE_KINDS = {"probe.v1.Probe/Echo": "unary", "probe.v1.Probe/Count": "client-streaming",
                "probe.v1.Probe/Repeat": "server-streaming", "probe.v1.Probe/Chat": "bidi-streaming",
                "probe.v1.Probe/Seen": "unary"}  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _table(stdout: str) -> dict[str, tuple[str, bool]]:
@@ -66,7 +61,7 @@ def go_probe(tmp_path_factory):
 
 # --- (a) a Go service, --proto: listed, written, dry run passed, then run as written ---------------
 def _a_go_service_gets_a_file_whose_dry_run_passes_and_whose_run_hits_what_it_predicts(go_probe, tmp_path):
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_port(), free_port()
     out = tmp_path / "probe.yaml"
     init = drill_process("init", "--proxy", "--upstream", go_probe, "--proto", PROBE, "--port", str(port),
                          "--metrics-port", str(metrics_port), "--out", str(out))  # fmt: skip
@@ -112,7 +107,7 @@ def _a_service_with_reflection_needs_no_proto(tmp_path):
     try:
         out = tmp_path / "cart.yaml"
         init = drill_process("init", "--proxy", "--upstream", f"127.0.0.1:{cart['port']}", "--port",
-                             str(_free_port()), "--metrics-port", str(_free_port()), "--out", str(out))  # fmt: skip
+                             str(free_port()), "--metrics-port", str(free_port()), "--out", str(out))  # fmt: skip
     finally:
         proc.terminate()
         proc.wait(15)
@@ -361,7 +356,7 @@ def test_a_proto_with_import_paths_reaches_the_proxy_and_the_edge_with_them(tmp_
     out = tmp_path / "pay.yaml"
     proc = drill_inprocess("init", "--proxy", "--upstream", "127.0.0.1:1", "--proto", str(tmp_path / "api/pay.proto"),
                            "--proto-path", str(tmp_path / "common"), "--proto-path", str(tmp_path / "api"),
-                           "--port", str(_free_port()), "--metrics-port", str(_free_port()), "--out", str(out),
+                           "--port", str(free_port()), "--metrics-port", str(free_port()), "--out", str(out),
                            "--no-dry-run")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     written = yaml.safe_load(out.read_text())["stack"]["proxy"]
@@ -413,7 +408,7 @@ def test_the_proxy_ports_are_free_now_or_refused():
             init_command.pick_port(busy, 50151, "--port")
         port, said = init_command.pick_port(None, busy, "--port")  # the default taken: the next free one after it
         assert busy < port < busy + init_command.PORT_TRIES and f"({busy} is taken)" in said
-    free = _free_port()
+    free = free_port()
     assert init_command.pick_port(free, 50151, "--port") == (free, f"--port {free}, free now")
     with pytest.raises(BadInput, match="in use"):
         init_command.pick_port(free, 9565, "--metrics-port", taken=(free,))  # not the gRPC port twice
