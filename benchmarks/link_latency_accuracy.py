@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--latency-ms", type=int, default=40)
     args = ap.parse_args()
-    print(header("link_latency_accuracy"))
+    print(header("link_latency_accuracy", pinned=False))
     print(f"# {args.rounds} rounds × 2 directions; {args.calls} calls bare and {args.calls} with latency "
           f"{args.latency_ms} ms; one process pinned to cpu {cores()[0]}", flush=True)  # fmt: skip
     os.sched_setaffinity(0, {cores()[0]})
