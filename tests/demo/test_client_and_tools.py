@@ -28,12 +28,16 @@ from tests.interceptors.servers import aio_server, aio_stub
 
 def test_outgoing_metadata_keeps_a_callers_request_id_and_adds_the_origin_deadline():
     t = Tagging(tenant="tenant-drill", directive="delay:5", ratio=30, target="ledger", instances=50)
+    before = time.time()
     md, rid, tenant = outgoing_metadata([(h.REQUEST_ID, "fixed-1")], t, timeout=2.0)
+    after = time.time()
     d = dict(md)
     assert rid == "fixed-1" and tenant == "tenant-drill"
     assert d[h.FAULT] == "delay:5" and d[h.FAULT_RATIO] == "30" and d[h.FAULT_TARGET] == "ledger"
     assert d[h.FAULT_INSTANCES] == "50"
-    assert abs(float(d[h.ORIGIN_DEADLINE]) - (time.time() + 2.0)) < 0.5
+    # now + timeout, by the clock read inside the call (between `before` and `after`, whatever stalled), written
+    # with 3 decimals: ±0.5 ms of rounding
+    assert before + 2.0 - 0.0005 <= float(d[h.ORIGIN_DEADLINE]) <= after + 2.0 + 0.0005, (d, before, after)
     md2, rid2, _ = outgoing_metadata(None, Tagging(), timeout=None)
     assert len(rid2) == 36 and dict(md2) == {h.REQUEST_ID: rid2}  # organic: only a request id
 
@@ -122,6 +126,10 @@ def test_drill_hits_refuses_a_directive_servers_would_reject():
     assert out.returncode == 2 and "would refuse" in out.stderr
 
 
+#: How long the half-open probe watches its connections (it stops once all closed)
+PROBE_TIMEOUT_S = 10.0
+
+
 def test_half_open_probe_reports_what_the_server_did_and_tcp_states_are_counted():
     s = FaultSettings(enabled=True, service="probe")
 
@@ -129,15 +137,19 @@ def test_half_open_probe_reports_what_the_server_did_and_tcp_states_are_counted(
         async with aio_server(s) as (port, _):
             watch_port(port)
             loop = asyncio.get_running_loop()
-            results = await loop.run_in_executor(None, lambda: half_open("127.0.0.1", port, count=5, timeout_s=3))
+            results = await loop.run_in_executor(None, lambda: half_open("127.0.0.1", port, count=5,
+                                                                         timeout_s=PROBE_TIMEOUT_S))
             listening = count_states([port])
             return summarize(results), listening, port
 
     summary, states, port = asyncio.run(main())
     assert summary["connections"] == 5 and summary["refused"] == 0
-    # grpc reads the client's EOF and closes: every half-open connection is reclaimed, quickly.
+    # grpc reads the client's EOF and closes: every half-open connection is reclaimed (eof or reset) while the
+    # probe watches, which it does for PROBE_TIMEOUT_S at most (it stops once the last one closed). Quickly, but
+    # not timed to the second: the server closes at once on a quiet box, a stalled one delays that by a second or
+    # two, and the failure this guards (a server that keeps half-open connections until an idle or keepalive
+    # timeout, minutes by default) leaves them open past the probe's 10 s
     assert summary["eof"] + summary["reset"] == 5, summary
-    assert summary["closed_after_s_max"] < 2.0, summary
     assert states.get((port, "LISTEN"), 0) >= 1
 
 

@@ -18,7 +18,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from concurrent import futures
 
 import grpc
@@ -29,10 +28,13 @@ from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from tests.conftest import ROOT
 
 PINNED_NOW = 1_800_000_000.25
+#: The longest the server holds the `cancelled` case's call (it ends as soon as the client cancels it)
+HOLD_BOUND_S = 30.0
 
 
 class Recorder(drill_pb2_grpc.DemoServicer):
-    """Records the metadata of every call; `fault-signed` aborts as an injected fault would, `cancelled` is slow."""
+    """Records the metadata of every call; `fault-signed` aborts as an injected fault would, `cancelled` is held until
+    its client leaves."""
 
     def __init__(self) -> None:
         self.received: dict[str, list[list[tuple[str, str]]]] = {}
@@ -46,7 +48,12 @@ class Recorder(drill_pb2_grpc.DemoServicer):
             context.set_trailing_metadata(((h.FAULT_MARKER, "abort"),))
             context.abort(grpc.StatusCode.UNAVAILABLE, "injected fault: UNAVAILABLE")
         if request.payload == "cancelled":
-            time.sleep(1.0)
+            # held until the client cancels it (50 ms in), not for a fixed time a stalled client could outlast
+            # (it then got this answer, OK, and no CANCELLED to compare); the bound only ends a call nobody
+            # cancelled, far past the call's own 2-s deadline
+            ended = threading.Event()
+            if context.add_callback(ended.set):
+                ended.wait(HOLD_BOUND_S)
         return drill_pb2.CallReply(payload=request.payload)
 
 

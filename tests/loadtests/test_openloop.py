@@ -67,11 +67,18 @@ def test_tagged_ids_are_appended_per_process_and_read_back_by_the_runner(tmp_pat
 
 
 def test_a_drill_schedule_starts_at_the_timelines_first_second_and_stops_after_its_calls():
-    start_unix = time.time() + 0.5  # the shape's next whole second, half a second from now
+    # the shape's first second, 10 s from now: far enough that no stall of the box makes call 0 late (its delay
+    # would then be 0 whatever the schedule said)
+    start_unix = time.time() + 10.0
     s = openloop.Schedule(rate=10.0, spread_index=1, offset=0.05, limit=3, anchor=lambda: start_unix)
     now = time.monotonic()
-    # call 0 is due at the timeline's start + its offset, whenever the user got here
-    assert s.delay(now=now) == pytest.approx(0.55, abs=0.01)
+    # call 0 is due at the timeline's start + its offset, whenever the user got here: the schedule reads the unix
+    # clock once, inside delay(), so the delay is start + offset − that reading, which lies between the clock
+    # read just before and just after the call (whatever stalled in between); 1 µs for float rounding
+    before = time.time()
+    delay = s.delay(now=now)
+    after = time.time()
+    assert start_unix + 0.05 - after - 1e-6 <= delay <= start_unix + 0.05 - before + 1e-6, (delay, before, after)
     assert s.start_unix == start_unix and s.at(2) == pytest.approx(0.25)
     for _ in range(3):
         assert not s.exhausted

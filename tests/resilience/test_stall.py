@@ -33,6 +33,9 @@ STALLED_CALLS = 30
 #: 0.6 s for the test process itself to be late (it is one asyncio loop; two CPU hogs beside it
 #: delay it by scheduler slices of milliseconds), and the call's 2-s deadline more still.
 STALL_S = 0.4
+#: How long the calls may take to reach the stalled server (normally a few ms: same process, loopback), a
+#: bound for a clear failure only
+HELD_WITHIN_S = 10.0
 
 
 class _Stall(aio.ServerInterceptor):
@@ -59,8 +62,18 @@ async def _stalled_calls(config_name: str) -> tuple[list[str], int]:
         for _ in range(WARM_CALLS):
             await caller.call("Call", REQ)
         stall.open.clear()
+        loop = asyncio.get_running_loop()
+        closed = loop.time()
         calls = [asyncio.ensure_future(caller.call("Call", REQ)) for _ in range(STALLED_CALLS)]
-        await asyncio.sleep(STALL_S)
+        # open once every call is held and STALL_S have passed since the stall closed, not after a fixed sleep:
+        # a busy loop may take longer than STALL_S to bring all of them in, and a call that arrived after the
+        # opening would not have met the stall at all
+        arrived_by = closed + HELD_WITHIN_S
+        while stall.held < STALLED_CALLS or loop.time() < closed + STALL_S:
+            if loop.time() > arrived_by:
+                raise AssertionError(f"{stall.held} of {STALLED_CALLS} calls held {HELD_WITHIN_S:g} s after the "
+                                     "stall closed")  # fmt: skip
+            await asyncio.sleep(0.01)
         stall.open.set()
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
     finally:
