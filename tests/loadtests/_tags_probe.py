@@ -68,7 +68,7 @@ def changed(before: dict[str, float], after: dict[str, float]) -> dict[str, floa
 def main() -> None:
     target = sys.argv[1]
     _client_core.wall_clock = lambda: 1_800_000_000.25  # both paths see the same time
-    ns = types.SimpleNamespace(drill_tenant=TENANT, drill_config=CONFIG, drill_timeout=2, drill_rate=0)
+    ns = types.SimpleNamespace(drill_tenant=TENANT, drill_config=CONFIG, drill_timeout=10, drill_rate=0)
     env = Environment(user_classes=[DrillUser], parsed_options=ns, host=target)
     user = DrillUser(env)
     user.on_start()
@@ -88,13 +88,16 @@ def main() -> None:
         metadata = ((_client_core.h.REQUEST_ID, rid),)
         try:
             if cancel_ms is not None:
-                call_with_cancel(stub.Call, request, cancel_ms, timeout=2, metadata=metadata)
+                call_with_cancel(stub.Call, request, cancel_ms, timeout=10, metadata=metadata)
             else:
-                stub.Call.with_call(request, timeout=2, metadata=metadata)
+                stub.Call.with_call(request, timeout=10, metadata=metadata)
         except grpc.RpcError:
             pass
         after = client_samples()
-        for _ in range(200):  # a cancelled future is counted when its last event arrives, after result()
+        # a cancelled future is counted when its last event arrives, after result(); at most 10 s (a busy box's stalls
+        # are 1-2 s), and both paths' deadlines are 10 s so that a stall before the 50-ms cancel cannot end the call
+        # at its deadline instead
+        for _ in range(1000):
             if any(k.startswith("drill_client_calls_total{") for k in changed(mid, after)):
                 break
             gevent.sleep(0.01)

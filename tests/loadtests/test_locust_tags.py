@@ -28,6 +28,8 @@ from harness.demo.proto import drill_pb2, drill_pb2_grpc
 from tests.conftest import ROOT
 
 PINNED_NOW = 1_800_000_000.25
+#: the calls' deadline in _tags_probe.py (both paths)
+CALL_TIMEOUT_S = 10
 #: The longest the server holds the `cancelled` case's call (it ends as soon as the client cancels it)
 HOLD_BOUND_S = 30.0
 
@@ -50,7 +52,7 @@ class Recorder(drill_pb2_grpc.DemoServicer):
         if request.payload == "cancelled":
             # held until the client cancels it (50 ms in), not for a fixed time a stalled client could outlast
             # (it then got this answer, OK, and no CANCELLED to compare); the bound only ends a call nobody
-            # cancelled, far past the call's own 2-s deadline
+            # cancelled, past the call's own 10-s deadline
             ended = threading.Event()
             if context.add_callback(ended.set):
                 ended.wait(HOLD_BOUND_S)
@@ -90,7 +92,7 @@ def test_locust_calls_carry_and_count_what_the_interceptor_does(recording_server
     assert sent["organic"][h.REQUEST_ID] == "probe-organic"
     assert not {h.TENANT, h.FAULT, h.ORIGIN_DEADLINE, h.DRILL_TOKEN} & set(sent["organic"])
     assert sent["quiet-drill"][h.TENANT] == "tenant-drill" and h.FAULT not in sent["quiet-drill"]
-    assert sent["quiet-drill"][h.ORIGIN_DEADLINE] == f"{PINNED_NOW + 2:.3f}"
+    assert sent["quiet-drill"][h.ORIGIN_DEADLINE] == f"{PINNED_NOW + CALL_TIMEOUT_S:.3f}"
     signed = sent["fault-signed"]
     assert signed[h.FAULT] == "abort:UNAVAILABLE" and signed[h.FAULT_RATIO] == "30"
     assert (signed[h.FAULT_TARGET], signed[h.FAULT_INSTANCES]) == ("demo", "50")
