@@ -82,12 +82,19 @@ def test_drop_with_a_shorter_deadline_records_the_gap_and_frees_the_thread():
 
 def test_cancel_during_delay_is_cancelled_and_quiet(caplog):
     caplog.set_level(logging.DEBUG)
-    with sync_server(settings("sync-cancel")) as (port, _), sync_stub(port, drill("delay:500")) as stub:
+    # a 20-s delay, so its answer cannot reach the caller before the cancel at 100 ms reaches the server unless the
+    # box stalls 20 s (with 500 ms, a 0.4-s stall let the answer win); the server records the call once its handler
+    # is over: polled for, at most 10 s (a busy box's stalls are 1-2 s), instead of a fixed sleep
+    with sync_server(settings("sync-cancel")) as (port, _), sync_stub(port, drill("delay:20000")) as stub:
         t0 = time.perf_counter()
         with pytest.raises(grpc.RpcError) as info:
             call_with_cancel(stub.Call, drill_pb2.CallRequest(), 100)
         elapsed = time.perf_counter() - t0
-        time.sleep(0.6)
+        until = time.perf_counter() + 10
+        while not sample("drill_server_calls_total", service="sync-cancel", grpc_method=M, grpc_status="CANCELLED",
+                         traffic="drill", fault_mode="delay"):  # fmt: skip
+            assert time.perf_counter() < until, "no server record of the cancelled call within 10 s"
+            time.sleep(0.02)
     assert info.value.code() is grpc.StatusCode.CANCELLED
     # the caller's own cancel at 100 ms ended it; no upper bound on the wall clock (the aio twin of this test read
     # 1.67 s on a stalled box): that the server's delay was cut short, not served, is its CANCELLED record below
@@ -101,7 +108,8 @@ def test_cancel_during_delay_is_cancelled_and_quiet(caplog):
 
 def test_future_calls_are_cancelled_by_the_interceptor():
     with sync_server(settings("sync-cancel2")) as (port, _):
-        with sync_stub(port, drill("delay:500"), cancel_after_ms=100, service="c-sync-cancel") as stub:
+        # 20 s: the delay's answer cannot beat the interceptor's cancel at 100 ms on a stalled box
+        with sync_stub(port, drill("delay:20000"), cancel_after_ms=100, service="c-sync-cancel") as stub:
             fut = stub.Call.future(drill_pb2.CallRequest())
             with pytest.raises(grpc.FutureCancelledError):
                 fut.result(timeout=2)
