@@ -52,16 +52,33 @@ BIG = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length",
 
 
 @contextlib.asynccontextmanager
-async def echo_server(options=()):
-    """An echo server on 127.0.0.1 (grpc `options` beside BIG's); yields its port."""
+async def echo_server(options=(), handlers=None):
+    """An echo server on 127.0.0.1 (grpc `options` beside BIG's; `handlers` instead of the echo's); yields its
+    port."""
     server = aio.server(options=[*BIG, *options])
-    server.add_generic_rpc_handlers((HANDLERS,))
+    server.add_generic_rpc_handlers((handlers or HANDLERS,))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
         yield port
     finally:
         await server.stop(0)
+
+
+@contextlib.asynccontextmanager
+async def linked(handlers=None):
+    """A server (`handlers`, else the echo's) behind a link with no toxic, and a channel through the link: yields
+    (link, channel)."""
+    from harness.link.links import LinkSet
+
+    async with echo_server(handlers=handlers) as port:
+        links = LinkSet()
+        try:
+            link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
+            async with aio.insecure_channel(f"127.0.0.1:{link.port}", options=BIG) as channel:
+                yield link, channel
+        finally:
+            await links.close()
 
 
 def unary(channel: aio.Channel, method: str = "Unary"):

@@ -13,7 +13,7 @@ from grpc import aio
 
 from harness.link.links import LinkSet
 from harness.link.toxics import parse_toxic
-from tests.link.echo import BIG, echo_server, unary
+from tests.link.echo import BIG, echo_server, linked, unary
 from tests.link.test_relay import DRILL, ORGANIC, through, timed, toxic
 
 #: Keepalive as it detects (gRFC A8; the issue: without the ping timeout grpc-python did not notice in 20 s), and a
@@ -88,36 +88,26 @@ def test_max_streams_makes_the_client_queue_its_calls_then_lets_them_go():
 
     async def main():
         served = _InFlight(gate=4)
-        server = aio.server(options=BIG)
-        server.add_generic_rpc_handlers((served.handlers,))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        links = LinkSet()
-        try:
-            link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
-            async with aio.insecure_channel(f"127.0.0.1:{link.port}", options=BIG) as channel:
-                hold = channel.unary_unary("/h.H/Hold")
-                await hold(b"0", timeout=10)
-                (conn,) = link.connections
+        async with linked(served.handlers) as (link, channel):
+            hold = channel.unary_unary("/h.H/Hold")
+            await hold(b"0", timeout=10)
+            (conn,) = link.connections
 
-                def acknowledged() -> bool:
-                    # the client ACKed the SETTINGS the link sent it (it applies them before it ACKs, RFC 9113
-                    # §6.5.3): none waits to be sent, none waits for its ACK
-                    return not conn.h2.down._pending and not conn.h2.settings_fifo
+            def acknowledged() -> bool:
+                # the client ACKed the SETTINGS the link sent it (it applies them before it ACKs, RFC 9113
+                # §6.5.3): none waits to be sent, none waits for its ACK
+                return not conn.h2.down._pending and not conn.h2.settings_fifo
 
-                link.add_toxic(toxic("max_streams", streams=1))
-                await _until(acknowledged, "the client's ACK of SETTINGS_MAX_CONCURRENT_STREAMS 1")
-                # each held 300 ms: had the client sent them at once, they would overlap on the server
-                assert await asyncio.gather(*(hold(b"300", timeout=30) for _ in range(4))) == [b"300"] * 4
-                one_at_a_time, served.most = served.most, 0
-                link.remove_toxic("max_streams_downstream")
-                await _until(acknowledged, "the client's ACK of the server's own SETTINGS_MAX_CONCURRENT_STREAMS")
-                # each held until all four are in at once (up to WAIT_S): only if the client sends them together
-                together = await asyncio.gather(*(hold(b"gate", timeout=30) for _ in range(4)))
-                return one_at_a_time, served.most, together
-        finally:
-            await links.close()
-            await server.stop(0)
+            link.add_toxic(toxic("max_streams", streams=1))
+            await _until(acknowledged, "the client's ACK of SETTINGS_MAX_CONCURRENT_STREAMS 1")
+            # each held 300 ms: had the client sent them at once, they would overlap on the server
+            assert await asyncio.gather(*(hold(b"300", timeout=30) for _ in range(4))) == [b"300"] * 4
+            one_at_a_time, served.most = served.most, 0
+            link.remove_toxic("max_streams_downstream")
+            await _until(acknowledged, "the client's ACK of the server's own SETTINGS_MAX_CONCURRENT_STREAMS")
+            # each held until all four are in at once (up to WAIT_S): only if the client sends them together
+            together = await asyncio.gather(*(hold(b"gate", timeout=30) for _ in range(4)))
+            return one_at_a_time, served.most, together
 
     one_at_a_time, most, together = asyncio.run(main())
     assert one_at_a_time == 1  # queued by the client: never two on the server at once

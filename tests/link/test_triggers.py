@@ -21,7 +21,7 @@ from harness.link import h2
 from harness.link.admin import serve_admin
 from harness.link.links import LinkSet
 from harness.link.toxics import ToxicError, parse_toxic
-from tests.link.echo import BIG, SERVICE, echo_server, unary
+from tests.link.echo import BIG, SERVICE, echo_server, linked, unary
 from tests.link.test_relay import DRILL, ORGANIC, through, toxic
 
 APART = [("grpc.use_local_subchannel_pool", 1)]  # each channel its own connection
@@ -108,18 +108,8 @@ SPACED = grpc.method_handlers_generic_handler("t.T", {"Spaced": grpc.unary_strea
 
 def _through_spaced(body):
     async def main():
-        server = aio.server(options=BIG)
-        server.add_generic_rpc_handlers((SPACED,))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        links = LinkSet()
-        try:
-            link = await links.add("t", "127.0.0.1:0", f"127.0.0.1:{port}")
-            async with aio.insecure_channel(f"127.0.0.1:{link.port}", options=BIG) as channel:
-                return await body(link, channel)
-        finally:
-            await links.close()
-            await server.stop(0)
+        async with linked(SPACED) as (link, channel):
+            return await body(link, channel)
 
     return asyncio.run(main())
 
